@@ -1,0 +1,40 @@
+"""kernelkit: kernels in all three ML senses.
+
+- Math kernels: scikit-learn-native kernel classes (:class:`RBF`, :class:`Matern`...) and
+  pairwise functions with scikit-learn's signatures (:func:`rbf_kernel`...).
+- Compute kernels: Triton Gram matrices and matrix-free products (``kernelkit_gpu``).
+- Attention kernels: softmax and linear attention as kernel smoothers.
+
+``import kernelkit`` never imports torch or triton; the GPU code loads on first use.
+"""
+
+from kernelkit.kernels import (
+    RBF,
+    Cosine,
+    Exponential,
+    Laplacian,
+    Linear,
+    Matern,
+    Polynomial,
+    RationalQuadratic,
+    Sigmoid,
+)
+from kernelkit.pairwise import (
+    cosine_similarity,
+    laplacian_kernel,
+    linear_kernel,
+    pairwise_kernels,
+    polynomial_kernel,
+    rbf_kernel,
+    sigmoid_kernel,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Linear", "Polynomial", "RBF", "Laplacian", "Matern", "RationalQuadratic", "Cosine",
+    "Sigmoid", "Exponential",
+    "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
+    "cosine_similarity", "pairwise_kernels",
+    "__version__",
+]

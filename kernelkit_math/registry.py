@@ -1,0 +1,285 @@
+"""The kernel registry: one entry per kernel, read by every layer of kernelkit.
+
+An entry (:class:`KernelSpec`) names a kernel, declares its parameters with defaults and valid
+ranges, says whether it is stationary and positive semi-definite, which pairwise quantity it is
+a function of (what a GPU kernel must tile over), and points at its float64 value, diagonal,
+log-hyperparameter gradient and exact feature map (where one exists).
+
+Examples
+--------
+>>> import numpy as np
+>>> from kernelkit_math.registry import get_kernel
+>>> spec = get_kernel("rbf")
+>>> K = spec.value(np.eye(3), gamma=0.5)
+>>> K.shape, bool(K[0, 0] == 1.0)
+((3, 3), True)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from kernelkit_math import feature_maps as _fm
+from kernelkit_math import kernels as _k
+
+__all__ = ["Param", "KernelSpec", "REGISTRY", "get_kernel", "kernel_names"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter.
+
+    Attributes
+    ----------
+    name : str
+        The scikit-learn name (``gamma``, ``degree``, ``coef0``, ``length_scale``...).
+    default : object
+        Default value; ``None`` for ``gamma`` means 1 / n_features, for ``scale`` 1 / sqrt(n_features).
+    low, high : float
+        Valid range; ``low_inclusive`` says whether ``low`` itself is allowed.
+    integer : bool
+        The value must be an integer (``degree``).
+    choices : tuple
+        If not empty, the only values allowed (``nu``).
+    per_feature : bool
+        The value may be an array with one entry per feature.
+    hyperparameter : bool
+        Differentiable, optimised in log space; gradients are taken with respect to its log.
+    """
+
+    name: str
+    default: object
+    low: float = -math.inf
+    high: float = math.inf
+    low_inclusive: bool = False
+    integer: bool = False
+    choices: tuple = ()
+    per_feature: bool = False
+    hyperparameter: bool = False
+    doc: str = ""
+
+    def _range_text(self):
+        if self.choices:
+            return "one of " + ", ".join(str(c) for c in self.choices)
+        kind = "an integer" if self.integer else "a finite number"
+        if self.low > -math.inf:
+            return f"{kind} {'>=' if self.low_inclusive else '>'} {self.low:g}"
+        return kind
+
+    def check(self, value, n_features=None, kernel="kernel"):
+        """Validate ``value`` and return it as a float, an int or a float64 array.
+
+        Raises
+        ------
+        TypeError
+            For a value of the wrong type (a string, a non-integer ``degree``...).
+        ValueError
+            For a value outside the valid range, or a per-feature array of the wrong length.
+        """
+        where = f"{kernel}: parameter {self.name!r}"
+        if self.integer:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                if isinstance(value, numbers.Real) and float(value).is_integer():
+                    value = int(value)
+                else:
+                    raise TypeError(f"{where} must be {self._range_text()}; got {value!r}")
+            value = int(value)
+        elif self.per_feature and np.ndim(value) > 0:
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "iuf" or arr.ndim != 1:
+                raise TypeError(f"{where} must be a number or a 1-D array of numbers; got {value!r}")
+            if n_features is not None and arr.shape[0] != n_features:
+                raise ValueError(
+                    f"{where} has {arr.shape[0]} entries but the data have {n_features} features"
+                )
+            value = arr.astype(np.float64)
+        elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+            if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "iuf":
+                value = float(value)
+            else:
+                raise TypeError(f"{where} must be {self._range_text()}; got {value!r}")
+        else:
+            value = float(value)
+        values = np.atleast_1d(value)
+        if self.choices:
+            if value not in self.choices:
+                raise ValueError(f"{where} must be {self._range_text()}; got {value!r}")
+            return value
+        bad = ~np.isfinite(values) | (values > self.high)
+        bad |= (values < self.low) if self.low_inclusive else (values <= self.low)
+        if bad.any():
+            raise ValueError(f"{where} must be {self._range_text()}; got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A registry entry. Call :meth:`resolve` before the raw functions when values come from users."""
+
+    name: str
+    formula: str
+    params: tuple
+    stationary: bool
+    psd: bool
+    #: The pairwise quantity the kernel is a function of: "dot", "sqeuclidean", "manhattan"
+    #: or "cosine" (a dot product of normalised rows).
+    pairwise: str
+    value_fn: Callable
+    diag_fn: Callable
+    gradient_fn: Callable
+    feature_map_fn: Optional[Callable] = None
+
+    @property
+    def param_names(self):
+        return tuple(p.name for p in self.params)
+
+    @property
+    def hyperparameters(self):
+        """The parameters whose log-gradients :meth:`gradient` returns, in order."""
+        return tuple(p for p in self.params if p.hyperparameter)
+
+    def param(self, name):
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def resolve(self, n_features=None, **params):
+        """Validate parameters and fill in defaults (``gamma=None`` stays None: 1 / n_features).
+
+        Raises
+        ------
+        TypeError
+            For an unknown parameter name or a value of the wrong type.
+        ValueError
+            For a value out of range.
+        """
+        unknown = set(params) - set(self.param_names)
+        if unknown:
+            allowed = ", ".join(self.param_names) or "none"
+            raise TypeError(
+                f"{self.name} kernel got unknown parameter(s) {sorted(unknown)}; allowed: {allowed}"
+            )
+        out = {}
+        for p in self.params:
+            value = params.get(p.name, p.default)
+            out[p.name] = None if value is None else p.check(value, n_features, self.name)
+        return out
+
+    def value(self, X, Y=None, **params):
+        """K(X, Y) in float64, parameters validated. Shape (n_X, n_Y)."""
+        return self.value_fn(X, Y, **self.resolve(np.shape(X)[-1], **params))
+
+    def diag(self, X, **params):
+        """The diagonal of K(X, X), shape (n_X,)."""
+        return self.diag_fn(X, **self.resolve(np.shape(X)[-1], **params))
+
+    def gradient(self, X, **params):
+        """``(K, dK)``: K(X, X) and its derivatives w.r.t. the log hyperparameters, (n, n, n_dims)."""
+        return self.gradient_fn(X, **self.resolve(np.shape(X)[-1], **params))
+
+    def feature_map(self, X, **params):
+        """Exact features phi(X) with phi(X) @ phi(Y).T == K(X, Y) up to rounding.
+
+        Raises
+        ------
+        NotImplementedError
+            If the kernel has no exact finite feature map.
+        """
+        if self.feature_map_fn is None:
+            raise NotImplementedError(f"the {self.name} kernel has no exact finite feature map")
+        return self.feature_map_fn(X, **self.resolve(np.shape(X)[-1], **params))
+
+
+def _gamma_param(per_feature=False):
+    return Param(
+        "gamma", None, low=0.0, per_feature=per_feature, hyperparameter=True,
+        doc="inverse width; None means 1 / n_features",
+    )
+
+
+_LENGTH_SCALE = Param("length_scale", 1.0, low=0.0, per_feature=True, hyperparameter=True)
+_COEF0 = Param(
+    "coef0", 1.0, hyperparameter=True,
+    doc="additive constant; any real number (the kernel is PSD only for coef0 >= 0)",
+)
+
+REGISTRY = {
+    spec.name: spec
+    for spec in [
+        KernelSpec(
+            "linear", "x·y", (), stationary=False, psd=True, pairwise="dot",
+            value_fn=_k.linear, diag_fn=_k.linear_diag, gradient_fn=_k.linear_gradient,
+            feature_map_fn=_fm.linear_features,
+        ),
+        KernelSpec(
+            "polynomial", "(gamma x·y + coef0) ** degree",
+            (_gamma_param(), Param("degree", 3, low=0, low_inclusive=True, integer=True), _COEF0),
+            stationary=False, psd=True, pairwise="dot",
+            value_fn=_k.polynomial, diag_fn=_k.polynomial_diag, gradient_fn=_k.polynomial_gradient,
+            feature_map_fn=_fm.polynomial_features,
+        ),
+        KernelSpec(
+            "rbf", "exp(-sum_k gamma_k (x_k - y_k)**2)", (_gamma_param(per_feature=True),),
+            stationary=True, psd=True, pairwise="sqeuclidean",
+            value_fn=_k.rbf, diag_fn=_k.rbf_diag, gradient_fn=_k.rbf_gradient,
+        ),
+        KernelSpec(
+            "laplacian", "exp(-sum_k gamma_k |x_k - y_k|)", (_gamma_param(per_feature=True),),
+            stationary=True, psd=True, pairwise="manhattan",
+            value_fn=_k.laplacian, diag_fn=_k.laplacian_diag, gradient_fn=_k.laplacian_gradient,
+        ),
+        KernelSpec(
+            "matern", "Matérn(nu) of r = ||(x - y) / length_scale||",
+            (_LENGTH_SCALE, Param("nu", 1.5, choices=(0.5, 1.5, 2.5))),
+            stationary=True, psd=True, pairwise="sqeuclidean",
+            value_fn=_k.matern, diag_fn=_k.matern_diag, gradient_fn=_k.matern_gradient,
+        ),
+        KernelSpec(
+            "rational_quadratic", "(1 + r**2 / (2 alpha)) ** -alpha",
+            (_LENGTH_SCALE, Param("alpha", 1.0, low=0.0, hyperparameter=True)),
+            stationary=True, psd=True, pairwise="sqeuclidean",
+            value_fn=_k.rational_quadratic, diag_fn=_k.rational_quadratic_diag,
+            gradient_fn=_k.rational_quadratic_gradient,
+        ),
+        KernelSpec(
+            "cosine", "x·y / (||x|| ||y||)", (), stationary=False, psd=True, pairwise="cosine",
+            value_fn=_k.cosine, diag_fn=_k.cosine_diag, gradient_fn=_k.cosine_gradient,
+        ),
+        KernelSpec(
+            "sigmoid", "tanh(gamma x·y + coef0)",
+            (_gamma_param(), _COEF0),
+            stationary=False, psd=False, pairwise="dot",
+            value_fn=_k.sigmoid, diag_fn=_k.sigmoid_diag, gradient_fn=_k.sigmoid_gradient,
+        ),
+        KernelSpec(
+            "exponential", "exp(scale x·y)",
+            (Param("scale", None, low=0.0, hyperparameter=True, doc="None means 1 / sqrt(n_features)"),),
+            stationary=False, psd=True, pairwise="dot",
+            value_fn=_k.exponential, diag_fn=_k.exponential_diag, gradient_fn=_k.exponential_gradient,
+        ),
+    ]
+}
+
+
+def kernel_names():
+    """Names of all registered kernels, in registry order."""
+    return tuple(REGISTRY)
+
+
+def get_kernel(name):
+    """Return the :class:`KernelSpec` called ``name``.
+
+    Raises
+    ------
+    ValueError
+        If no kernel has that name (the message lists the known names).
+    """
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
