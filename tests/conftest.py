@@ -1,0 +1,39 @@
+"""Shared test settings: the --device option and the per-dtype tolerance table.
+
+On the CPU (the default) Triton kernels run under TRITON_INTERPRET=1, which .ci/run exports
+before Python starts; run ``pytest --device cuda`` on a GPU machine to test the compiled kernels.
+"""
+
+import numpy as np
+import pytest
+
+#: Tolerances per dtype, passed by keyword: ``np.testing.assert_allclose(a, b, **TOL["float32"])``.
+#: float64: references agree to a few ulps of 1e-16 after O(n) accumulation.
+#: float32: the kernels compute in float64 or with compensated float32; rounding of the output
+#: itself is 6e-8 relative, so 1e-6 leaves room for accumulation over the feature axis.
+#: float16 / bfloat16: inputs are rounded to 11 / 8 significant bits before any arithmetic.
+TOL = {
+    "float64": dict(rtol=1e-12, atol=1e-12),
+    "float32": dict(rtol=1e-6, atol=1e-6),
+    "float16": dict(rtol=2e-3, atol=2e-3),
+    "bfloat16": dict(rtol=1.6e-2, atol=1.6e-2),
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", action="store", default="cpu", choices=("cpu", "cuda"),
+        help="where GPU-kernel tests run: cpu (Triton interpreter, default) or cuda",
+    )
+
+
+@pytest.fixture(scope="session")
+def device(request):
+    """The device GPU-kernel tests run on ("cpu" under the Triton interpreter, or "cuda")."""
+    return request.config.getoption("--device")
+
+
+@pytest.fixture
+def rng():
+    """A fresh seeded generator per test, so failures reproduce."""
+    return np.random.default_rng(12345)
