@@ -83,11 +83,11 @@ class Param:
         """
         where = f"{kernel}: parameter {self.name!r}"
         if self.integer:
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                if isinstance(value, numbers.Real) and float(value).is_integer():
-                    value = int(value)
-                else:
-                    raise TypeError(f"{where} must be {self._range_text()}; got {value!r}")
+            integral = isinstance(value, numbers.Integral) or (
+                isinstance(value, numbers.Real) and float(value).is_integer()
+            )
+            if isinstance(value, bool) or not integral:
+                raise TypeError(f"{where} must be {self._range_text()}; got {value!r}")
             value = int(value)
         elif self.per_feature and np.ndim(value) > 0:
             arr = np.asarray(value)
