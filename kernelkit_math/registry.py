@@ -168,7 +168,8 @@ class KernelSpec:
         out = {}
         for p in self.params:
             value = params.get(p.name, p.default)
-            out[p.name] = None if value is None else p.check(value, n_features, self.name)
+            keep_default_none = value is None and p.default is None  # gamma=None: 1 / n_features
+            out[p.name] = None if keep_default_none else p.check(value, n_features, self.name)
         return out
 
     def value(self, X, Y=None, **params):
