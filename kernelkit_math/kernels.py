@@ -213,10 +213,16 @@ def rational_quadratic_gradient(X, length_scale=1.0, alpha=1.0):
 
 # ----------------------------------------------------------------------------------- cosine
 def _normalized(X):
+    """Rows scaled to unit norm; zero rows stay zero (as sklearn.preprocessing.normalize).
+
+    Each row is first divided by its largest magnitude so that squaring cannot underflow or
+    overflow (rows of tiny or huge values keep full precision).
+    """
     X = _d.as_float64_2d(X)
-    norms = np.sqrt(_d.row_dots(X))
-    norms[norms == 0.0] = 1.0  # zero rows stay zero, as in sklearn.preprocessing.normalize
-    return X / norms[:, None]
+    peak = np.abs(X).max(axis=1)
+    peak[peak == 0.0] = 1.0
+    Xs = X / peak[:, None]
+    return Xs / np.sqrt(_d.row_dots(Xs))[:, None].clip(min=np.finfo(np.float64).tiny)
 
 
 def cosine(X, Y=None):
@@ -227,7 +233,7 @@ def cosine(X, Y=None):
 
 
 def cosine_diag(X):
-    return (_d.row_dots(X) > 0).astype(np.float64)
+    return (np.abs(_d.as_float64_2d(X)).max(axis=1) > 0).astype(np.float64)
 
 
 def cosine_gradient(X):

@@ -228,3 +228,11 @@ def test_integral_float_degree_is_accepted(rng):
     np.testing.assert_array_equal(
         get_kernel("polynomial").value(X, degree=2.0), get_kernel("polynomial").value(X, degree=2)
     )
+
+
+@pytest.mark.parametrize("magnitude", [1e-200, 1e-162, 1.0, 1e200], ids=lambda m: f"{m:g}")
+def test_cosine_keeps_precision_for_tiny_and_huge_rows(rng, magnitude):
+    X = rng.normal(size=(5, 3))
+    np.testing.assert_allclose(
+        get_kernel("cosine").value(X * magnitude), get_kernel("cosine").value(X), rtol=1e-14, atol=1e-15
+    )

@@ -1,0 +1,223 @@
+"""Gram matrices of any registry kernel, computed in row blocks, in memory or streamed to disk.
+
+:func:`gram` is the large-scale entry point: it never holds more than one block of temporaries,
+so ``out="K.npy"`` can write a Gram matrix larger than memory. The block loop in
+:func:`_fill_blocks` is the only place that computes kernel values; a GPU backend routes blocks
+there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from kernelkit._device import resolve_device
+from kernelkit._io import check_npy_path, open_npy_memmap_atomic
+from kernelkit._validation import check_pair, result_dtype
+from kernelkit_math.registry import get_kernel, kernel_names
+
+__all__ = ["gram", "default_block_size", "MEMORY_BUDGET_BYTES"]
+
+#: Memory the temporaries of one block may use when ``block_size=None``.
+MEMORY_BUDGET_BYTES = 256 * 2**20
+#: float64 temporaries per Gram entry in the reference kernels (distances, exp, products...).
+_BYTES_PER_ENTRY = 6 * 8
+#: ``progress=None`` shows a bar when the job has at least this many blocks and entries.
+_LONG_JOB_BLOCKS = 8
+_LONG_JOB_ENTRIES = 2**24
+
+
+def default_block_size(n_rows, n_cols, memory_budget=MEMORY_BUDGET_BYTES):
+    """Rows per block so that one block's temporaries fit in ``memory_budget`` bytes.
+
+    Returns an int in ``[1, n_rows]``.
+    """
+    rows = memory_budget // (_BYTES_PER_ENTRY * max(int(n_cols), 1))
+    return int(min(max(rows, 1), max(int(n_rows), 1)))
+
+
+def _check_kernel(kernel):
+    if not isinstance(kernel, str):
+        raise TypeError(
+            f"kernel must be a kernel name (str), one of {', '.join(kernel_names())}; "
+            f"got {kernel!r}"
+        )
+    return get_kernel(kernel)  # ValueError listing the known names
+
+
+def _check_block_size(block_size, n_rows, n_cols):
+    if block_size is None:
+        return default_block_size(n_rows, n_cols)
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"block_size must be a positive integer or None; got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive integer or None; got {block_size!r}")
+    return int(min(block_size, n_rows))
+
+
+def _check_progress(progress):
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise TypeError(f"progress must be True, False or None; got {progress!r}")
+    return progress
+
+
+def _blocks(n_rows, n_cols, block_size, symmetric):
+    """Row ranges ``(i0, i1)`` and the number of entries each block computes."""
+    out = []
+    for i0 in range(0, n_rows, block_size):
+        i1 = min(i0 + block_size, n_rows)
+        entries = (i1 - i0) * ((n_cols - i0) if symmetric else n_cols)
+        out.append((i0, i1, entries))
+    return out
+
+
+def _block_value(spec, A, B, params, device):
+    """K(A, B) for one block, float64, shape (len(A), len(B)); ``B=None`` means K(A, A).
+
+    ``K(A, None)`` is exactly symmetric with the kernel's exact diagonal. The only function that
+    evaluates a kernel; ``device`` is where it runs ("cpu": the float64 registry reference).
+    """
+    if device != "cpu":  # pragma: no cover - resolve_device only returns "cpu" for now
+        raise NotImplementedError(f"no Gram backend for device {device!r}")
+    K = spec.value_fn(A, B, **params)
+    if B is None:
+        np.fill_diagonal(K, spec.diag_fn(A, **params))
+    return K
+
+
+def _fill_blocks(K, spec, X, Y, params, block_size, progress, device):
+    """Write K(X, Y) (or K(X, X) when ``Y`` is None) into ``K`` row block by row block.
+
+    For ``Y=None`` each row block computes its diagonal tile with ``K(A, None)`` (exactly
+    symmetric, exact diagonal) and the tiles right of it, then mirrors them below the diagonal,
+    so only the upper block triangle is computed and ``K`` is exactly symmetric.
+    """
+    symmetric = Y is None
+    n_rows = X.shape[0]
+    n_cols = n_rows if symmetric else Y.shape[0]
+    blocks = _blocks(n_rows, n_cols, block_size, symmetric)
+    total = sum(e for _, _, e in blocks)
+    if progress is None:
+        progress = len(blocks) >= _LONG_JOB_BLOCKS and total >= _LONG_JOB_ENTRIES
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=total, desc=f"gram {spec.name}", unit=" entries", unit_scale=True,
+            file=sys.stderr, dynamic_ncols=True,
+        )
+    try:
+        for i0, i1, entries in blocks:
+            A = X[i0:i1]
+            if symmetric:
+                K[i0:i1, i0:i1] = _block_value(spec, A, None, params, device)
+                if i1 < n_rows:
+                    B = _block_value(spec, A, X[i1:], params, device)
+                    K[i0:i1, i1:] = B
+                    K[i1:, i0:i1] = B.T
+            else:
+                K[i0:i1] = _block_value(spec, A, Y, params, device)
+            if bar is not None:
+                bar.update(entries)
+    finally:
+        if bar is not None:
+            bar.close()
+    return K
+
+
+def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, device="auto",
+         **params):
+    """The Gram matrix K(X, Y) of a registry kernel, computed in row blocks.
+
+    .. math::
+
+        K_{ij} = k(x_i, y_j), \\qquad K \\in \\mathbb{R}^{n_X \\times n_Y}
+
+    Every block is evaluated with the kernel's float64 reference from
+    :mod:`kernelkit_math` (direct differences, no cancellation), so the result agrees with
+    ``kernelkit_math.registry.get_kernel(kernel).value(X, Y, **params)`` to float64 rounding
+    (the dot-product kernels may differ in the last bits because BLAS sums blocks in another
+    order). With ``Y=None`` only the upper block triangle is computed and mirrored: K(X, X) is
+    exactly symmetric and its diagonal is the kernel's exact diagonal (``spec.diag_fn``).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_X, n_features)
+        Real data; float32 stays float32 (it matters only for the dtype of an ``out`` file).
+    Y : array-like of shape (n_Y, n_features), default=None
+        ``None`` means ``Y = X``.
+    kernel : str, default="rbf"
+        A registry kernel name: one of ``kernelkit_math.kernel_names()`` (linear, polynomial,
+        rbf, laplacian, matern, rational_quadratic, cosine, sigmoid, exponential).
+    out : None or str or os.PathLike, default=None
+        ``None`` returns the matrix as a float64 ndarray. A path ending in ``.npy`` streams the
+        blocks into a memory-mapped ``.npy`` file (float32 if every input is float32, else
+        float64) written to a temporary file beside it and renamed onto ``out`` only when
+        complete: an error or interruption never leaves a partial file under ``out``.
+    block_size : int, default=None
+        Rows per block. ``None`` picks it so that one block's temporaries stay within
+        :data:`MEMORY_BUDGET_BYTES` (256 MiB). The result does not depend on it beyond float64
+        rounding of the dot-product kernels.
+    progress : bool or None, default=None
+        Show a tqdm progress bar on stderr. ``None`` shows one only for long jobs (at least 8
+        blocks and 2**24 entries).
+    device : {"auto", "cpu", "cuda"}, default="auto"
+        Where the blocks are computed. Until the GPU Gram kernels land only the CPU is
+        available ("auto" means "cpu"; "cuda" raises ValueError).
+    **params
+        Kernel parameters with scikit-learn's names, validated by the registry
+        (``gamma=None`` means 1 / n_features; ``gamma`` of rbf and laplacian and
+        ``length_scale`` of matern and rational_quadratic may be per-feature arrays;
+        gamma = 1 / (2 length_scale**2)).
+
+    Returns
+    -------
+    K : ndarray of shape (n_X, n_Y), float64
+        When ``out`` is None.
+    path : str
+        When ``out`` is a path: ``out`` itself, now a complete ``.npy`` file.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kernel, an out-of-range parameter, X and Y with different numbers of
+        features, empty / non-2-D / non-finite data, ``block_size < 1``, an ``out`` path not
+        ending in ``.npy``, or an unavailable ``device``.
+    TypeError
+        For an unknown parameter name, a non-numeric parameter or data, a non-integer
+        ``block_size``, a ``kernel`` or ``out`` of the wrong type.
+    FileNotFoundError
+        If the directory of ``out`` does not exist.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.gram import gram
+    >>> X = np.arange(6.0).reshape(3, 2)
+    >>> K = gram(X, kernel="rbf", gamma=0.5, block_size=2)
+    >>> K.shape, bool((K == K.T).all()), K[0, 0]
+    ((3, 3), True, np.float64(1.0))
+    >>> round(float(K[0, 1]), 6)  # exp(-0.5 * ||(0, 1) - (2, 3)||**2) = exp(-4)
+    0.018316
+    """
+    spec = _check_kernel(kernel)
+    X, Y = check_pair(X, Y)
+    resolved = spec.resolve(X.shape[1], **params)
+    n_rows = X.shape[0]
+    n_cols = n_rows if Y is None else Y.shape[0]
+    block_size = _check_block_size(block_size, n_rows, n_cols)
+    progress = _check_progress(progress)
+    where = resolve_device(device)
+    if out is None:
+        K = np.empty((n_rows, n_cols), dtype=np.float64)
+        return _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where)
+    if isinstance(out, np.ndarray) or not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"out must be None or a path ending in .npy; got {type(out).__name__}")
+    path = check_npy_path(out, "out")
+    dtype = result_dtype(X, Y)
+    with open_npy_memmap_atomic(path, (n_rows, n_cols), dtype) as K:
+        _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where)
+    return path

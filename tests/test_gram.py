@@ -1,0 +1,365 @@
+"""kernelkit.gram (block-wise Gram matrices) and kernelkit._io (file reading, atomic writes)."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kernelkit import _io
+from kernelkit import gram as gram_module
+from kernelkit.gram import default_block_size, gram
+from kernelkit_math import get_kernel
+from tests.cases import N_FEATURES, case_ids
+from tests.conftest import TOL
+
+CASES = case_ids()
+CASE_IDS = [c[2] for c in CASES]
+
+
+def reference(name, X, Y=None, **params):
+    return get_kernel(name).value(X, Y, **params)
+
+
+def data(rng, n, d=N_FEATURES, dtype=np.float64):
+    return rng.standard_normal((n, d)).astype(dtype)
+
+
+# ------------------------------------------------------------------ agreement with the registry
+@pytest.mark.parametrize("name, params, _id", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize(
+    "n_x, n_y, block_size",
+    [(1, 1, None), (63, 17, 8), (50, 31, 7), (20, 1, 3), (1, 40, 1)],
+    ids=lambda v: str(v),
+)
+def test_gram_xy_matches_reference(rng, name, params, _id, n_x, n_y, block_size):
+    X, Y = data(rng, n_x), data(rng, n_y)
+    K = gram(X, Y, name, block_size=block_size, **params)
+    assert K.dtype == np.float64 and K.shape == (n_x, n_y)
+    np.testing.assert_allclose(K, reference(name, X, Y, **params), **TOL["float64"])
+
+
+@pytest.mark.parametrize("name, params, _id", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("n, block_size", [(1, None), (63, 8), (64, 64), (50, 7), (37, 1)])
+def test_gram_symmetric_exact_across_blocks(rng, name, params, _id, n, block_size):
+    X = data(rng, n)
+    spec = get_kernel(name)
+    K = gram(X, kernel=name, block_size=block_size, **params)
+    assert np.array_equal(K, K.T), "K(X, X) must be exactly symmetric"
+    assert np.array_equal(np.diag(K), spec.diag(X, **params)), "diagonal must be the exact diag"
+    np.testing.assert_allclose(K, reference(name, X, **params), **TOL["float64"])
+
+
+def test_block_size_does_not_change_the_result(rng):
+    X, Y = data(rng, 45), data(rng, 29)
+    whole = gram(X, Y, "matern", nu=2.5, length_scale=1.7)
+    for bs in (1, 2, 16, 44, 45, 1000):
+        np.testing.assert_array_equal(gram(X, Y, "matern", nu=2.5, length_scale=1.7, block_size=bs), whole)
+
+
+def test_gamma_none_means_one_over_n_features_in_every_block(rng):
+    X = data(rng, 30, d=5)
+    K = gram(X, kernel="rbf", block_size=4)
+    np.testing.assert_allclose(K, reference("rbf", X, gamma=0.2), **TOL["float64"])
+
+
+def test_accepts_lists_and_int_arrays():
+    K = gram([[0, 1], [2, 3]], [[1, 1]], "linear")
+    np.testing.assert_array_equal(K, [[1.0], [5.0]])
+
+
+def test_float32_input_in_memory_is_float64(rng):
+    X = data(rng, 10, dtype=np.float32)
+    K = gram(X, kernel="rbf", gamma=0.3)
+    assert K.dtype == np.float64
+    np.testing.assert_allclose(K, reference("rbf", X.astype(np.float64), gamma=0.3), **TOL["float64"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 40), block_size=st.integers(1, 45),
+    name=st.sampled_from(["rbf", "polynomial", "cosine", "sigmoid", "laplacian"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_property_symmetry_and_diag(n, block_size, name, seed):
+    X = np.random.default_rng(seed).standard_normal((n, 4))
+    K = gram(X, kernel=name, block_size=block_size)
+    assert np.array_equal(K, K.T)
+    assert np.array_equal(np.diag(K), get_kernel(name).diag(X))
+
+
+# ------------------------------------------------------------------------------- out= files
+@pytest.mark.parametrize("symmetric", [True, False], ids=["Y=None", "Y"])
+def test_out_writes_loadable_npy_equal_to_memory(rng, tmp_path, symmetric):
+    X = data(rng, 41)
+    Y = None if symmetric else data(rng, 23)
+    target = tmp_path / "K.npy"
+    result = gram(X, Y, "rbf", out=target, block_size=6, gamma=0.3)
+    assert result == str(target)
+    K = np.load(target)
+    assert K.dtype == np.float64
+    np.testing.assert_array_equal(K, gram(X, Y, "rbf", block_size=6, gamma=0.3))
+    assert sorted(os.listdir(tmp_path)) == ["K.npy"], "no temporary file may be left behind"
+
+
+def test_out_accepts_str_path(rng, tmp_path):
+    X = data(rng, 5)
+    target = str(tmp_path / "K.npy")
+    assert gram(X, kernel="linear", out=target) == target
+    np.testing.assert_allclose(np.load(target), X @ X.T, **TOL["float64"])
+
+
+def test_float32_inputs_give_float32_file(rng, tmp_path):
+    X, Y = data(rng, 33, dtype=np.float32), data(rng, 12, dtype=np.float32)
+    gram(X, Y, "laplacian", out=tmp_path / "K.npy", block_size=5, gamma=0.5)
+    K = np.load(tmp_path / "K.npy")
+    assert K.dtype == np.float32
+    np.testing.assert_array_equal(K, gram(X, Y, "laplacian", gamma=0.5).astype(np.float32))
+    # symmetric float32 file: still exactly symmetric with the (rounded) exact diagonal
+    gram(X, kernel="sigmoid", out=tmp_path / "S.npy", block_size=4)
+    S = np.load(tmp_path / "S.npy")
+    assert S.dtype == np.float32 and np.array_equal(S, S.T)
+    assert np.array_equal(np.diag(S), get_kernel("sigmoid").diag(X).astype(np.float32))
+
+
+def test_mixed_float32_float64_gives_float64_file(rng, tmp_path):
+    X, Y = data(rng, 4, dtype=np.float32), data(rng, 3)
+    gram(X, Y, "rbf", out=tmp_path / "K.npy")
+    assert np.load(tmp_path / "K.npy").dtype == np.float64
+
+
+def test_out_overwrites_existing_file_atomically(rng, tmp_path):
+    target = tmp_path / "K.npy"
+    np.save(target, np.zeros(3))
+    X = data(rng, 6)
+    gram(X, kernel="rbf", out=target)
+    assert np.load(target).shape == (6, 6)
+    assert sorted(os.listdir(tmp_path)) == ["K.npy"]
+
+
+def _fail_on_call(monkeypatch, n_ok):
+    """Make the block evaluator raise on call number ``n_ok + 1``; return the call counter."""
+    real = gram_module._block_value
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > n_ok:
+            raise RuntimeError("simulated failure mid-way")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gram_module, "_block_value", flaky)
+    return calls
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["Y=None", "Y"])
+def test_failure_mid_way_leaves_no_file(rng, tmp_path, monkeypatch, symmetric):
+    X = data(rng, 40)
+    Y = None if symmetric else data(rng, 9)
+    calls = _fail_on_call(monkeypatch, n_ok=3)
+    with pytest.raises(RuntimeError, match="simulated"):
+        gram(X, Y, "rbf", out=tmp_path / "K.npy", block_size=4)
+    assert calls["n"] == 4, "the failure must happen after some blocks were written"
+    assert os.listdir(tmp_path) == [], "neither the final file nor a temporary file may remain"
+
+
+def test_failure_keeps_previous_file(rng, tmp_path, monkeypatch):
+    target = tmp_path / "K.npy"
+    np.save(target, np.arange(4.0))
+    _fail_on_call(monkeypatch, n_ok=1)
+    with pytest.raises(RuntimeError):
+        gram(data(rng, 20), kernel="rbf", out=target, block_size=3)
+    np.testing.assert_array_equal(np.load(target), np.arange(4.0))
+    assert sorted(os.listdir(tmp_path)) == ["K.npy"]
+
+
+def test_keyboard_interrupt_leaves_no_file(rng, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gram_module, "_block_value", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        gram(data(rng, 5), kernel="rbf", out=tmp_path / "K.npy")
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------- progress bars
+def test_progress_true_shows_bar_on_stderr(rng, capsys):
+    gram(data(rng, 20), kernel="rbf", block_size=3, progress=True)
+    captured = capsys.readouterr()
+    assert "gram rbf" in captured.err and captured.out == ""
+
+
+@pytest.mark.parametrize("progress", [False, None])
+def test_no_bar_for_small_or_disabled(rng, capsys, progress):
+    gram(data(rng, 20), kernel="rbf", block_size=3, progress=progress)
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_none_shows_bar_for_long_jobs(rng, capsys, monkeypatch):
+    monkeypatch.setattr(gram_module, "_LONG_JOB_ENTRIES", 100)
+    gram(data(rng, 40), kernel="rbf", block_size=4)  # 10 blocks, > 100 entries
+    assert "gram rbf" in capsys.readouterr().err
+
+
+def test_default_block_size_respects_budget():
+    assert default_block_size(10, 10) == 10
+    assert default_block_size(10**6, 10**5, memory_budget=2**20) == 1
+    rows = default_block_size(10**6, 10_000)
+    assert 1 <= rows < 10**6
+    assert rows * 10_000 * 48 <= gram_module.MEMORY_BUDGET_BYTES
+
+
+# -------------------------------------------------------------------------------- bad inputs
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(kernel="nope"), ValueError, "unknown kernel 'nope'"),
+        (dict(kernel=3), TypeError, "kernel must be"),
+        (dict(block_size=0), ValueError, "block_size"),
+        (dict(block_size=2.5), TypeError, "block_size"),
+        (dict(block_size=True), TypeError, "block_size"),
+        (dict(gamma=-1.0), ValueError, "gamma"),
+        (dict(gamma="big"), TypeError, "gamma"),
+        (dict(length_scale=2.0), TypeError, "unknown parameter"),
+        (dict(progress="yes"), TypeError, "progress"),
+        (dict(device="tpu"), ValueError, "device"),
+        (dict(device="cuda"), ValueError, "device"),
+        (dict(out=3), TypeError, "out"),
+        (dict(out=np.empty((4, 4))), TypeError, "out"),
+        (dict(out="K.txt"), ValueError, "out must be a path ending in .npy"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_arguments(rng, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        gram(data(rng, 4), **kwargs)
+
+
+def test_bad_data_names_the_argument(rng, tmp_path):
+    with pytest.raises(ValueError, match="X must be a 2-D array"):
+        gram(np.ones(3))
+    Y = data(rng, 3)
+    Y[1, 1] = np.nan
+    with pytest.raises(ValueError, match="Y"):
+        gram(data(rng, 3), Y)
+    with pytest.raises(ValueError, match="features"):
+        gram(data(rng, 3, d=2), data(rng, 3, d=3))
+    with pytest.raises(TypeError, match="X"):
+        gram([["a", "b"]])
+    with pytest.raises(FileNotFoundError, match="out"):
+        gram(data(rng, 3), out=tmp_path / "missing" / "K.npy")
+    with pytest.raises(ValueError, match="directory"):
+        gram(data(rng, 3), out=tmp_path)
+    assert os.listdir(tmp_path) == []
+
+
+# ------------------------------------------------------------------------------- _io module
+def write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_load_csv_with_and_without_header(tmp_path):
+    expected = np.array([[1.0, 2.5], [-3.0, 4e-3]])
+    plain = write(tmp_path / "a.csv", "1,2.5\n-3,4e-3\n")
+    header = write(tmp_path / "b.csv", "x, y\n1, 2.5\n\n-3 ,4e-3\n\n")
+    for p in (plain, header):
+        X = _io.load_matrix(p, "X")
+        assert X.dtype == np.float64
+        np.testing.assert_array_equal(X, expected)
+    single = _io.load_matrix(write(tmp_path / "c.csv", "v\n1\n2\n3\n"), "X")
+    assert single.shape == (3, 1)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("1,2\n3\n", "malformed CSV row at line 2: expected 2 comma-separated values, got 1"),
+        ("1,2\n3,abc\n", "non-numeric value 'abc' at line 2, column 2"),
+        ("a,b\n1,2\nc,d\n", "non-numeric value 'c' at line 3, column 1"),
+        ("1,2\n3,\n", "non-numeric value '' at line 2, column 2"),
+        ("x,y\n", "no data rows"),
+        ("", "no data rows"),
+    ],
+)
+def test_load_csv_errors(tmp_path, text, match):
+    p = write(tmp_path / "bad.csv", text)
+    with pytest.raises(ValueError, match=match) as info:
+        _io.load_matrix(p, "Y")
+    assert str(info.value).startswith("Y file") and "bad.csv" in str(info.value)
+
+
+def test_load_npy_keeps_float32_and_converts_ints(tmp_path):
+    np.save(tmp_path / "f.npy", np.ones((2, 3), np.float32))
+    np.save(tmp_path / "i.npy", np.arange(6).reshape(3, 2))
+    assert _io.load_matrix(tmp_path / "f.npy").dtype == np.float32
+    X = _io.load_matrix(tmp_path / "i.npy")
+    assert X.dtype == np.float64
+    np.testing.assert_array_equal(X, np.arange(6.0).reshape(3, 2))
+
+
+def test_load_npy_errors(tmp_path):
+    np.save(tmp_path / "obj.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="pickled"):
+        _io.load_matrix(tmp_path / "obj.npy", "X")
+    np.save(tmp_path / "vec.npy", np.ones(4))
+    with pytest.raises(ValueError, match=r"1-D array .* expected a 2-D array"):
+        _io.load_matrix(tmp_path / "vec.npy", "X")
+    np.save(tmp_path / "s.npy", np.array([["a", "b"]]))
+    with pytest.raises(ValueError, match="dtype"):
+        _io.load_matrix(tmp_path / "s.npy", "X")
+    np.save(tmp_path / "c.npy", np.ones((2, 2), complex))
+    with pytest.raises(ValueError, match="complex"):
+        _io.load_matrix(tmp_path / "c.npy", "X")
+    (tmp_path / "junk.npy").write_bytes(b"definitely not numpy")
+    with pytest.raises(ValueError, match="junk.npy"):
+        _io.load_matrix(tmp_path / "junk.npy", "X")
+    np.savez(tmp_path / "arch.npz", a=np.ones((2, 2)))
+    os.replace(tmp_path / "arch.npz", tmp_path / "arch.npy")
+    with pytest.raises(ValueError, match="npz"):
+        _io.load_matrix(tmp_path / "arch.npy", "X")
+    np.save(tmp_path / "empty.npy", np.ones((0, 3)))
+    with pytest.raises(ValueError, match="empty"):
+        _io.load_matrix(tmp_path / "empty.npy", "X")
+
+
+def test_load_path_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="X file .*nothere.npy.* does not exist"):
+        _io.load_matrix(tmp_path / "nothere.npy", "X")
+    write(tmp_path / "data.txt", "1,2\n")
+    with pytest.raises(ValueError, match="unsupported extension '.txt'"):
+        _io.load_matrix(tmp_path / "data.txt", "X")
+    with pytest.raises(ValueError, match="directory"):
+        _io.load_matrix(tmp_path, "X")
+    with pytest.raises(TypeError, match="X must be a file path"):
+        _io.load_matrix(3, "X")
+
+
+def test_save_npy_atomic_roundtrip_and_failure(tmp_path, monkeypatch):
+    target = tmp_path / "a.npy"
+    assert _io.save_npy_atomic(target, np.arange(5.0)) == str(target)
+    np.testing.assert_array_equal(np.load(target), np.arange(5.0))
+
+    def broken_save(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(_io.np, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        _io.save_npy_atomic(tmp_path / "b.npy", np.ones(3))
+    assert sorted(os.listdir(tmp_path)) == ["a.npy"]
+
+
+def test_open_npy_memmap_atomic(tmp_path):
+    target = tmp_path / "m.npy"
+    with _io.open_npy_memmap_atomic(target, (3, 2), np.float32) as mm:
+        mm[:] = 7
+        assert not target.exists(), "nothing may appear under the final name before success"
+    K = np.load(target)
+    assert K.dtype == np.float32 and K.shape == (3, 2) and (K == 7).all()
+    with pytest.raises(ZeroDivisionError):
+        with _io.open_npy_memmap_atomic(tmp_path / "n.npy", (2, 2)) as mm:
+            mm[0] = 1
+            1 / 0
+    assert sorted(os.listdir(tmp_path)) == ["m.npy"]
