@@ -22,6 +22,8 @@ __all__ = ["gram", "default_block_size", "MEMORY_BUDGET_BYTES"]
 
 #: Memory the temporaries of one block may use when ``block_size=None``.
 MEMORY_BUDGET_BYTES = 256 * 2**20
+#: GPU memory one block's output may use on "cuda" when ``block_size=None``.
+GPU_MEMORY_BUDGET_BYTES = 2**30
 #: float64 temporaries per Gram entry in the reference kernels (distances, exp, products...).
 _BYTES_PER_ENTRY = 6 * 8
 #: ``progress=None`` shows a bar when the job has at least this many blocks and entries.
@@ -29,12 +31,17 @@ _LONG_JOB_BLOCKS = 8
 _LONG_JOB_ENTRIES = 2**24
 
 
-def default_block_size(n_rows, n_cols, memory_budget=MEMORY_BUDGET_BYTES):
+def default_block_size(n_rows, n_cols, memory_budget=MEMORY_BUDGET_BYTES, device="cpu"):
     """Rows per block so that one block's temporaries fit in ``memory_budget`` bytes.
 
-    Returns an int in ``[1, n_rows]``.
+    On "cuda" a block holds only its float32/float64 output on the GPU, so the budget is
+    :data:`GPU_MEMORY_BUDGET_BYTES` at 8 bytes per entry. Returns an int in ``[1, n_rows]``.
     """
-    rows = memory_budget // (_BYTES_PER_ENTRY * max(int(n_cols), 1))
+    if device == "cuda":
+        memory_budget, per_entry = GPU_MEMORY_BUDGET_BYTES, 8
+    else:
+        per_entry = _BYTES_PER_ENTRY
+    rows = memory_budget // (per_entry * max(int(n_cols), 1))
     return int(min(max(rows, 1), max(int(n_rows), 1)))
 
 
@@ -47,9 +54,9 @@ def _check_kernel(kernel):
     return get_kernel(kernel)  # ValueError listing the known names
 
 
-def _check_block_size(block_size, n_rows, n_cols):
+def _check_block_size(block_size, n_rows, n_cols, device):
     if block_size is None:
-        return default_block_size(n_rows, n_cols)
+        return default_block_size(n_rows, n_cols, device=device)
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
         raise TypeError(f"block_size must be a positive integer or None; got {block_size!r}")
     if block_size < 1:
@@ -74,13 +81,17 @@ def _blocks(n_rows, n_cols, block_size, symmetric):
 
 
 def _block_value(spec, A, B, params, device):
-    """K(A, B) for one block, float64, shape (len(A), len(B)); ``B=None`` means K(A, A).
+    """K(A, B) for one block as a NumPy array of shape (len(A), len(B)); ``B=None`` means K(A, A).
 
     ``K(A, None)`` is exactly symmetric with the kernel's exact diagonal. The only function that
-    evaluates a kernel; ``device`` is where it runs ("cpu": the float64 registry reference).
+    evaluates a kernel. On "cpu", ``A`` and ``B`` are NumPy arrays and the float64 registry
+    reference runs; on "cuda" they are CUDA tensors and the Triton Gram kernel runs (float64 for
+    float64 data, the accurate float32 mode otherwise).
     """
-    if device != "cpu":  # pragma: no cover - resolve_device only returns "cpu" for now
-        raise NotImplementedError(f"no Gram backend for device {device!r}")
+    if device == "cuda":
+        import kernelkit_gpu
+
+        return kernelkit_gpu.gram(A, B, kernel=spec.name, **params).cpu().numpy()
     K = spec.value_fn(A, B, **params)
     if B is None:
         np.fill_diagonal(K, spec.diag_fn(A, **params))
@@ -208,16 +219,24 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     resolved = spec.resolve(X.shape[1], **params)
     n_rows = X.shape[0]
     n_cols = n_rows if Y is None else Y.shape[0]
-    block_size = _check_block_size(block_size, n_rows, n_cols)
-    progress = _check_progress(progress)
     where = resolve_device(device)
+    block_size = _check_block_size(block_size, n_rows, n_cols, where)
+    progress = _check_progress(progress)
+    dtype = result_dtype(X, Y)
+    if out is not None:
+        if isinstance(out, np.ndarray) or not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"out must be None or a path ending in .npy; got {type(out).__name__}")
+        path = check_npy_path(out, "out")
+    if where == "cuda":  # move the data once; blocks come back to the host one at a time
+        import torch
+
+        if Y is not None and Y.dtype != X.dtype:
+            X, Y = X.astype(np.float64), Y.astype(np.float64)
+        X = torch.from_numpy(X).cuda()
+        Y = None if Y is None else torch.from_numpy(Y).cuda()
     if out is None:
         K = np.empty((n_rows, n_cols), dtype=np.float64)
         return _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where)
-    if isinstance(out, np.ndarray) or not isinstance(out, (str, os.PathLike)):
-        raise TypeError(f"out must be None or a path ending in .npy; got {type(out).__name__}")
-    path = check_npy_path(out, "out")
-    dtype = result_dtype(X, Y)
     with open_npy_memmap_atomic(path, (n_rows, n_cols), dtype) as K:
         _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where)
     return path

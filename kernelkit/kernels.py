@@ -32,8 +32,9 @@ from collections import namedtuple
 import numpy as np
 from sklearn.gaussian_process.kernels import Hyperparameter, Kernel
 
+from kernelkit._compute import kernel_matrix
 from kernelkit._device import resolve_device
-from kernelkit._validation import check_data, check_pair
+from kernelkit._validation import check_data
 from kernelkit_math.registry import get_kernel
 
 __all__ = [
@@ -231,15 +232,15 @@ class _RegistryKernel(Kernel):
         """
         if eval_gradient and Y is not None:
             raise ValueError("Gradient can only be evaluated when Y is None.")
-        X, Y = check_pair(X, Y)
-        resolve_device(self.device)
-        X = np.asarray(X, dtype=np.float64)
-        Y = None if Y is None else np.asarray(Y, dtype=np.float64)
-        params = self._registry_params(X.shape[1])
-        spec = self._spec
         if not eval_gradient:
-            return np.require(spec.value_fn(X, Y, **params), np.float64, ["W"])
-        K, dK = spec.gradient_fn(X, **params)
+            return kernel_matrix(
+                self._spec, X, Y, self._registry_params, self.device, always_float64=True
+            )
+        # Gradients are evaluated by the float64 reference on the CPU, wherever K would run.
+        resolve_device(self.device)
+        X = np.asarray(check_data(X, "X"), dtype=np.float64)
+        params = self._registry_params(X.shape[1])
+        K, dK = self._spec.gradient_fn(X, **params)
         return np.require(K, np.float64, ["W"]), self._log_gradient(dK, params)
 
     def diag(self, X):
@@ -254,7 +255,7 @@ class _RegistryKernel(Kernel):
         K_diag : ndarray of shape (n_samples,), float64
         """
         X = np.asarray(check_data(X, "X"), dtype=np.float64)
-        resolve_device(self.device)
+        resolve_device(self.device)  # the diagonal is cheap: always the float64 reference
         params = self._registry_params(X.shape[1])
         return np.require(self._spec.diag_fn(X, **params), np.float64, ["W"])
 

@@ -37,8 +37,8 @@ import numbers
 
 import numpy as np
 
-from kernelkit._device import resolve_device
-from kernelkit._validation import check_pair, result_dtype
+from kernelkit._compute import kernel_matrix
+from kernelkit._device import check_device
 from kernelkit_math.registry import REGISTRY, get_kernel
 
 __all__ = [
@@ -72,16 +72,13 @@ def _check_bool(value, name):
 
 
 def _kernel(name, X, Y, device, **params):
-    """Validate everything, then evaluate registry kernel ``name`` in float64.
+    """Validate everything, then evaluate registry kernel ``name`` where ``device`` says.
 
-    Returns float32 when every input is float32, else float64.
+    NumPy: float32 when every input is float32, else float64. torch tensors: a tensor on their
+    device (see :mod:`kernelkit._compute`).
     """
-    resolve_device(device)  # only the CPU runs until the GPU Gram backend lands
-    X, Y = check_pair(X, Y)
     spec = get_kernel(name)
-    resolved = spec.resolve(X.shape[1], **params)
-    K = spec.value_fn(X, Y, **resolved)
-    return K.astype(result_dtype(X, Y), copy=False)
+    return kernel_matrix(spec, X, Y, lambda d: spec.resolve(d, **params), device)
 
 
 # ------------------------------------------------------------------------------------------
@@ -458,7 +455,7 @@ def pairwise_kernels(
 def _delegate(X, Y, metric, filter_params, n_jobs, device, kwds):
     """Hand a metric kernelkit does not implement to scikit-learn, unchanged."""
     if not (isinstance(device, str) and device in ("auto", "cpu")):
-        resolve_device(device)  # an unknown name gets the standard message
+        check_device(device)  # an unknown name gets the standard message
         raise ValueError(
             f"metric {metric!r} is computed by scikit-learn on the CPU; device must be 'auto' "
             f"or 'cpu', got {device!r}"

@@ -37,3 +37,11 @@ def device(request):
 def rng():
     """A fresh seeded generator per test, so failures reproduce."""
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """Pretend no CUDA GPU is present, so device="cuda" errors can be tested on any machine."""
+    import kernelkit._device
+
+    monkeypatch.setattr(kernelkit._device, "gpu_available", lambda: False)

@@ -124,7 +124,7 @@ def test_gram_progress_bar_goes_to_stderr(files, capsys):
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v and v[0].startswith("--") else None,
 )
-def test_gram_bad_arguments_exit_2(files, capsys, extra, fragments):
+def test_gram_bad_arguments_exit_2(files, capsys, no_gpu, extra, fragments):
     d, _, _ = files
     code, out, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy", *extra], capsys)
     assert_clean_error(code, err, *fragments)

@@ -232,7 +232,7 @@ def test_default_block_size_respects_budget():
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
-def test_bad_arguments(rng, kwargs, error, match):
+def test_bad_arguments(rng, no_gpu, kwargs, error, match):
     with pytest.raises(error, match=match):
         gram(data(rng, 4), **kwargs)
 

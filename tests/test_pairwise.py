@@ -442,7 +442,7 @@ def _bad_param_cases():
 
 
 @pytest.mark.parametrize("fname, params, exc, match", _bad_param_cases())
-def test_bad_parameter_raises_naming_it(rng, fname, params, exc, match):
+def test_bad_parameter_raises_naming_it(rng, no_gpu, fname, params, exc, match):
     X = rng.normal(size=(4, 3))
     with pytest.raises(exc, match=match):
         getattr(kp, fname)(X, **params)

@@ -1,0 +1,117 @@
+"""The one place kernelkit evaluates a kernel matrix, on the CPU (float64 NumPy) or the GPU (Triton).
+
+- NumPy in: validated by :func:`kernelkit._validation.check_pair`; ``device`` resolves to the CPU
+  (the float64 registry reference) or to CUDA (``kernelkit_gpu.gram``, float64 kernels for
+  float64 data, the accurate float32 mode for float32 data). NumPy comes back.
+- torch tensors in: the result is a tensor on the same device, with no host round trip. CUDA
+  tensors run the Triton kernels; CPU tensors take the float64 NumPy path (exact, and faster than
+  the Triton interpreter), returned as float32 for 32- and 16-bit input, float64 for float64.
+
+torch and kernelkit_gpu are imported only when a GPU is used or a tensor is passed.
+"""
+
+import sys
+
+import numpy as np
+
+from kernelkit._device import check_device, resolve_device
+from kernelkit._validation import check_pair, result_dtype
+
+
+def is_tensor(obj):
+    """True for a torch.Tensor, without importing torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def _gpu_gram(spec, X, Y, params):
+    import torch
+
+    import kernelkit_gpu
+
+    x = torch.from_numpy(np.ascontiguousarray(X)).cuda()
+    y = None if Y is None else torch.from_numpy(np.ascontiguousarray(Y)).cuda()
+    return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).cpu().numpy()
+
+
+def numpy_kernel_matrix(spec, X, Y, params, where):
+    """K(X, Y) for validated NumPy arrays on ``where`` ("cpu" or "cuda").
+
+    ``params`` are registry parameters, already resolved. float64 on the CPU; on the GPU float64
+    for float64 data and float32 for float32 data.
+    """
+    if where == "cuda":
+        return _gpu_gram(spec, X, Y, params)
+    return spec.value_fn(X, Y, **params)
+
+
+def _check_tensors(x, y):
+    import torch
+
+    for name, t in (("X", x), ("Y", y)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"X and Y must both be torch tensors or both array-likes; {name} is {type(t).__name__}")
+        if t.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {tuple(t.shape)}")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{name} must have a floating dtype; got {t.dtype}")
+        if 0 in t.shape:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); need at least one sample and one feature")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"Input {name} contains NaN or infinity.")
+    if y is not None:
+        if y.shape[1] != x.shape[1]:
+            raise ValueError(f"X has {x.shape[1]} features but Y has {y.shape[1]}; they must match")
+        if y.device != x.device:
+            raise ValueError(f"X and Y must be on the same device; got {x.device} and {y.device}")
+
+
+def tensor_kernel_matrix(spec, x, y, params_fn, device, always_float64=False):
+    """K(x, y) for torch tensors, returned on their device.
+
+    ``params_fn(n_features)`` returns resolved registry parameters. The result is float64 when
+    ``always_float64`` or when every input is float64, else float32.
+    """
+    import torch
+
+    check_device(device)
+    _check_tensors(x, y)
+    if device != "auto" and device != x.device.type:
+        raise ValueError(
+            f"device={device!r} but the tensors are on {x.device}; move them or use device='auto'"
+        )
+    params = params_fn(x.shape[1])
+    all_float64 = x.dtype == torch.float64 and (y is None or y.dtype == torch.float64)
+    out_dtype = torch.float64 if always_float64 or all_float64 else torch.float32
+    if x.device.type == "cuda":
+        import kernelkit_gpu
+
+        if always_float64:
+            x, y = x.double(), None if y is None else y.double()
+        elif y is not None and y.dtype != x.dtype:
+            common = torch.promote_types(x.dtype, y.dtype)
+            x, y = x.to(common), y.to(common)
+        return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).to(out_dtype)
+    X = x.detach().to(torch.float64).numpy()
+    Y = None if y is None else y.detach().to(torch.float64).numpy()
+    return torch.from_numpy(spec.value_fn(X, Y, **params)).to(out_dtype)
+
+
+def kernel_matrix(spec, X, Y, params_fn, device, always_float64=False):
+    """Validate and evaluate K(X, Y) for array-like or torch input (see the module docstring).
+
+    ``params_fn(n_features)`` returns resolved registry parameters. NumPy results are float64
+    when ``always_float64`` (the scikit-learn kernel classes), else float32 exactly when every
+    input is float32 (scikit-learn's pairwise rule).
+    """
+    if is_tensor(X) or is_tensor(Y):
+        return tensor_kernel_matrix(spec, X, Y, params_fn, device, always_float64)
+    where = resolve_device(device)
+    X, Y = check_pair(X, Y)
+    if always_float64:
+        X, Y = X.astype(np.float64, copy=False), None if Y is None else Y.astype(np.float64, copy=False)
+    K = numpy_kernel_matrix(spec, X, Y, params_fn(X.shape[1]), where)
+    dtype = np.float64 if always_float64 else result_dtype(X, Y)
+    return np.require(K, dtype, ["W"])
