@@ -1,0 +1,474 @@
+r"""Float64 reference attention: attention as a kernel smoother.
+
+Attention is a Nadaraya–Watson kernel smoother over the keys:
+
+.. math::
+
+    \text{out}_i = \frac{\sum_{j \in V(i)} k(q_i, k_j)\, v_j}{\sum_{j \in V(i)} k(q_i, k_j)}
+
+Softmax attention is the exponential kernel k(q, k) = exp(scale q·k); linear attention uses a
+feature-map kernel phi(q)·phi(k), which can be summed as a running state. These functions are the
+references the GPU kernels in ``kernelkit_gpu`` are tested against; they favour clarity over
+speed.
+
+Shapes use one legend: B batch, H heads, T query length, S key length, D head dim, Dv value dim,
+M feature size. ``q`` is (..., T, D), ``k`` is (..., S, D), ``v`` is (..., S, Dv); leading batch
+dims broadcast. Inputs are converted to float64 and never modified.
+
+Conventions
+-----------
+Causal mask
+    As ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``: **top-left
+    aligned**, key j is visible to query i iff ``j <= i`` (``torch.ones(T, S).tril()``), whatever
+    T and S are. With T > S the queries i >= S see every key; with T < S the last S - T keys are
+    seen by no query. Under this alignment every row sees key 0, so a row with no visible key
+    only occurs when S = 0 (allowed): such rows output 0 (and lse = -inf), never NaN. (Rows
+    without keys for T > S belong to the *bottom-right* alignment of KV-cache decoding,
+    ``j <= i + S - T``, which these references do not use.)
+Grouped-query attention (GQA)
+    If k or v has fewer heads (axis -3) than q and that number divides H, each k/v head serves
+    H / H_kv consecutive query heads (:func:`repeat_kv`, as ``enable_gqa=True`` in PyTorch).
+Denominator guard
+    Wherever weights may be <= 0 the denominator is replaced by ``max(den, eps)``
+    (:func:`guard_denominator`); a row whose guarded denominator is exactly 0 outputs 0.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from kernelkit_math.random_features import FeatureMap, _make
+
+__all__ = [
+    "repeat_kv",
+    "causal_mask",
+    "guard_denominator",
+    "kernel_smoother",
+    "softmax_attention",
+    "linear_attention",
+]
+
+
+# ---------------------------------------------------------------------------------- helpers
+def repeat_kv(k, n_rep):
+    """Repeat each key/value head ``n_rep`` times along axis -3 (grouped-query attention).
+
+    Head h of the output is head ``h // n_rep`` of the input, as ``torch.repeat_interleave`` and
+    ``scaled_dot_product_attention(enable_gqa=True)``.
+
+    Parameters
+    ----------
+    k : array_like, shape (..., H_kv, S, D)
+    n_rep : int
+        Positive number of query heads per key/value head.
+
+    Returns
+    -------
+    ndarray, shape (..., H_kv * n_rep, S, D)
+        ``k`` itself (as an array, not copied) when ``n_rep == 1``.
+
+    Raises
+    ------
+    ValueError
+        If ``k`` has fewer than 3 dimensions or ``n_rep`` is not a positive integer.
+    """
+    k = np.asarray(k)
+    if isinstance(n_rep, bool) or not isinstance(n_rep, numbers.Integral) or n_rep < 1:
+        raise ValueError(f"n_rep must be a positive integer; got {n_rep!r}")
+    if k.ndim < 3:
+        raise ValueError(f"k must have a heads axis (..., H_kv, S, D); got shape {k.shape}")
+    return k if n_rep == 1 else np.repeat(k, int(n_rep), axis=-3)
+
+
+def causal_mask(T, S):
+    """Top-left aligned causal mask, bool (T, S): ``mask[i, j] = j <= i``.
+
+    The convention of ``scaled_dot_product_attention(is_causal=True)`` (``torch.ones(T, S)
+    .tril()``), not the bottom-right alignment used for decoding with a KV cache.
+    """
+    return np.tri(T, S, dtype=bool)
+
+
+def guard_denominator(den, eps):
+    r"""The denominator guard of attention with possibly non-positive weights.
+
+    .. math::
+
+        \text{den}_\text{guarded} = \max(\text{den}, \varepsilon)
+
+    With ``eps > 0`` the result is always >= eps, so ``num / den_guarded`` is finite; a zero or
+    negative denominator (ReLU features that all vanish, a polynomial or sigmoid kernel with
+    negative weights, a row that sees no key) becomes ``eps``. With ``eps = 0`` a denominator
+    <= 0 becomes 0, and the callers here output 0 for such rows (a 0 / 0 := 0 convention) instead
+    of inf or NaN. GPU kernels implement the same ``max``.
+
+    Parameters
+    ----------
+    den : array_like
+    eps : float
+        Non-negative floor.
+
+    Returns
+    -------
+    ndarray (float64), same shape as ``den``.
+    """
+    return np.maximum(np.asarray(den, dtype=np.float64), float(eps))
+
+
+def _safe_divide(num, den_guarded):
+    """num / den[..., None], 0 where the (guarded) denominator is 0; NaN propagates."""
+    den = den_guarded[..., None]
+    out = np.zeros(np.broadcast_shapes(num.shape, den.shape))
+    np.divide(num, den, out=out, where=den != 0)
+    return out
+
+
+def _as_array(x, name, min_ndim=2):
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be a real numeric array; got dtype {arr.dtype}")
+    if arr.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {arr.shape}")
+    return arr.astype(np.float64, copy=False)
+
+
+def _check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not np.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    return float(eps)
+
+
+def _expand_heads(q, x, name):
+    """Apply GQA to ``x`` (k or v) against ``q``'s heads on axis -3."""
+    if q.ndim < 3 or x.ndim < 3:
+        return x
+    H, H_kv = q.shape[-3], x.shape[-3]
+    if H_kv == H or H_kv == 1 or H == 1:  # equal, or plain broadcasting
+        return x
+    if H % H_kv:
+        raise ValueError(
+            f"{name} has {H_kv} heads (axis -3) but q has {H}: for grouped-query attention the "
+            f"number of query heads must be a multiple of the key/value heads"
+        )
+    return repeat_kv(x, H // H_kv)
+
+
+def _prepare_qkv(q, k, v):
+    """Validate q, k, v, apply GQA, return float64 arrays and the broadcast batch shape."""
+    q, k, v = _as_array(q, "q"), _as_array(k, "k"), _as_array(v, "v")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k must have the head dim D of q: q is (..., T, {q.shape[-1]}), "
+                         f"k is (..., S, {k.shape[-1]})")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have the key length S of k: k has S = {k.shape[-2]}, "
+                         f"v has {v.shape[-2]}")
+    k, v = _expand_heads(q, k, "k"), _expand_heads(q, v, "v")
+    try:
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the batch dims of q {q.shape[:-2]}, k {k.shape[:-2]} and v "
+                         f"{v.shape[:-2]} do not broadcast") from None
+    return q, k, v, batch
+
+
+def _swap(x):
+    return np.swapaxes(x, -1, -2)
+
+
+# --------------------------------------------------------------------------- kernel smoother
+def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **params):
+    r"""Attention with any registry kernel: a Nadaraya–Watson smoother over the keys.
+
+    .. math::
+
+        \text{out}_i = \frac{\sum_{j \in V(i)} \kappa(q_i, k_j)\, v_j}
+                            {\max\left(\sum_{j \in V(i)} \kappa(q_i, k_j),\ \varepsilon\right)}
+
+    with V(i) all keys, or ``{j : j <= i}`` when ``causal`` (top-left aligned, as
+    ``scaled_dot_product_attention(is_causal=True)``). The weights are
+    ``get_kernel(kernel).value_fn(q_b, k_b, **params)`` for each batch element b. The denominator
+    goes through :func:`guard_denominator`: a no-op for positive kernels with the default
+    ``eps = 0``; for kernels whose weights can be <= 0 (linear, polynomial, sigmoid, cosine) a
+    row with ``den <= 0`` gives ``den_guarded = eps`` (and output 0 if eps = 0). Rows whose
+    guarded denominator is 0 output 0.
+
+    The weights are the raw kernel values: with the exponential kernel, scores above ~709
+    overflow. Use :func:`softmax_attention` (max-subtracted) for large scores.
+
+    Parameters
+    ----------
+    q : array_like, shape (..., T, D)
+    k : array_like, shape (..., S, D)
+    v : array_like, shape (..., S, Dv)
+    kernel : str
+        A registry kernel name (:func:`kernelkit_math.registry.kernel_names`).
+    causal : bool
+        Top-left aligned causal mask.
+    eps : float
+        Floor of the denominator (>= 0).
+    **params
+        The kernel's parameters as in the registry (``scale`` for exponential, ``gamma`` for
+        rbf...), validated by :meth:`KernelSpec.resolve`.
+
+    Returns
+    -------
+    ndarray (float64), shape (..., T, Dv)
+
+    Raises
+    ------
+    ValueError
+        Unknown kernel, mismatched D or S, heads not divisible, bad ``eps``, bad parameter value.
+    TypeError
+        Unknown parameter name or non-numeric input.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 6, 4)), rng.normal(size=(2, 6, 3))
+    >>> out = kernel_smoother(q, k, v, "rbf", gamma=0.5, causal=True)
+    >>> out.shape
+    (2, 5, 3)
+    """
+    from kernelkit_math.registry import get_kernel
+
+    spec = get_kernel(kernel)
+    eps = _check_eps(eps)
+    q, k, v, batch = _prepare_qkv(q, k, v)
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    resolved = spec.resolve(D, **params)
+    n_b = int(np.prod(batch, dtype=np.int64))
+    qb = np.broadcast_to(q, batch + q.shape[-2:]).reshape(n_b, T, D)
+    kb = np.broadcast_to(k, batch + k.shape[-2:]).reshape(n_b, S, D)
+    W = np.empty((n_b, T, S))
+    for b in range(n_b):
+        W[b] = spec.value_fn(qb[b], kb[b], **resolved)
+    W = W.reshape(batch + (T, S))
+    if causal:
+        W = np.where(causal_mask(T, S), W, 0.0)
+    return _safe_divide(W @ v, guard_denominator(W.sum(axis=-1), eps))
+
+
+# -------------------------------------------------------------------------- softmax attention
+def softmax_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
+    r"""Scaled dot-product (softmax) attention, numerically stable, float64.
+
+    .. math::
+
+        s_{ij} = \text{scale}\; q_i \cdot k_j, \qquad
+        m_i = \max_{j \in V(i)} s_{ij}, \qquad
+        \ell_i = \sum_{j \in V(i)} e^{s_{ij} - m_i},
+
+        \text{out}_i = \frac{1}{\ell_i} \sum_{j \in V(i)} e^{s_{ij} - m_i}\, v_j, \qquad
+        \text{lse}_i = m_i + \log \ell_i = \log \sum_{j \in V(i)} e^{s_{ij}}.
+
+    Equal to ``kernel_smoother(q, k, v, "exponential", scale=scale)`` (without overflow), and to
+    ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+    enable_gqa=True)``. V(i) is every key, or ``{j <= i}`` with ``causal`` (top-left aligned).
+    Every row sees key 0 under this alignment, so only S = 0 leaves rows without keys: their
+    output is 0 and their lse is -inf (not NaN).
+
+    Parameters
+    ----------
+    q : array_like, shape (..., H, T, D) or (..., T, D)
+    k : array_like, shape (..., H_kv, S, D); H_kv divides H (GQA)
+    v : array_like, shape (..., H_kv, S, Dv)
+    causal : bool
+    scale : float or None
+        Finite; None means 1 / sqrt(D).
+    return_lse : bool
+        Also return the log-sum-exp of the scaled scores over the visible keys.
+
+    Returns
+    -------
+    out : ndarray (float64), shape (..., T, Dv)
+    lse : ndarray (float64), shape (..., T); only with ``return_lse``.
+
+    Raises
+    ------
+    ValueError
+        Mismatched D or S, heads not divisible, non-finite scale.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> q = k = v = np.eye(3)[None]
+    >>> out, lse = softmax_attention(q, k, v, causal=True, return_lse=True)
+    >>> out[0, 0].tolist(), float(lse[0, 0])
+    ([1.0, 0.0, 0.0], 0.5773502691896258)
+    """
+    q, k, v, _ = _prepare_qkv(q, k, v)
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    if scale is None:
+        scale = 1.0 / np.sqrt(D)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not np.isfinite(scale):
+        raise ValueError(f"scale must be a finite number or None; got {scale!r}")
+    scores = float(scale) * (q @ _swap(k))
+    if causal:
+        scores = np.where(causal_mask(T, S), scores, -np.inf)
+    m = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    m = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: exp(-inf) = 0, no NaN
+    p = np.exp(scores - m)
+    ell = p.sum(axis=-1)
+    out = _safe_divide(p @ v, ell)
+    if not return_lse:
+        return out
+    with np.errstate(divide="ignore"):
+        lse = m[..., 0] + np.log(ell)
+    return out, lse
+
+
+# --------------------------------------------------------------------------- linear attention
+def _resolve_feature_map(feature_map, d, seed):
+    if isinstance(feature_map, str):
+        return _make(feature_map, d, seed, argname="feature_map")
+    if isinstance(feature_map, FeatureMap) or callable(feature_map):
+        return feature_map
+    raise TypeError(f"feature_map must be a name or a callable feature map; got {feature_map!r}")
+
+
+def _apply_map(phi, x, name):
+    fx = np.asarray(phi(x), dtype=np.float64)
+    if fx.ndim != x.ndim or fx.shape[:-1] != x.shape[:-1]:
+        raise ValueError(f"feature_map must map (..., D) to (..., M); mapped {name} of shape "
+                         f"{x.shape} to {fx.shape}")
+    return fx
+
+
+def linear_attention(
+    q, k, v, feature_map="elu+1", *, causal=False, normalize=True, eps=1e-6, form="parallel",
+    initial_state=None, return_state=False, seed=0,
+):
+    r"""Linear attention with a feature-map kernel phi(q)·phi(k), in parallel or recurrent form.
+
+    With Q = phi(q) (..., T, M), K = phi(k) (..., S, M) and an optional initial state
+    (S_0 (..., M, Dv), z_0 (..., M)), zero by default:
+
+    .. math::
+
+        \text{num}_i = Q_i^\top \Big(S_0 + \sum_{j \in V(i)} K_j v_j^\top\Big), \qquad
+        \text{den}_i = Q_i \cdot \Big(z_0 + \sum_{j \in V(i)} K_j\Big), \qquad
+        \text{out}_i = \frac{\text{num}_i}{\max(\text{den}_i, \varepsilon)}
+
+    (``normalize=False`` returns num). V(i) is every key, or ``{j <= i}`` with ``causal``
+    (top-left aligned, as softmax attention). Two forms compute the same thing:
+
+    - ``"parallel"``: num = (Q K^T ⊙ mask) v + Q S_0, den = (Q K^T ⊙ mask) 1 + Q z_0, with the
+      lower-triangular mask (diagonal included) when causal;
+    - ``"recurrent"``: state S_t = S_{t-1} + K_t v_t^T (M x Dv), z_t = z_{t-1} + K_t, and
+      out_t = Q_t^T S_t / max(Q_t·z_t, eps); without ``causal`` every query reads the state after
+      the last key.
+
+    In float64 the two forms agree to ~1e-14 relative whenever the denominators are not tiny
+    (positive maps: elu+1, favor+, hyp-favor+, taylor2). Signed maps (identity, rff) can give
+    denominators near 0, where both forms are ill-conditioned and differ by rounding / den.
+    The final state is always the state after all S
+    keys: (S_0 + K^T v, z_0 + K^T 1).
+
+    Parameters
+    ----------
+    q : array_like, shape (..., T, D)
+    k : array_like, shape (..., S, D)
+    v : array_like, shape (..., S, Dv)
+    feature_map : str or callable
+        A name for :func:`kernelkit_math.random_features.make_feature_map` (``"identity"``,
+        ``"elu+1"``, ``"relu"``, ``"favor+:M"``, ``"favor+orth:M"``, ``"hyp-favor+:M"``,
+        ``"rff:M"``, ``"taylor2"``), built with D = q.shape[-1] and ``seed``; or a feature-map
+        object (any callable (..., D) -> (..., M)), applied to both q and k.
+    causal : bool
+    normalize : bool
+        Divide by the guarded denominator; False returns the numerator only.
+    eps : float
+        Floor of the denominator, see :func:`guard_denominator`.
+    form : {"parallel", "recurrent"}
+    initial_state : tuple (S_0, z_0) or None
+        S_0 (..., M, Dv) and z_0 (..., M), added before the first key.
+    return_state : bool
+        Also return the final state (S_final (..., M, Dv), z_final (..., M)).
+    seed : int
+        Seed of a random feature map built from its name.
+
+    Returns
+    -------
+    out : ndarray (float64), shape (..., T, Dv)
+    state : tuple (S_final, z_final); only with ``return_state``.
+
+    Raises
+    ------
+    ValueError
+        Mismatched D or S, heads not divisible, unknown feature map or bad size ("favor+:0"),
+        bad ``form``, ``eps`` or ``initial_state`` shapes.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 2))
+    >>> a = linear_attention(q, k, v, causal=True)
+    >>> b = linear_attention(q, k, v, causal=True, form="recurrent")
+    >>> bool(np.allclose(a, b, rtol=1e-12, atol=1e-12))
+    True
+    """
+    if form not in ("parallel", "recurrent"):
+        raise ValueError(f"form must be 'parallel' or 'recurrent'; got {form!r}")
+    eps = _check_eps(eps)
+    q, k, v, batch = _prepare_qkv(q, k, v)
+    T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    phi = _resolve_feature_map(feature_map, D, seed)
+    Q, K = _apply_map(phi, q, "q"), _apply_map(phi, k, "k")
+    M = Q.shape[-1]
+    if K.shape[-1] != M:
+        raise ValueError(f"feature_map gave {M} features for q but {K.shape[-1]} for k")
+
+    if initial_state is None:
+        S0, z0 = np.zeros((M, Dv)), np.zeros(M)
+    else:
+        if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
+            raise ValueError("initial_state must be a pair (S_0 (..., M, Dv), z_0 (..., M))")
+        S0 = _as_array(initial_state[0], "initial_state[0]", 2)
+        z0 = _as_array(initial_state[1], "initial_state[1]", 1)
+        if S0.shape[-2:] != (M, Dv) or z0.shape[-1] != M:
+            raise ValueError(f"initial_state must be (S_0 (..., {M}, {Dv}), z_0 (..., {M})) for "
+                             f"M = {M} features and Dv = {Dv}; got {S0.shape} and {z0.shape}")
+    try:
+        batch = np.broadcast_shapes(batch, S0.shape[:-2], z0.shape[:-1])
+    except ValueError:
+        raise ValueError(f"initial_state batch dims {S0.shape[:-2]} / {z0.shape[:-1]} do not "
+                         f"broadcast with the batch dims {batch} of q, k, v") from None
+    Q = np.broadcast_to(Q, batch + (T, M))
+    K = np.broadcast_to(K, batch + (S, M))
+    v = np.broadcast_to(v, batch + (S, Dv))
+    S0 = np.broadcast_to(S0, batch + (M, Dv))
+    z0 = np.broadcast_to(z0, batch + (M,))
+
+    if form == "parallel":
+        A = Q @ _swap(K)  # (..., T, S)
+        if causal:
+            A = np.where(causal_mask(T, S), A, 0.0)
+        num = A @ v + Q @ S0
+        den = A.sum(axis=-1) + np.einsum("...tm,...m->...t", Q, z0)
+        S_fin = S0 + _swap(K) @ v
+        z_fin = z0 + K.sum(axis=-2)
+    else:
+        state, norm = S0.copy(), z0.copy()
+        num, den = np.empty(batch + (T, Dv)), np.empty(batch + (T,))
+        if causal:
+            for t in range(max(T, S)):
+                if t < S:
+                    state = state + K[..., t, :, None] * v[..., t, None, :]
+                    norm = norm + K[..., t, :]
+                if t < T:
+                    num[..., t, :] = np.einsum("...m,...md->...d", Q[..., t, :], state)
+                    den[..., t] = np.einsum("...m,...m->...", Q[..., t, :], norm)
+        else:
+            for t in range(S):
+                state = state + K[..., t, :, None] * v[..., t, None, :]
+                norm = norm + K[..., t, :]
+            num = np.einsum("...tm,...md->...td", Q, state)
+            den = np.einsum("...tm,...m->...t", Q, norm)
+        S_fin, z_fin = state, norm
+
+    out = _safe_divide(num, guard_denominator(den, eps)) if normalize else np.array(num)
+    return (out, (S_fin, z_fin)) if return_state else out
