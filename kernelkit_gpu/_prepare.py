@@ -1,0 +1,366 @@
+"""Host-side validation and data preparation shared by the Triton launchers and the naive versions.
+
+Everything here runs as ordinary torch operations on the input's device; nothing launches Triton.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from kernelkit_math.registry import get_kernel
+
+from kernelkit_gpu import _epilogues as E
+
+LOG2E = 1.0 / math.log(2.0)
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+PRECISIONS = ("accurate", "fast")
+#: Up to this many features the pairwise quantity is formed by direct differences in registers
+#: (exact, and as fast as a tensor-core dot at such small D); above it, by tl.dot.
+DIRECT_MAX_D = 16
+
+#: Whether the Triton interpreter was on when this package's kernels were defined: Triton reads
+#: TRITON_INTERPRET when a kernel is decorated, so setting it later has no effect on them.
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def autotuning():
+    """False when KERNELKIT_GPU_AUTOTUNE=0: each new kernel variant then compiles one default config
+    instead of benchmarking all of them (read at every first launch of a variant; test suites set
+    it to keep GPU test runs short)."""
+    return os.environ.get("KERNELKIT_GPU_AUTOTUNE", "1") != "0"
+
+
+def pick_configs(configs, default_index, keep=None):
+    """An ``early_config_prune`` body: all configs passing ``keep`` (default: all), or only the
+    default one when autotuning is switched off."""
+    kept = [c for c in configs if keep is None or keep(c)] or list(configs)
+    if not autotuning():
+        d = configs[min(default_index, len(configs) - 1)]
+        return [d] if d in kept else kept[:1]
+    return kept
+
+
+# ---------------------------------------------------------------------------------- validation
+def check_matrix(t, name):
+    """``t`` must be a 2-D floating torch tensor with at least one feature."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape (n_samples, n_features); got {type(t).__name__}"
+        )
+    if t.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {tuple(t.shape)}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must have dtype float32, float64, float16 or bfloat16; got {t.dtype}"
+        )
+    if t.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one feature; got shape {tuple(t.shape)}")
+
+
+def check_pair(x, y, y_name="y"):
+    check_matrix(x, "x")
+    if y is None:
+        return
+    if isinstance(y, str):
+        raise TypeError(
+            f"{y_name} must be a torch.Tensor or None; got the string {y!r} (pass the kernel by "
+            f"keyword: kernel={y!r})"
+        )
+    check_matrix(y, y_name)
+    if y.dtype != x.dtype:
+        raise TypeError(f"x and {y_name} must have the same dtype; got {x.dtype} and {y.dtype}")
+    if y.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"x and {y_name} must have the same number of features; got {x.shape[1]} and {y.shape[1]}"
+        )
+    if y.device != x.device:
+        raise ValueError(f"x and {y_name} must be on the same device; got {x.device} and {y.device}")
+
+
+def check_precision(precision):
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'accurate' or 'fast'; got {precision!r}")
+
+
+def check_triton_device(x):
+    """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only."""
+    if x.device.type == "cpu" and not INTERPRET:
+        raise ValueError(
+            "x is a CPU tensor but the Triton interpreter is off: set the environment variable "
+            "TRITON_INTERPRET=1 before importing kernelkit_gpu (slow; for tests), move the tensors "
+            "to a CUDA device, or use the NumPy path (kernelkit_math / kernelkit) or "
+            "kernelkit_gpu.naive on the CPU"
+        )
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"x must be on a CUDA device (or the CPU under the interpreter); got {x.device}")
+
+
+def acc_dtype(dtype):
+    """Accumulation and output dtype: float64 for float64 input, float32 otherwise."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_out(out, shape, dtype, device, name="out"):
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} for this input; got {out.dtype}")
+    if out.device != device:
+        raise ValueError(f"{name} must be on {device}; got {out.device}")
+
+
+# ----------------------------------------------------------------------------- kernel plan
+@dataclass(frozen=True)
+class KernelPlan:
+    """How a registry kernel maps onto the Triton kernel's constexprs and parameters.
+
+    ``prm`` are p0, p1, p2 of :func:`kernelkit_gpu._epilogues._epilogue` (float64 values);
+    ``scale`` is a per-column multiplier (float64 array) for per-feature gamma / length_scale,
+    applied to the data on the torch side, or None.
+    """
+
+    name: str
+    kind: int
+    pairwise: int
+    prm: tuple
+    deg: int
+    scale: Optional[np.ndarray]
+    stationary: bool
+    cosine: bool
+    params: dict
+
+
+def _as_param(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def kernel_plan(kernel, n_features, params):
+    """Validate ``kernel`` and its parameters through the registry; return a :class:`KernelPlan`.
+
+    Raises
+    ------
+    ValueError
+        Unknown kernel name, or a parameter out of range / of the wrong length.
+    TypeError
+        Unknown parameter name, or a parameter of the wrong type.
+    """
+    spec = get_kernel(kernel)
+    resolved = spec.resolve(n_features, **{k: _as_param(v) for k, v in params.items()})
+    d = n_features
+    name = spec.name
+    deg, scale, prm = 0, None, (0.0, 0.0, 0.0)
+    pairwise = {"dot": E.PW_DOT, "cosine": E.PW_DOT, "sqeuclidean": E.PW_SQEUCLIDEAN,
+                "manhattan": E.PW_MANHATTAN}[spec.pairwise].value
+
+    def per_feature(v):
+        return np.ndim(v) > 0
+
+    if name in ("linear", "cosine"):
+        kind = E.K_LINEAR
+    elif name == "polynomial":
+        kind = E.K_POLYNOMIAL
+        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
+        prm, deg = (gamma, resolved["coef0"], 0.0), resolved["degree"]
+    elif name == "sigmoid":
+        kind = E.K_SIGMOID
+        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
+        prm = (gamma, resolved["coef0"], 2.0 * LOG2E)
+    elif name == "exponential":
+        kind = E.K_EXPONENTIAL
+        s = 1.0 / math.sqrt(d) if resolved["scale"] is None else resolved["scale"]
+        prm = (s * LOG2E, 0.0, 0.0)
+    elif name in ("rbf", "laplacian"):
+        kind = E.K_RBF if name == "rbf" else E.K_LAPLACIAN
+        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
+        if per_feature(gamma):
+            # sum_k g_k (x_k - y_k)^2 = ||sqrt(g) x - sqrt(g) y||^2;  sum_k g_k |x_k - y_k| = |g x - g y|_1
+            scale = np.sqrt(gamma) if name == "rbf" else np.asarray(gamma, dtype=np.float64)
+            prm = (LOG2E, 0.0, 0.0)
+        else:
+            prm = (gamma * LOG2E, 0.0, 0.0)
+    elif name == "matern":
+        nu, ls = resolved["nu"], resolved["length_scale"]
+        kind = {0.5: E.K_MATERN05, 1.5: E.K_MATERN15, 2.5: E.K_MATERN25}[nu]
+        c = {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[nu]
+        if per_feature(ls):
+            scale, p0 = 1.0 / np.asarray(ls, dtype=np.float64), c
+        else:
+            p0 = c / (ls * ls)
+        prm = (p0, LOG2E, 1.0 / 3.0)
+    elif name == "rational_quadratic":
+        kind = E.K_RATIONAL_QUADRATIC
+        alpha, ls = resolved["alpha"], resolved["length_scale"]
+        if per_feature(ls):
+            scale, p0 = 1.0 / np.asarray(ls, dtype=np.float64), 1.0 / (2.0 * alpha)
+        else:
+            p0 = 1.0 / (2.0 * alpha * ls * ls)
+        prm = (p0, alpha, LOG2E)
+    else:  # pragma: no cover - a registry entry without a GPU epilogue
+        raise NotImplementedError(f"kernel {name!r} has no GPU epilogue yet")
+    kind = int(kind.value) if hasattr(kind, "value") else int(kind)
+    return KernelPlan(
+        name=name, kind=kind, pairwise=int(pairwise), prm=tuple(float(p) for p in prm), deg=int(deg),
+        scale=scale, stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
+    )
+
+
+# ------------------------------------------------------------------------------ operands
+@dataclass
+class Operands:
+    """Tensors and settings handed to a Triton launcher."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    stride_x: tuple
+    stride_y: tuple
+    nx: torch.Tensor
+    ny: torch.Tensor
+    prm: torch.Tensor
+    mode: int
+    dk: int
+    d_bucket: int
+    dot_prec: str
+    acc: torch.dtype
+    n: int
+    m: int
+    d: int
+
+
+_PRM_CACHE = {}
+
+
+def _params_tensor(prm, dtype, device):
+    key = (prm, dtype, str(device))
+    t = _PRM_CACHE.get(key)
+    if t is None:
+        if len(_PRM_CACHE) > 256:
+            _PRM_CACHE.clear()
+        t = _PRM_CACHE[key] = torch.tensor(prm, dtype=dtype, device=device)
+    return t
+
+
+def _normalize_rows(x):
+    """Rows divided by their Euclidean norm; zero rows stay zero (as sklearn.preprocessing.normalize)."""
+    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    return x / torch.where(norms == 0, torch.ones_like(norms), norms), (norms[:, 0] > 0).to(x.dtype)
+
+
+def _row_norms(x, acc):
+    xa = x.to(acc)
+    return (xa * xa).sum(dim=1)
+
+
+def _feature_major(x, acc, mean, scale):
+    """(D, N) contiguous copy in the accumulation dtype, for per-feature (coalesced) loads.
+
+    With per-feature scales the data are centred and scaled in float64 and rounded once: scaling
+    uncentred data would round each coordinate relative to its offset and lose the differences.
+    Without scales the raw values are kept, so differences are formed exactly in the kernel.
+    """
+    if scale is None:
+        return x.to(acc).t().contiguous()
+    xs = (x.to(torch.float64) - mean) * scale
+    return xs.to(acc).t().contiguous()
+
+
+def _centred(x, mean, scale):
+    """(x - mean) * scale, rounded once to x's dtype (float32 or float64; the mean is float64)."""
+    if x.dtype == torch.float64:
+        xc = x - mean
+        return xc * scale if scale is not None else xc
+    if scale is None:
+        return x - mean.to(torch.float32)
+    return ((x.to(torch.float64) - mean) * scale).to(torch.float32)
+
+
+def prepare(x, y, plan, precision, symmetric, want_diag):
+    """Centre / scale / normalise / transpose the data for the Triton kernel; return :class:`Operands`.
+
+    ``symmetric``: y is x (K(X, X)). ``want_diag``: the launcher needs the row-norm vector of a
+    dot-product kernel to write the exact diagonal.
+    """
+    acc = acc_dtype(x.dtype)
+    dev = x.device
+    n, d = x.shape
+    if y is None:
+        y = x
+    m = y.shape[0]
+    nx = ny = None
+    if plan.cosine:
+        x, diag_x = _normalize_rows(x.to(acc))
+        y = x if symmetric else _normalize_rows(y.to(acc))[0]
+        if want_diag:
+            nx = ny = diag_x  # cosine_diag: exactly 1 for non-zero rows, 0 for zero rows
+    scale = None  # per-feature column multipliers, float64
+    if plan.scale is not None:
+        scale = torch.as_tensor(plan.scale, dtype=torch.float64, device=dev)
+    mode = E.MODE_DIRECT.value if (plan.pairwise == E.PW_MANHATTAN.value or d <= DIRECT_MAX_D) \
+        else E.MODE_MMA.value
+    if mode == E.MODE_DIRECT.value:
+        mean = None if scale is None else x.to(torch.float64).mean(dim=0)
+        xk = _feature_major(x, acc, mean, scale)
+        yk = xk if symmetric else _feature_major(y, acc, mean, scale)
+        stride_x = (xk.stride(1), xk.stride(0))
+        stride_y = (yk.stride(1), yk.stride(0))
+        dk = d if d <= DIRECT_MAX_D else 0
+        d_bucket = d if d <= DIRECT_MAX_D else triton_next_pow2(d)
+    else:
+        if plan.pairwise == E.PW_SQEUCLIDEAN.value:
+            if x.dtype in (torch.float16, torch.bfloat16) and scale is None:
+                # 16-bit: the raw values go to the native tensor-core product (products of 16-bit
+                # numbers are exact in float32). Centring would round the centred values to 16
+                # bits again; instead, where the expansion cancels (data far from the origin,
+                # near-duplicates) the tile falls back to exact direct differences.
+                xk = x.contiguous()
+                yk = xk if symmetric else y.contiguous()
+            else:
+                if x.dtype in (torch.float16, torch.bfloat16):
+                    # per-feature scales: scaled values are not 16-bit numbers; use float32
+                    x, y = x.to(torch.float32), y.to(torch.float32)
+                mean = x.mean(dim=0, dtype=torch.float64)
+                xk = _centred(x, mean, scale)
+                yk = xk if symmetric else _centred(y, mean, scale)
+            nx = _row_norms(xk, acc)
+            ny = nx if symmetric else _row_norms(yk, acc)
+        else:
+            xk = x.contiguous()
+            yk = xk if symmetric else y.contiguous()
+        if INTERPRET and xk.dtype == torch.bfloat16:
+            # Triton's interpreter multiplies the bit patterns of bfloat16 tl.dot operands as
+            # integers; float32 holds every bfloat16 exactly and its products too.
+            xk = xk.to(torch.float32)
+            yk = xk if symmetric else yk.to(torch.float32)
+        stride_x = (xk.stride(0), xk.stride(1))
+        stride_y = (yk.stride(0), yk.stride(1))
+        dk = 0
+        d_bucket = min(triton_next_pow2(d), 1024)
+    if want_diag and nx is None and plan.pairwise == E.PW_DOT.value:
+        nx = ny = _row_norms(x, acc)
+    dummy = None
+    if nx is None or ny is None:
+        dummy = torch.zeros(1, dtype=acc, device=dev)
+    if mode == E.MODE_MMA.value and xk.dtype == torch.float32 and \
+            not (INTERPRET and x.dtype == torch.bfloat16):
+        dot_prec = "tf32x3" if precision == "accurate" else "tf32"
+    else:  # float64, 16-bit, or no tl.dot at all (MODE_DIRECT: one compiled kernel for both)
+        dot_prec = "ieee"
+    return Operands(
+        x=xk, y=yk, stride_x=stride_x, stride_y=stride_y,
+        nx=nx if nx is not None else dummy, ny=ny if ny is not None else dummy,
+        prm=_params_tensor(plan.prm, acc, dev), mode=mode, dk=dk, d_bucket=d_bucket,
+        dot_prec=dot_prec, acc=acc, n=n, m=m, d=d,
+    )
+
+
+def triton_next_pow2(n):
+    return 1 << max(0, int(n) - 1).bit_length()

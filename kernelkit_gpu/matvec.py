@@ -1,0 +1,274 @@
+"""Matrix-free kernel products K(X, Y) @ V without materialising K.
+
+Layers: ``_matvec_kernel`` (``@triton.jit``: each program owns BLOCK_M rows of X and one chunk of
+BLOCK_R columns of V, and sweeps all of Y in BLOCK_N tiles), ``matvec_fwd`` (launcher) and
+``kernel_matvec`` (public). The pairwise tile and the epilogue are the same ``@triton.jit``
+helpers as :func:`kernelkit_gpu.gram` (:mod:`kernelkit_gpu._epilogues`), so each kernel's formula
+has one GPU definition.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+import torch
+
+from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _prepare as P
+from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
+
+__all__ = ["kernel_matvec", "matvec_fwd"]
+
+#: Largest chunk of V's columns one program handles; wider V uses a second grid axis.
+MAX_BLOCK_R = 64
+
+
+def _vec_configs():
+    if P.INTERPRET:
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
+    # Register use checked with ptxas for sm_90 (D = 3 direct and D = 64 tensor-core tiles):
+    # these compile without spills or with a few words at most.
+    return [
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+        triton.Config({"BLOCK_M": 256, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+        triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+    ]
+
+
+def _block_configs():
+    if P.INTERPRET:
+        return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
+    return [
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+        triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+        triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
+    ]
+
+
+@triton.jit
+def _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
+                 offs_m, mask_m, offs_r, mask_r, n0, M, D,
+                 stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
+                 VEC: tl.constexpr, RAGGED: tl.constexpr, DOT_PREC: tl.constexpr,
+                 MV_PREC: tl.constexpr, TAU_: tl.constexpr, ACC: tl.constexpr):
+    """acc += K(x_tile, y[n0 : n0 + BLOCK_N]) @ v[n0 : n0 + BLOCK_N, r-chunk]."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    mask_n = offs_n < M
+    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+        ny = tl.load(ny_ptr + offs_n, mask=mask_n, other=0.0)
+    else:
+        ny = tl.zeros((BLOCK_N,), ACC)
+    s = _pairwise_tile(x_ptr, y_ptr, nx, ny, offs_m, offs_n, mask_m, mask_n, D,
+                       stride_xm, stride_xk, stride_ym, stride_yk,
+                       BLOCK_M, BLOCK_N, BLOCK_K, PAIRWISE, MODE, DK, DOT_PREC, False, TAU_, True, ACC)
+    k = _epilogue(s, p0, p1, p2, DEG, KIND)
+    if RAGGED:
+        k = tl.where(mask_n[None, :], k, 0.0)
+    if VEC:
+        v = tl.load(v_ptr + offs_n.to(tl.int64) * stride_vm, mask=mask_n, other=0.0)
+        acc += k * v[None, :]
+    else:
+        v = tl.load(v_ptr + offs_n.to(tl.int64)[:, None] * stride_vm + offs_r[None, :] * stride_vr,
+                    mask=mask_n[:, None] & mask_r[None, :], other=0.0)
+        acc = tl.dot(k, v, acc, input_precision=MV_PREC)
+    return acc
+
+
+@triton.jit(do_not_specialize=["N", "M", "R", "D", "DEG"])
+def _matvec_kernel(
+    x_ptr, y_ptr, nx_ptr, ny_ptr, prm_ptr, v_ptr, out_ptr,
+    N, M, D, R, DEG,
+    stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr, stride_om, stride_or,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+    KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
+    VEC: tl.constexpr, DOT_PREC: tl.constexpr, MV_PREC: tl.constexpr, D_BUCKET: tl.constexpr,
+    TAU_: tl.constexpr,
+):
+    """out[rows, r-chunk] = sum over all column tiles of K(x_rows, y_tile) @ v[tile, r-chunk].
+
+    VEC (R == 1): the products K * v accumulate elementwise in a (BLOCK_M, BLOCK_N) register tile
+    (one FMA per pair) and are reduced once at the end; otherwise K @ V runs on tl.dot.
+    The column loop runs unmasked over full tiles and handles a ragged last tile separately.
+    """
+    ACC: tl.constexpr = out_ptr.dtype.element_ty
+    pid_m = tl.program_id(0)
+    pid_r = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < N
+    offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask_r = offs_r < R
+    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+        nx = tl.load(nx_ptr + offs_m, mask=mask_m, other=0.0)
+    else:
+        nx = tl.zeros((BLOCK_M,), ACC)
+    p0, p1, p2 = _load_params(prm_ptr)
+    if VEC:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_R), ACC)
+
+    m_full = (M // BLOCK_N) * BLOCK_N
+    for n0 in range(0, m_full, BLOCK_N):
+        acc = _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
+                           offs_m, mask_m, offs_r, mask_r, n0, M, D,
+                           stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
+                           BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
+                           VEC, False, DOT_PREC, MV_PREC, TAU_, ACC)
+    if m_full < M:
+        acc = _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
+                           offs_m, mask_m, offs_r, mask_r, m_full, M, D,
+                           stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
+                           BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
+                           VEC, True, DOT_PREC, MV_PREC, TAU_, ACC)
+
+    rows = offs_m.to(tl.int64)
+    if VEC:
+        res = tl.sum(acc, axis=1)
+        tl.store(out_ptr + rows * stride_om, res.to(out_ptr.dtype.element_ty), mask=mask_m)
+    else:
+        tl.store(out_ptr + rows[:, None] * stride_om + offs_r[None, :] * stride_or,
+                 acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_r[None, :])
+
+
+def _prune_default_first(configs, named_args, **kwargs):
+    """All configs, or the first (the default) when autotuning is off (KERNELKIT_GPU_AUTOTUNE=0)."""
+    return P.pick_configs(configs, 0)
+
+
+_KEY = ["D_BUCKET", "KIND", "PAIRWISE", "MODE", "VEC", "BLOCK_R", "DOT_PREC", "MV_PREC"]
+_PRUNE = {"early_config_prune": _prune_default_first}
+_matvec_vec = triton.autotune(configs=_vec_configs(), key=_KEY, prune_configs_by=_PRUNE)(
+    _matvec_kernel)
+_matvec_block = triton.autotune(configs=_block_configs(), key=_KEY, prune_configs_by=_PRUNE)(
+    _matvec_kernel)
+
+
+def matvec_fwd(ops, plan, v, out, precision, config=None):
+    """Launch the matrix-free product on prepared operands; ``v`` is (M, R), ``out`` (N, R).
+
+    ``config``: a ``triton.Config`` to launch with, bypassing the autotuner (tests run every config).
+    """
+    n, m, r = ops.n, ops.m, v.shape[1]
+    vec = r == 1
+    block_r = 16 if vec else min(MAX_BLOCK_R, max(16, triton.next_power_of_2(r)))
+    if ops.acc == torch.float64:
+        mv_prec = "ieee"
+    else:
+        mv_prec = "tf32x3" if precision == "accurate" else "tf32"
+    launcher = _matvec_vec if vec else _matvec_block
+    extra = {}
+    if config is not None:
+        launcher, extra = _matvec_kernel, config.all_kwargs()
+
+    def grid(meta):
+        return (triton.cdiv(n, meta["BLOCK_M"]), triton.cdiv(r, block_r))
+
+    launcher[grid](
+        ops.x, ops.y, ops.nx, ops.ny, ops.prm, v, out,
+        n, m, ops.d, r, plan.deg,
+        ops.stride_x[0], ops.stride_x[1], ops.stride_y[0], ops.stride_y[1],
+        v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        BLOCK_R=block_r, KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, DK=ops.dk,
+        VEC=vec, DOT_PREC=ops.dot_prec, MV_PREC=mv_prec, D_BUCKET=ops.d_bucket, TAU_=E.TAU,
+        **extra,
+    )
+    return out
+
+
+def check_matvec_args(x, y, v, transpose):
+    """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze)."""
+    P.check_pair(x, y)
+    if y is None:
+        raise TypeError("y must be a torch.Tensor of shape (M, D); pass y=x for K(X, X) @ V")
+    if not isinstance(transpose, bool):
+        raise TypeError(f"transpose must be True or False; got {transpose!r}")
+    vname = "u" if transpose else "v"
+    if not isinstance(v, torch.Tensor):
+        raise TypeError(f"{vname} must be a torch.Tensor; got {type(v).__name__}")
+    if v.dtype not in P.FLOAT_DTYPES:
+        raise TypeError(f"{vname} must be a floating tensor; got dtype {v.dtype}")
+    if v.device != x.device:
+        raise ValueError(f"{vname} must be on the same device as x; got {v.device} and {x.device}")
+    # K(X, Y).T @ U == K(Y, X) @ U: every registry kernel is a symmetric function of (x, y).
+    xe, ye = (y, x) if transpose else (x, y)
+    want = ye.shape[0]
+    if v.ndim not in (1, 2) or v.shape[0] != want:
+        shape = "(N,) or (N, R)" if transpose else "(M,) or (M, R)"
+        raise ValueError(
+            f"{vname} must have shape {shape} with {'N' if transpose else 'M'} = {want}; "
+            f"got {tuple(v.shape)}"
+        )
+    squeeze = v.ndim == 1
+    return xe, ye, (v[:, None] if squeeze else v), squeeze
+
+
+def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params):
+    r"""Matrix-free product K(X, Y) @ V (or K(X, Y).T @ U) in one Triton kernel; K never stored.
+
+    Equivalent to ``get_kernel(kernel).value(X, Y, **params) @ V`` with the float64 references of
+    :mod:`kernelkit_math.kernels` (e.g. ``kernelkit_math.kernels.rbf(X, Y, gamma) @ V``) up to
+    dtype tolerance, in O((N + M) (D + R)) memory.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (N, D)
+        float32, float64, float16 or bfloat16, on a CUDA device (CPU under the interpreter).
+    y : torch.Tensor, shape (M, D)
+        Same dtype and device; pass ``y=x`` for K(X, X) @ V.
+    v : torch.Tensor, shape (M,) or (M, R); with ``transpose=True`` shape (N,) or (N, R)
+        Any floating dtype (converted to float32, or float64 for float64 x); any R >= 1.
+    kernel : str
+        A registry kernel name (see :func:`kernelkit_gpu.gram`).
+    transpose : bool
+        Compute K(X, Y).T @ U (= K(Y, X) @ U, every registry kernel being symmetric in x, y).
+    precision : {"accurate", "fast"}
+        As in :func:`kernelkit_gpu.gram`; it also selects tf32x3 (accurate) or tf32 (fast) for the
+        K @ V tensor-core products when R > 1.
+    **params
+        Kernel parameters with scikit-learn names, validated by the registry.
+
+    Returns
+    -------
+    torch.Tensor, shape (N,) or (N, R) (transpose: (M,) or (M, R))
+        float32 (float64 for float64 x). Sums accumulate in float32: the error grows with M like
+        a float32 dot product of length M.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`kernelkit_gpu.gram`, naming the offending argument.
+
+    Notes
+    -----
+    For D <= 16 each pair costs a few FMAs for the distance, one exp2 and one FMA with v (R = 1);
+    larger D uses tensor-core dot products on centred data as :func:`kernelkit_gpu.gram` does.
+
+    Examples
+    --------
+    >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
+    '1'
+    >>> import torch, kernelkit_gpu
+    >>> x, y, v = torch.randn(6, 3), torch.randn(4, 3), torch.randn(4)
+    >>> kernelkit_gpu.kernel_matvec(x, y, v, "rbf", gamma=0.5).shape
+    torch.Size([6])
+    """
+    xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
+    P.check_precision(precision)
+    plan = P.kernel_plan(kernel, x.shape[1], params)
+    P.check_triton_device(x)
+    acc = P.acc_dtype(x.dtype)
+    n, m, r = xe.shape[0], ye.shape[0], v2.shape[1]
+    out = torch.empty((n, r), dtype=acc, device=x.device)
+    if n == 0 or r == 0:
+        return out[:, 0] if squeeze else out
+    if m == 0:
+        out.zero_()
+        return out[:, 0] if squeeze else out
+    ops = P.prepare(xe, ye, plan, precision, symmetric=False, want_diag=False)
+    v2 = v2.to(acc)
+    matvec_fwd(ops, plan, v2, out, precision)
+    return out[:, 0] if squeeze else out

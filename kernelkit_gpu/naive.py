@@ -1,0 +1,173 @@
+"""Plain-PyTorch versions of :func:`kernelkit_gpu.gram` and :func:`kernelkit_gpu.kernel_matvec`.
+
+Same signatures, any device (CPU included, no Triton), float64-capable, chunked over rows so that
+no more than about 2^27 kernel values exist at once. Differentiable with torch.autograd when
+``out`` is not given. They serve as CPU fallback, gradient-check partner and eager baseline: the
+squared distances use the eager formula (row norms + ``addmm`` on centred data, clamped at 0), so
+near-duplicate points keep only float32 accuracy in d² (the Triton kernels recompute those pairs
+by direct differences). Float16 / bfloat16 input is computed in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _prepare as P
+
+__all__ = ["gram_naive", "kernel_matvec_naive"]
+
+#: Kernel values materialised per chunk of rows.
+CHUNK_ELEMENTS = 1 << 27
+
+
+@contextlib.contextmanager
+def _matmul_precision(device, precision):
+    """IEEE float32 matmuls for "accurate", TF32 allowed for "fast" (CUDA only; restored after)."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "fast"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def epilogue_torch(s, plan):
+    """The kernel value from the pairwise quantity (torch twin of ``_epilogues._epilogue``)."""
+    p0, p1, p2 = plan.prm
+    kind = plan.kind
+    if kind == E.K_LINEAR.value:
+        return s
+    if kind == E.K_POLYNOMIAL.value:
+        return (p0 * s + p1) ** plan.deg
+    if kind == E.K_SIGMOID.value:
+        return torch.tanh(p0 * s + p1)
+    if kind == E.K_EXPONENTIAL.value:
+        return torch.exp2(p0 * s)
+    if kind in (E.K_RBF.value, E.K_LAPLACIAN.value):
+        return torch.exp2(-p0 * s)
+    if kind in (E.K_MATERN05.value, E.K_MATERN15.value, E.K_MATERN25.value):
+        t = torch.sqrt(p0 * s)
+        e = torch.exp(-t)
+        if kind == E.K_MATERN05.value:
+            return e
+        if kind == E.K_MATERN15.value:
+            return (1.0 + t) * e
+        return (1.0 + t + t * t / 3.0) * e
+    if kind == E.K_RATIONAL_QUADRATIC.value:
+        return torch.exp(-p1 * torch.log1p(p0 * s))
+    raise NotImplementedError(kind)  # pragma: no cover
+
+
+class _Prepared:
+    """Data transformed once for all chunks: centred / scaled / normalised as the kernel needs."""
+
+    def __init__(self, x, y, plan, symmetric):
+        acc = P.acc_dtype(x.dtype)
+        x = x.to(acc)
+        y = x if symmetric else y.to(acc)
+        self.diag_dot = None
+        if plan.cosine:
+            x, nz = P._normalize_rows(x)
+            y = x if symmetric else P._normalize_rows(y)[0]
+            self.diag_dot = nz
+        scale = None
+        if plan.scale is not None:
+            scale = torch.as_tensor(plan.scale, dtype=acc, device=x.device)
+        if plan.pairwise != E.PW_DOT.value:
+            mean = x.mean(dim=0)
+            x = x - mean
+            y = x if symmetric else y - mean
+            if scale is not None:
+                x = x * scale
+                y = x if symmetric else y * scale
+        if plan.pairwise == E.PW_SQEUCLIDEAN.value:
+            self.nx = (x * x).sum(dim=1)
+            self.ny = self.nx if symmetric else (y * y).sum(dim=1)
+        if plan.pairwise == E.PW_DOT.value and self.diag_dot is None:
+            self.diag_dot = (x * x).sum(dim=1)
+        self.x, self.y, self.plan = x, y, plan
+
+    def pairwise(self, lo, hi):
+        xi = self.x[lo:hi]
+        pw = self.plan.pairwise
+        if pw == E.PW_DOT.value:
+            return xi @ self.y.T
+        if pw == E.PW_SQEUCLIDEAN.value:
+            base = self.nx[lo:hi, None] + self.ny[None, :]
+            return torch.clamp_min(torch.addmm(base, xi, self.y.T, alpha=-2.0), 0.0)
+        return torch.cdist(xi, self.y, p=1.0)
+
+    def block(self, lo, hi):
+        return epilogue_torch(self.pairwise(lo, hi), self.plan)
+
+
+def _chunk_rows(m):
+    return max(1, CHUNK_ELEMENTS // max(1, m))
+
+
+def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
+    """Plain-PyTorch K(X, Y); the signature and validation of :func:`kernelkit_gpu.gram`.
+
+    Equivalent to ``kernelkit_math.registry.get_kernel(kernel).value(X, Y, **params)`` up to dtype
+    tolerance (near-duplicate points: float32 accuracy of d² only). With ``y=None`` the result is
+    exactly symmetric with the diagonal written exactly (k(0), or the kernel of the row norms).
+    Runs on any device; float16 / bfloat16 are computed in float32.
+    """
+    P.check_pair(x, y)
+    P.check_precision(precision)
+    symmetric = y is None or y is x
+    plan = P.kernel_plan(kernel, x.shape[1], params)
+    n = x.shape[0]
+    m = n if symmetric else y.shape[0]
+    acc = P.acc_dtype(x.dtype)
+    if out is not None:
+        P.check_out(out, (n, m), acc, x.device)
+    if n == 0 or m == 0:
+        return out if out is not None else torch.empty((n, m), dtype=acc, device=x.device)
+    with _matmul_precision(x.device, precision):
+        prep = _Prepared(x, None if symmetric else y, plan, symmetric)
+        step = _chunk_rows(m)
+        blocks = [prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)]
+        K = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=0)
+        if symmetric:
+            upper = torch.triu(K, diagonal=1)
+            if plan.stationary:
+                diag = torch.ones(n, dtype=acc, device=x.device)
+            else:
+                diag = epilogue_torch(prep.diag_dot, plan)
+            K = upper + upper.T + torch.diag(diag)
+    if out is not None:
+        out.copy_(K)
+        return out
+    return K
+
+
+def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params):
+    """Plain-PyTorch K(X, Y) @ V (or K(X, Y).T @ U); the signature of :func:`kernelkit_gpu.kernel_matvec`.
+
+    Equivalent to ``get_kernel(kernel).value(X, Y, **params) @ V`` up to dtype tolerance; K is
+    materialised one chunk of rows at a time (about 2^27 values), so memory stays bounded.
+    """
+    from kernelkit_gpu.matvec import check_matvec_args
+
+    xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
+    P.check_precision(precision)
+    plan = P.kernel_plan(kernel, x.shape[1], params)
+    acc = P.acc_dtype(x.dtype)
+    n, m = xe.shape[0], ye.shape[0]
+    v2 = v2.to(acc)
+    if n == 0 or m == 0 or v2.shape[1] == 0:
+        res = torch.zeros((n, v2.shape[1]), dtype=acc, device=x.device)
+        return res[:, 0] if squeeze else res
+    with _matmul_precision(x.device, precision):
+        prep = _Prepared(xe, ye, plan, symmetric=False)
+        step = _chunk_rows(m)
+        parts = [prep.block(lo, min(n, lo + step)) @ v2 for lo in range(0, n, step)]
+        res = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    return res[:, 0] if squeeze else res

@@ -1,0 +1,352 @@
+"""kernelkit_gpu.gram: the fused Triton Gram kernel against the float64 registry references.
+
+Runs on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, exported by .ci/run) and,
+unchanged, on a GPU with ``pytest --device cuda``. Every output is allocated poisoned (NaN) and
+passed as ``out=``, so an element the kernel forgets to write fails the test.
+"""
+
+import importlib
+import os
+import subprocess
+import sys
+
+# On a GPU every new kernel variant would otherwise benchmark all autotune configs: hundreds of
+# extra compilations. The tests use the default config; test_every_config_is_correct runs each.
+os.environ.setdefault("KERNELKIT_GPU_AUTOTUNE", "0")
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kernelkit_gpu
+from kernelkit_gpu import _epilogues
+from kernelkit_gpu import _prepare
+from kernelkit_math.registry import get_kernel, kernel_names
+from tests.conftest import TOL
+from tests.gpu_cases import (
+    CASE_IDS, DTYPES, GPU_CASES, STATIONARY_CASES, check_values, poisoned, randn, reference,
+    rel_fro,
+)
+
+gram_module = importlib.import_module("kernelkit_gpu.gram")
+G = kernelkit_gpu.gram
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _triton_can_run(device):
+    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
+    if device == "cpu" and not _prepare.INTERPRET:
+        pytest.fail(
+            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
+            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
+            pytrace=False,
+        )
+
+
+def gram_into_nan(x, y=None, kernel="rbf", **kwargs):
+    n = x.shape[0]
+    m = n if y is None else y.shape[0]
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    out = poisoned((n, m), dtype, x.device)
+    K = kernelkit_gpu.gram(x, y, kernel, out=out, **kwargs)
+    assert K is out
+    return K
+
+
+def test_every_registry_kernel_has_gpu_cases():
+    assert set(kernel_names()) == {c[1] for c in GPU_CASES}
+
+
+# ------------------------------------------------------------------------ agreement, float32
+@pytest.mark.parametrize("d", [1, 3, 17])
+@pytest.mark.parametrize("n,m", [(1, 1), (63, 65), (70, 33)], ids=["1x1", "63x65", "70x33"])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_gram_float32_matches_reference(case, n, m, d, device, rng):
+    """K(X, Y) for every kernel, sizes that are not multiples of a tile, D = 1, 3 (direct
+    differences) and 17 (tensor-core dot): elementwise TOL and relative Frobenius <= 1e-6."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    x = randn(rng, (n, d), torch.float32, device)
+    y = randn(rng, (m, d), torch.float32, device)
+    K = gram_into_nan(x, y, name, **params)
+    ref = reference(name, params, x, y)
+    check_values(K, ref, "float32", name, params, x, y)
+    assert rel_fro(K, ref) <= 1e-6
+
+
+@pytest.mark.parametrize("d", [1, 3, 17])
+@pytest.mark.parametrize("n", [1, 70])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_gram_symmetric_exact(case, n, d, device, rng):
+    """K(X, X): exactly symmetric, exact diagonal, and as accurate as K(X, Y)."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    x = randn(rng, (n, d), torch.float32, device)
+    K = gram_into_nan(x, None, name, **params)
+    ref = reference(name, params, x)
+    check_values(K, ref, "float32", name, params, x)
+    assert rel_fro(K, ref) <= 1e-6
+    assert torch.equal(K, K.T)
+    if get_kernel(name).stationary or name == "cosine":
+        # k(0) = 1; cosine: exactly 1 (0 for zero rows). Dot-product kernels: the kernel of the
+        # float32 row norms, checked elementwise above (ref's diagonal is the reference diag).
+        diag = K.diagonal().cpu().double().numpy()
+        assert (diag == get_kernel(name).diag(x.cpu().double().numpy(), **params)).all()
+
+
+def test_gram_y_is_x_takes_the_symmetric_path(device, rng):
+    x = randn(rng, (40, 20), torch.float32, device)
+    assert torch.equal(kernelkit_gpu.gram(x, x), kernelkit_gpu.gram(x))
+
+
+# ----------------------------------------------------------------------------- other dtypes
+@pytest.mark.parametrize("dtype_name", ["float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_gram_other_dtypes(case, d, dtype_name, device, rng):
+    """float64 (IEEE float64 throughout) and 16-bit inputs, K(X, Y) and K(X, X).
+
+    16-bit inputs are compared with the float64 reference evaluated on the *rounded* inputs: the
+    kernel sees exactly those values, products of 16-bit numbers are exact in float32 and
+    accumulate in float32 (cosine and per-feature scales run in float32 after upcasting), so the
+    remaining error is float32-sized; TOL["float16"] / TOL["bfloat16"] (the rounding of the
+    inputs themselves) is therefore a loose bound that still catches a wrong formula or dtype.
+    """
+    _, name, params_fn = case
+    params = params_fn(d)
+    dtype = DTYPES[dtype_name]
+    x = randn(rng, (63, d), dtype, device)
+    y = randn(rng, (65, d), dtype, device)
+    K = gram_into_nan(x, y, name, **params)
+    assert K.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    check_values(K, reference(name, params, x, y), dtype_name, name, params, x, y)
+    Ks = gram_into_nan(x, None, name, **params)
+    check_values(Ks, reference(name, params, x), dtype_name, name, params, x)
+    assert torch.equal(Ks, Ks.T)
+
+
+# ----------------------------------------------------------------- gating numerics, float32
+def _offset_params(name, params, d, spread):
+    """The case's parameters rescaled to the data's spread, so K spans (0, 1) rather than ~1."""
+    p = dict(params)
+    if name == "rbf":
+        p["gamma"] = p.get("gamma", 1.0 / d) / (2 * spread**2)
+    elif name == "laplacian":
+        p["gamma"] = p.get("gamma", 1.0 / d) / (1.1 * spread)
+    elif name in ("matern", "rational_quadratic"):
+        p["length_scale"] = p.get("length_scale", np.sqrt(d / 3)) * spread * np.sqrt(2)
+    return p
+
+
+@pytest.mark.parametrize("d", [3, 17, 40])
+@pytest.mark.parametrize("case", STATIONARY_CASES + [c for c in GPU_CASES if c[1] == "cosine"],
+                         ids=[c[0] for c in STATIONARY_CASES] + ["cosine"])
+def test_gram_offset_1000(case, d, device, rng):
+    """Data at 1000 with spread 0.05: the naive float32 expansion errs by up to 1.0 here."""
+    _, name, params_fn = case
+    params = _offset_params(name, params_fn(d), d, 0.05)
+    x = randn(rng, (70, d), torch.float32, device, offset=1000.0, spread=0.05)
+    y = randn(rng, (33, d), torch.float32, device, offset=1000.0, spread=0.05)
+    K = gram_into_nan(x, y, name, **params)
+    ref = reference(name, params, x, y)
+    assert rel_fro(K, ref) <= 1e-6
+    check_values(K, ref, "float32", name, params, x, y)
+    Ks = gram_into_nan(x, None, name, **params)
+    ref_s = reference(name, params, x)
+    assert rel_fro(Ks, ref_s) <= 1e-6
+    check_values(Ks, ref_s, "float32", name, params, x)
+    assert torch.equal(Ks, Ks.T)
+
+
+def _near_duplicates(rng, n, d, device):
+    """Standard-normal points and copies moved by 1e-3, 1e-6 or exactly 0."""
+    x = rng.standard_normal((n, d))
+    shift = rng.standard_normal((n, d)) * np.array([1e-3, 1e-6, 0.0])[np.arange(n) % 3, None]
+    y = (x + shift)[rng.permutation(n)]
+    t = lambda a: torch.from_numpy(a).to(dtype=torch.float32, device=device)  # noqa: E731
+    return t(x), t(y), t(np.concatenate([x, x + shift]))
+
+
+@pytest.mark.parametrize("d", [3, 17, 40])
+@pytest.mark.parametrize("case", STATIONARY_CASES, ids=[c[0] for c in STATIONARY_CASES])
+def test_gram_near_duplicates(case, d, device, rng):
+    """Pairs 1e-6 apart: the expansion alone loses d² entirely (Matérn 0.5 then errs by ~1e-3);
+    the tiles holding them are recomputed by direct differences."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    x, y, xx = _near_duplicates(rng, 40, d, device)
+    K = gram_into_nan(x, y, name, **params)
+    ref = reference(name, params, x, y)
+    assert rel_fro(K, ref) <= 1e-6
+    check_values(K, ref, "float32", name, params, x, y)
+    Ks = gram_into_nan(xx, None, name, **params)
+    ref_s = reference(name, params, xx)
+    assert rel_fro(Ks, ref_s) <= 1e-6
+    check_values(Ks, ref_s, "float32", name, params, xx)
+
+
+def test_direct_recompute_is_what_saves_near_duplicates(device, rng, monkeypatch):
+    """With the per-tile fallback switched off (TAU = 0) the same test fails: it is not vacuous."""
+    x, y, _ = _near_duplicates(rng, 40, 17, device)
+    params = dict(nu=0.5, length_scale=1.3)
+    ref = reference("matern", params, x, y)
+    assert rel_fro(gram_into_nan(x, y, "matern", **params), ref) <= 1e-6
+    monkeypatch.setattr(_epilogues, "TAU", 0.0)
+    assert rel_fro(gram_into_nan(x, y, "matern", **params), ref) > 1e-5
+
+
+# --------------------------------------------------------------------------- precision="fast"
+#: precision="fast" uses TF32 products (10 explicit mantissa bits, each input rounded by up to
+#: 2^-11 relative) on centred data: errors of a few 1e-4 in K; on the CPU interpreter the product
+#: is IEEE float32 and the numbers are those of "accurate".
+FAST_TOL = dict(rtol=5e-3, atol=5e-3)
+
+
+@pytest.mark.parametrize("d", [3, 40])
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern", "rational_quadratic", "polynomial", "cosine"])
+def test_gram_fast_precision(name, d, device, rng):
+    x = randn(rng, (63, d), torch.float32, device)
+    y = randn(rng, (65, d), torch.float32, device)
+    K = gram_into_nan(x, y, name, precision="fast")
+    ref = reference(name, {}, x, y)
+    assert rel_fro(K, ref) <= 2e-3
+    if name != "polynomial":
+        check_values(K, ref, "float32", name, {}, x, y, tol=FAST_TOL)
+
+
+# ---------------------------------------------------------------------------- properties
+@settings(max_examples=10, deadline=None)
+@given(
+    n=st.integers(1, 40), d=st.integers(1, 24),
+    name=st.sampled_from(["rbf", "laplacian", "matern", "rational_quadratic", "cosine"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_gram_properties(n, d, name, seed, device):
+    """Exact symmetry, exact unit diagonal and positive semi-definiteness (to rounding)."""
+    x = randn(np.random.default_rng(seed), (n, d), torch.float32, device)
+    K = kernelkit_gpu.gram(x, kernel=name)
+    assert torch.equal(K, K.T)
+    if name != "cosine":
+        assert (K.diagonal() == 1).all()
+    assert np.linalg.eigvalsh(K.cpu().double().numpy()).min() >= -1e-5 * n
+
+
+# ---------------------------------------------------------------------------- plumbing
+@pytest.mark.parametrize("symmetric", [False, True], ids=["xy", "xx"])
+@pytest.mark.parametrize("name,d", [("rbf", 3), ("matern", 40), ("laplacian", 20), ("polynomial", 40)])
+def test_every_config_is_correct(name, d, symmetric, device, rng):
+    """Each autotune config (one under the interpreter), launched directly: right values, every
+    element written, K(X, X) exactly symmetric."""
+    x = randn(rng, (150, d), torch.float32, device)
+    y = None if symmetric else randn(rng, (77, d), torch.float32, device)
+    ref = reference(name, {}, x, y)
+    plan = _prepare.kernel_plan(name, d, {})
+    for config in gram_module._gram_kernel.configs:
+        ops = _prepare.prepare(x, y, plan, "accurate", symmetric, want_diag=symmetric)
+        out = poisoned(ref.shape, torch.float32, device)
+        gram_module.gram_fwd(ops, plan, out, symmetric, config=config)
+        check_values(out, ref, "float32", name, {}, x, y)
+        if symmetric:
+            assert torch.equal(out, out.T), config
+
+
+def test_triton_launcher_runs(device, rng, monkeypatch):
+    """A spy on the Triton kernel object: gram() launches it, once, with the expected settings."""
+    calls = []
+    real = gram_module._gram_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            launch = real[grid]
+
+            def run(*args, **kwargs):
+                calls.append(kwargs)
+                return launch(*args, **kwargs)
+
+            return run
+
+    monkeypatch.setattr(gram_module, "_gram_kernel", Spy())
+    x = randn(rng, (50, 20), torch.float32, device)
+    kernelkit_gpu.gram(x, kernel="rbf")
+    kernelkit_gpu.gram(x, x[:7], kernel="laplacian")
+    assert [c["KIND"] for c in calls] == [_epilogues.K_RBF.value, _epilogues.K_LAPLACIAN.value]
+    assert calls[0]["TRIANGLE"] and calls[0]["MODE"] == _epilogues.MODE_MMA.value
+    assert not calls[1]["TRIANGLE"] and calls[1]["MODE"] == _epilogues.MODE_DIRECT.value
+
+
+def test_out_with_strides_and_default_allocation(device, rng):
+    x = randn(rng, (37, 5), torch.float32, device)
+    y = randn(rng, (21, 5), torch.float32, device)
+    big = poisoned((21, 37), torch.float32, device)
+    K = kernelkit_gpu.gram(x, y, "rbf", out=big.T)  # a transposed (non-contiguous) view
+    assert K.data_ptr() == big.data_ptr()
+    np.testing.assert_allclose(K.cpu().numpy(), reference("rbf", {}, x, y), **TOL["float32"])
+    K2 = kernelkit_gpu.gram(x, y, "rbf")
+    assert K2.is_contiguous() and K2.dtype == torch.float32 and K2.device == x.device
+    assert torch.equal(K2, K)
+
+
+def test_empty_inputs(device):
+    x = torch.zeros((0, 3), device=device)
+    assert kernelkit_gpu.gram(x).shape == (0, 0)
+    assert kernelkit_gpu.gram(torch.ones((4, 3), device=device), x).shape == (4, 0)
+
+
+def test_zero_rows_cosine(device):
+    x = torch.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 2.0], [0.0, 0.0, 0.0]], device=device)
+    K = kernelkit_gpu.gram(x, kernel="cosine")
+    np.testing.assert_array_equal(K.cpu().numpy(), get_kernel("cosine").value(x.cpu().double().numpy()))
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda x: G(x.cpu().numpy()), TypeError, "x must be a torch.Tensor"),
+        (lambda x: G(x[0]), ValueError, "x must be 2-D"),
+        (lambda x: G(x.to(torch.int32)), TypeError, "x must have dtype"),
+        (lambda x: G(x[:, :0]), ValueError, "at least one feature"),
+        (lambda x: G(x, x[:, :2]), ValueError, "same number of features"),
+        (lambda x: G(x, x.double()), TypeError, "same dtype"),
+        (lambda x: G(x, x.to("meta")), ValueError, "same device"),
+        (lambda x: G(x, kernel="gaussian"), ValueError, "unknown kernel"),
+        (lambda x: G(x, "rbf"), TypeError, "kernel by keyword"),
+        (lambda x: G(x, gamma=-1.0), ValueError, "gamma"),
+        (lambda x: G(x, gamma=[1.0, 2.0]), ValueError, "gamma"),
+        (lambda x: G(x, kernel="polynomial", degree=2.5), TypeError, "degree"),
+        (lambda x: G(x, kernel="matern", nu=1.0), ValueError, "nu"),
+        (lambda x: G(x, kernel="rbf", length_scale=1.0), TypeError, "unknown parameter"),
+        (lambda x: G(x, precision="exact"), ValueError, "precision"),
+        (lambda x: G(x, out=torch.empty(3, 3, device=x.device)), ValueError, "out must have shape"),
+        (lambda x: G(x, out=torch.empty(4, 4, dtype=torch.float64, device=x.device)),
+         TypeError, "out must have dtype"),
+    ],
+    ids=["numpy", "1d", "int", "no-features", "features", "dtype", "device", "kernel", "y-str", "range",
+         "per-feature-length", "degree", "nu", "unknown-param", "precision", "out-shape", "out-dtype"],
+)
+def test_bad_input_errors(call, error, match, device):
+    x = torch.ones((4, 3), device=device)
+    with pytest.raises(error, match=match):
+        call(x)
+
+
+def _run_python(code, env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_cpu_without_interpreter_says_what_to_do():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = (
+        "import torch, kernelkit_gpu\n"
+        "try:\n    kernelkit_gpu.gram(torch.ones(3, 2))\n"
+        "except ValueError as e:\n    print('ERR', e)\n"
+    )
+    res = _run_python(code, env)
+    assert "ERR" in res.stdout and "TRITON_INTERPRET=1" in res.stdout, res.stderr[-2000:]
+
+
+def test_import_never_loads_kernelkit():
+    res = _run_python("import sys, kernelkit_gpu; print('kernelkit' in sys.modules)", dict(os.environ))
+    assert res.stdout.strip() == "False", res.stderr[-2000:]

@@ -1,0 +1,262 @@
+"""kernelkit_gpu.kernel_matvec: matrix-free K(X, Y) @ V against float64 K_ref @ V.
+
+Runs on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, exported by .ci/run) and,
+unchanged, on a GPU with ``pytest --device cuda``.
+"""
+
+import importlib
+import os
+
+os.environ.setdefault("KERNELKIT_GPU_AUTOTUNE", "0")  # see tests/test_gpu_gram.py
+
+import numpy as np
+import pytest
+import torch
+
+import kernelkit_gpu
+from kernelkit_gpu import _epilogues, _prepare
+from tests.conftest import TOL
+from tests.gpu_cases import (
+    CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, dot_slope, randn, reference, to_numpy64,
+)
+
+matvec_module = importlib.import_module("kernelkit_gpu.matvec")
+MV = kernelkit_gpu.kernel_matvec
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _triton_can_run(device):
+    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
+    if device == "cpu" and not _prepare.INTERPRET:
+        pytest.fail(
+            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
+            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
+            pytrace=False,
+        )
+
+
+def check_matvec(out, K_ref, V, dtype_name, name, params, x, y):
+    """|out - K_ref V| <= (rtol + 4 M u) (|K_ref| |V|) + atol (+ the dot-product conditioning term).
+
+    A float32 sum of M products is exact only to ~M u times the sum of magnitudes (u = 2^-24);
+    4 M u bounds that comfortably, TOL[dtype] covers the kernel values themselves.
+    """
+    tol = TOL[dtype_name]
+    u = 2.0**-53 if dtype_name == "float64" else 2.0**-24
+    o = to_numpy64(out)
+    assert np.isfinite(o).all()
+    Vn = to_numpy64(V)
+    V2 = Vn[:, None] if Vn.ndim == 1 else Vn
+    ref = K_ref @ V2
+    mag = np.abs(K_ref) @ np.abs(V2)
+    m = K_ref.shape[1]
+    bound = (tol["rtol"] + 4 * m * u) * mag + tol["atol"]
+    if name in DOT_KINDS:
+        X, Y = to_numpy64(x), to_numpy64(y)
+        cond = 64 * u * dot_slope(name, params, X, Y) * (np.abs(X) @ np.abs(Y).T)
+        bound = bound + cond @ np.abs(V2)
+    o2 = o[:, None] if o.ndim == 1 else o
+    assert o.shape == (ref.shape[0],) if Vn.ndim == 1 else o.shape == ref.shape
+    err = np.abs(o2 - ref)
+    assert (err <= bound).all(), f"max error {err.max():.3g}, excess {(err - bound).max():.3g}"
+
+
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("r", ["1d", 5])
+@pytest.mark.parametrize("n,m", [(1, 1), (63, 65), (70, 33)], ids=["1x1", "63x65", "70x33"])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_matvec_float32_matches_reference(case, n, m, r, d, device, rng):
+    _, name, params_fn = case
+    params = params_fn(d)
+    x = randn(rng, (n, d), torch.float32, device)
+    y = randn(rng, (m, d), torch.float32, device)
+    v = randn(rng, (m,) if r == "1d" else (m, r), torch.float32, device)
+    out = kernelkit_gpu.kernel_matvec(x, y, v, name, **params)
+    assert out.dtype == torch.float32 and out.device == x.device
+    check_matvec(out, reference(name, params, x, y), v, "float32", name, params, x, y)
+
+
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_matvec_transpose(case, d, device, rng):
+    """K(X, Y).T @ U for U of shape (N,) and (N, 3)."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    x = randn(rng, (63, d), torch.float32, device)
+    y = randn(rng, (41, d), torch.float32, device)
+    K_ref_T = reference(name, params, x, y).T
+    for shape in [(63,), (63, 3)]:
+        u = randn(rng, shape, torch.float32, device)
+        out = kernelkit_gpu.kernel_matvec(x, y, u, name, transpose=True, **params)
+        assert out.shape == ((41,) if len(shape) == 1 else (41, 3))
+        check_matvec(out, K_ref_T, u, "float32", name, params, y, x)
+
+
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("name", ["rbf", "laplacian", "matern", "polynomial"])
+def test_matvec_wide_v(name, d, device, rng):
+    """R = 70 spans more than one BLOCK_R chunk (a second grid axis); R = 1 as a 2-D column."""
+    x = randn(rng, (45, d), torch.float32, device)
+    y = randn(rng, (37, d), torch.float32, device)
+    K_ref = reference(name, {}, x, y)
+    for r in (70, 1):
+        v = randn(rng, (37, r), torch.float32, device)
+        out = kernelkit_gpu.kernel_matvec(x, y, v, name)
+        assert out.shape == (45, r)
+        check_matvec(out, K_ref, v, "float32", name, {}, x, y)
+
+
+@pytest.mark.parametrize("dtype_name", ["float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_matvec_other_dtypes(case, d, dtype_name, device, rng):
+    """float64 throughout; 16-bit x, y against the reference on the rounded inputs (see
+    test_gpu_gram.test_gram_other_dtypes for why TOL[dtype] is the right yardstick); V float32."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    dtype = DTYPES[dtype_name]
+    x = randn(rng, (50, d), dtype, device)
+    y = randn(rng, (39, d), dtype, device)
+    vdtype = torch.float64 if dtype == torch.float64 else torch.float32
+    v = randn(rng, (39, 5) if d == 17 else (39,), vdtype, device)
+    out = kernelkit_gpu.kernel_matvec(x, y, v, name, **params)
+    assert out.dtype == vdtype
+    check_matvec(out, reference(name, params, x, y), v, dtype_name, name, params, x, y)
+
+
+@pytest.mark.parametrize("d", [3, 17])
+@pytest.mark.parametrize("case", STATIONARY_CASES, ids=[c[0] for c in STATIONARY_CASES])
+def test_matvec_offset_and_near_duplicates(case, d, device, rng):
+    """Gating numerics carry over: data at 1000 (spread 0.05) and points 1e-6 apart give
+    relative error <= 1e-6 (V >= 0, so the sums themselves are well conditioned)."""
+    _, name, params_fn = case
+    params = params_fn(d)
+    xo = randn(rng, (40, d), torch.float32, device, offset=1000.0, spread=1.0)
+    a = rng.standard_normal((40, d))
+    xn = torch.from_numpy(a).float().to(device)
+    yn = torch.from_numpy(a + 1e-6 * rng.standard_normal((40, d))).float().to(device)
+    v = torch.from_numpy(rng.uniform(0.5, 1.5, 40)).float().to(device)
+    for x, y in [(xo, xo.flip(0)), (xn, yn)]:
+        out = to_numpy64(kernelkit_gpu.kernel_matvec(x, y, v, name, **params))
+        ref = reference(name, params, x, y) @ to_numpy64(v)
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-6
+
+
+def test_matvec_launcher_runs(device, rng, monkeypatch):
+    """A spy on both autotuned launchers: R == 1 takes the elementwise path, R > 1 tl.dot."""
+    calls = []
+
+    def spy(real, tag):
+        class Spy:
+            def __getitem__(self, grid):
+                launch = real[grid]
+
+                def run(*args, **kwargs):
+                    calls.append((tag, kwargs))
+                    return launch(*args, **kwargs)
+
+                return run
+
+        return Spy()
+
+    monkeypatch.setattr(matvec_module, "_matvec_vec", spy(matvec_module._matvec_vec, "vec"))
+    monkeypatch.setattr(matvec_module, "_matvec_block", spy(matvec_module._matvec_block, "block"))
+    x = randn(rng, (30, 3), torch.float32, device)
+    kernelkit_gpu.kernel_matvec(x, x, torch.ones(30, device=device), "rbf")
+    kernelkit_gpu.kernel_matvec(x, x, torch.ones((30, 4), device=device), "laplacian")
+    assert [c[0] for c in calls] == ["vec", "block"]
+    assert calls[0][1]["VEC"] and calls[0][1]["KIND"] == _epilogues.K_RBF.value
+    assert not calls[1][1]["VEC"] and calls[1][1]["MODE"] == _epilogues.MODE_DIRECT.value
+
+
+@pytest.mark.parametrize("r", [1, 20])
+@pytest.mark.parametrize("name,d", [("rbf", 3), ("matern", 40), ("laplacian", 20)])
+def test_every_config_is_correct(name, d, r, device, rng):
+    """Each autotune config of the launcher (one under the interpreter), launched directly."""
+    x = randn(rng, (150, d), torch.float32, device)
+    y = randn(rng, (133, d), torch.float32, device)
+    v = randn(rng, (133, r), torch.float32, device)
+    K_ref = reference(name, {}, x, y)
+    plan = _prepare.kernel_plan(name, d, {})
+    tuner = matvec_module._matvec_vec if r == 1 else matvec_module._matvec_block
+    for config in tuner.configs:
+        ops = _prepare.prepare(x, y, plan, "accurate", symmetric=False, want_diag=False)
+        out = torch.full((150, r), float("nan"), device=device)
+        matvec_module.matvec_fwd(ops, plan, v, out, "accurate", config=config)
+        check_matvec(out, K_ref, v, "float32", name, {}, x, y)
+
+
+def test_matvec_empty(device):
+    x = torch.ones((4, 3), device=device)
+    e = torch.zeros((0, 3), device=device)
+    assert torch.equal(kernelkit_gpu.kernel_matvec(x, e, torch.zeros(0, device=device)),
+                       torch.zeros(4, device=device))
+    assert kernelkit_gpu.kernel_matvec(e, x, torch.ones(4, device=device)).shape == (0,)
+    assert kernelkit_gpu.kernel_matvec(x, x, torch.ones((4, 0), device=device)).shape == (4, 0)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda x, v: MV(x, None, v), TypeError, "y must be a torch.Tensor"),
+        (lambda x, v: MV(x, x, v[:3]), ValueError, r"v must have shape \(M,\)"),
+        (lambda x, v: MV(x, x, v[:3], transpose=True), ValueError, "u must have shape"),
+        (lambda x, v: MV(x, x, v[:, None, None]), ValueError, "v must have shape"),
+        (lambda x, v: MV(x, x, v.to(torch.int64)), TypeError, "floating"),
+        (lambda x, v: MV(x, x, v.cpu().numpy()),
+         TypeError, "v must be a torch.Tensor"),
+        (lambda x, v: MV(x, x, v.to("meta")), ValueError, "same device"),
+        (lambda x, v: MV(x, x, v, transpose=1), TypeError, "transpose"),
+        (lambda x, v: MV(x, x, v, kernel="nope"), ValueError, "unknown kernel"),
+        (lambda x, v: MV(x, x, v, kernel="rbf", alpha=1.0), TypeError, "unknown parameter"),
+        (lambda x, v: MV(x, x, v, precision=None), ValueError, "precision"),
+        (lambda x, v: MV(x, x[:, :2], v), ValueError, "same number of features"),
+    ],
+    ids=["y-none", "v-len", "u-len", "v-3d", "v-int", "v-numpy", "v-device", "transpose", "kernel",
+         "param", "precision", "features"],
+)
+def test_matvec_bad_input_errors(call, error, match, device):
+    x = torch.ones((4, 3), device=device)
+    v = torch.ones(4, device=device)
+    with pytest.raises(error, match=match):
+        call(x, v)
+
+
+# ---------------------------------------------------------------------------- naive twins
+@pytest.mark.parametrize("dtype_name", ["float64", "float32"])
+@pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
+def test_naive_versions_match_reference(case, dtype_name, device, rng):
+    """The plain-PyTorch twins (no Triton): K(X, Y), K(X, X) (exactly symmetric) and K @ V.
+
+    Their squared distances use the eager expansion on centred data; on standard-normal data
+    that keeps float32 accuracy, so the float32 TOL applies (float64: TOL['float64'])."""
+    _, name, params_fn = case
+    params = params_fn(4)
+    dtype = DTYPES[dtype_name]
+    x = randn(rng, (37, 4), dtype, device)
+    y = randn(rng, (29, 4), dtype, device)
+    v = randn(rng, (29, 2), dtype, device)
+    tol = dict(TOL[dtype_name])
+    if dtype_name == "float64":
+        tol = dict(rtol=1e-11, atol=1e-11)  # exponential/polynomial amplify the dot's rounding
+    else:
+        tol = dict(rtol=5e-6, atol=5e-6)  # IEEE float32 expansion without the direct fallback
+    K = kernelkit_gpu.gram_naive(x, y, name, **params)
+    np.testing.assert_allclose(to_numpy64(K), reference(name, params, x, y), **tol)
+    Ks = kernelkit_gpu.gram_naive(x, None, name, **params)
+    assert torch.equal(Ks, Ks.T)
+    np.testing.assert_allclose(to_numpy64(Ks), reference(name, params, x), **tol)
+    mv = kernelkit_gpu.kernel_matvec_naive(x, y, v, name, **params)
+    np.testing.assert_allclose(to_numpy64(mv), reference(name, params, x, y) @ to_numpy64(v),
+                               rtol=tol["rtol"] * 10, atol=tol["atol"] * 10)
+
+
+def test_naive_is_differentiable(device):
+    """gram_naive and kernel_matvec_naive support autograd (gradient checks of the Triton ops)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 3, dtype=torch.float64, generator=g).to(device).requires_grad_(True)
+    y = torch.randn(5, 3, dtype=torch.float64, generator=g).to(device).requires_grad_(True)
+    v = torch.randn(5, dtype=torch.float64, generator=g).to(device)
+    assert torch.autograd.gradcheck(lambda a, b: kernelkit_gpu.gram_naive(a, b, "rbf", gamma=0.3), (x, y))
+    assert torch.autograd.gradcheck(
+        lambda a, b: kernelkit_gpu.kernel_matvec_naive(a, b, v, "matern", nu=2.5), (x, y))
