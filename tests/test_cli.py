@@ -288,10 +288,10 @@ def quick_demo():
 
 def test_demo_sections_are_listed_and_printed(quick_demo):
     results, text = quick_demo
-    assert list(results) == [s.name for s in demo.SECTIONS] == ["svc", "gp", "grid"]
+    assert list(results) == [s.name for s in demo.SECTIONS] == ["svc", "gp", "grid", "gram", "attention"]
     for number, section in enumerate(demo.SECTIONS, start=1):
         assert f"{number}. {section.title}" in text
-    assert "Done: 3 section(s)" in text
+    assert "Done: 5 section(s)" in text
 
 
 def test_demo_svc_agrees_with_sklearn(quick_demo):
@@ -316,6 +316,20 @@ def test_demo_grid_search_same_choice(quick_demo):
     m = quick_demo[0]["grid"].metrics
     assert m["best_matches"]
     assert m["max_score_diff"] == 0.0
+
+
+def test_demo_gram_keeps_float32_accuracy_far_from_origin(quick_demo):
+    errors = quick_demo[0]["gram"].metrics["max_error"]
+    assert errors["kernelkit.rbf_kernel"] < 1e-6
+    assert errors["textbook"] > 0.1  # the cancellation the section is there to show
+
+
+def test_demo_attention_softmax_is_exact_and_linear_is_not(quick_demo):
+    m = quick_demo[0]["attention"].metrics
+    errors = m["relative_error"]
+    tol = 1e-5 if m["dtype"] == "torch.float32" else 2e-2  # bfloat16 on a GPU
+    assert errors["softmax (online, exact)"] < tol
+    assert all(err > 10 * tol for label, err in errors.items() if label.startswith("linear"))
 
 
 def test_table_columns_are_aligned():
