@@ -1,0 +1,317 @@
+r"""Linear attention with fused feature maps: chunked Triton kernels, forward and backward.
+
+Layers: the ``@triton.jit`` kernels and their launchers live in
+:mod:`kernelkit_gpu.linear_attention_chunk` (``_la_state_kernel``, ``_la_chunk_kernel``,
+``_la_dden_kernel``); this module holds the pass structure (``linear_attention_fwd`` /
+``linear_attention_bwd``), the autograd Function and the public :func:`linear_attention`.
+The plain-PyTorch twin is :func:`kernelkit_gpu.linear_attention_naive.linear_attention_naive`;
+the float64 reference is :func:`kernelkit_math.attention.linear_attention`.
+
+Parallelisation (B = 1, H = 16, T = 65536 must fill 132 SMs)
+--------------------------------------------------------------
+The sequence is cut into segments of ``seg_len`` positions (a multiple of the chunk), chosen so
+that B*H x segments x value tiles is about eight waves of SMs (the causal sweep holds one
+program per SM at a time, so fewer waves would lose up to a wave to quantisation).
+
+Causal forward: (1) segment sums S_seg = phi(K_seg)^T V_seg, z_seg = sum phi(k) in parallel
+(``_la_state_kernel``); (2) an exclusive prefix sum over the few segments in torch (float32) plus
+the initial state gives each segment's starting state; (3) each (b, h, segment, Dv tile) program
+walks its segment chunk by chunk: intra-chunk (phi(Q_c) phi(K_c)^T, lower triangle incl. the
+diagonal) V_c plus the inter-chunk phi(Q_c) S, then S += phi(K_c)^T V_c. The denominator rides
+along in float32 (row sums of the masked scores plus phi(Q_c) . z); the division is fused.
+
+Non-causal forward: (1) segment sums as above, summed in torch to the full state (S, z);
+(2) out = phi(Q) S / max(phi(Q) z, eps), row blocks in parallel. q, k, v are read once, o
+written once (plus L2-resident states).
+
+Backward (both modes): dden = -(dout . out) / g (one row kernel), then the reverse segment
+sums dS_seg = phi(Q)^T dnum, dz_seg = phi(Q)^T dden, a suffix sum (plus the incoming gradient of
+the returned final state), and three sweeps of the same chunk kernel: dV (reverse, phi(K) x
+phi(Q) x dnum), dK (reverse, v x dnum x phi(Q) with the rank-one dden term, times phi'(k)) and
+dQ (forward, from the forward pass's saved segment states, times phi'(q)). Gradients reach q, k,
+v and the initial state (S_0, z_0); the returned final state is differentiable too.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from kernelkit_gpu import linear_attention_chunk as LC
+from kernelkit_gpu.linear_attention_naive import check_args, linear_attention_naive
+
+__all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
+
+MAX_DIM = 256
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _empty(shape, dtype, device):
+    """Allocation of every kernel output (tests poison it with NaN to catch unwritten elements)."""
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _unit_last(t):
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _chunk_multiple(chunk):
+    """Segments are multiples of every chunk the autotuner may pick (16, 32 or 64)."""
+    return chunk or 64
+
+
+def _plan_segments(n_pos, bh, dv, device, chunk, waves=4):
+    seg = LC.segment_length(n_pos, bh, triton.cdiv(dv, 64), device, _chunk_multiple(chunk), waves)
+    return seg, triton.cdiv(max(n_pos, 1), seg)
+
+
+def _expand_seg(x, n_seg):
+    """A per-(b, h) state as a (B*H, n_seg, ...) view with segment stride 0."""
+    return x.unsqueeze(1).expand(x.shape[0], n_seg, *x.shape[1:])
+
+
+def _segment_sums(b, c, n_seg, seg_len, map_b, *, den=None, eps=0.0, w=None, wz=1):
+    B, H, _, dab = b.shape
+    dc = c.shape[3]
+    s = _empty((B * H, n_seg, dab, dc), torch.float32, b.device)
+    z = _empty((B * H, n_seg, dab), torch.float32, b.device) if wz else \
+        torch.zeros((B * H, n_seg, dab), dtype=torch.float32, device=b.device)
+    LC.state_sums(b, c, n_seg=n_seg, seg_len=seg_len, map_b=map_b, map_c=0, den=den, eps=eps, w=w,
+                  wz=wz, s_out=s, z_out=z)
+    return s, z
+
+
+# ------------------------------------------------------------------------------------ forward
+def linear_attention_fwd(q, k, v, S0, z0, code, causal, normalize, eps, chunk):
+    """Forward passes. Returns (out, den or None, saved states, S_final, z_final, segmentation).
+
+    q (B, H, T, M), k (B, H, S, M), v (B, H, S, Dv) with unit last stride; S0 (B*H, M, Dv), z0
+    (B*H, M) float32 or None. States are (B*H, ...) float32.
+    """
+    B, H, T, M = q.shape
+    S, Dv = k.shape[2], v.shape[3]
+    bh, dev = B * H, q.device
+    out = _empty((B, H, T, Dv), q.dtype, dev)
+    den = _empty((bh, T), torch.float32, dev) if normalize else None
+    if causal:
+        seg, ns = _plan_segments(max(T, S), bh, Dv, dev, chunk, waves=8)
+        s_seg, z_seg = _segment_sums(k, v, ns, seg, code)
+        first_s = S0[:, None] if S0 is not None else torch.zeros_like(s_seg[:, :1])
+        first_z = z0[:, None] if z0 is not None else torch.zeros_like(z_seg[:, :1])
+        s_pre = torch.cat([first_s, s_seg[:, :-1]], dim=1).cumsum(dim=1)
+        z_pre = torch.cat([first_z, z_seg[:, :-1]], dim=1).cumsum(dim=1)
+        s_fin, z_fin = s_pre[:, -1] + s_seg[:, -1], z_pre[:, -1] + z_seg[:, -1]
+        LC.chunk_sweep(q, k, v, out, s0=s_pre, seg_len=seg, n_seg=ns, causal=True, chunk=chunk,
+                       map_a=code, map_b=code, den_out=den, z0=z_pre, eps=eps)
+        return out, den, (s_pre, z_pre), s_fin, z_fin, (seg, ns)
+    seg1, ns1 = _plan_segments(S, bh, Dv, dev, None)
+    s_seg, z_seg = _segment_sums(k, v, ns1, seg1, code)
+    s_fin, z_fin = s_seg.sum(dim=1), z_seg.sum(dim=1)
+    if S0 is not None:
+        s_fin, z_fin = s_fin + S0, z_fin + z0
+    seg, ns = _plan_segments(T, bh, Dv, dev, chunk, waves=8)
+    LC.chunk_sweep(q, q, q, out, s0=_expand_seg(s_fin, ns), seg_len=seg, n_seg=ns, causal=False,
+                   chunk=chunk, map_a=code, den_out=den, z0=_expand_seg(z_fin, ns), eps=eps)
+    return out, den, (s_fin, z_fin), s_fin, z_fin, None
+
+
+# ----------------------------------------------------------------------------------- backward
+def linear_attention_bwd(dout, dSf, dzf, q, k, v, out, den, states, segs, code, causal, normalize,
+                         eps, chunk):
+    """Backward passes. Returns (dq, dk, dv, dS0, dz0); dS0 (B*H, M, Dv), dz0 (B*H, M) float32."""
+    B, H, T, M = q.shape
+    S, Dv = k.shape[2], v.shape[3]
+    bh, dev = B * H, q.device
+    dout = _unit_last(dout)
+    zf_grad = dzf is not None and not normalize and bool(dzf.ne(0).any())
+    if dSf is None:
+        dSf = torch.zeros((bh, M, Dv), dtype=torch.float32, device=dev)
+    if dzf is None:
+        dzf = torch.zeros((bh, M), dtype=torch.float32, device=dev)
+    dden = None
+    if normalize:
+        dden = LC.dden_rows(dout, out, den, eps, _empty((bh, T), torch.float32, dev))
+    den_arg = den if normalize else None
+    wz = 2 if normalize else 0
+    # dK's rank-one term: alpha = 1, beta = dden; kept for normalize=False when z_final has a gradient.
+    rank1_k = 2 if (normalize or zf_grad) else 0
+    w_k = dden if normalize else torch.zeros((bh, T), dtype=torch.float32, device=dev)
+    scale = 1 if normalize else 0
+    dq = _empty(q.shape, q.dtype, dev)
+    dk = _empty(k.shape, k.dtype, dev)
+    dv = _empty(v.shape, v.dtype, dev)
+    if causal:
+        seg, ns = segs
+        ds_seg, dz_seg = _segment_sums(q, dout, ns, seg, code, den=den_arg, eps=eps, w=dden, wz=wz)
+        # suffix sums: the state of every later segment, plus the final state's gradient
+        ds_suf = torch.cat([ds_seg[:, 1:], dSf.float()[:, None]], dim=1).flip(1).cumsum(1).flip(1)
+        dz_suf = torch.cat([dz_seg[:, 1:], dzf.float()[:, None]], dim=1).flip(1).cumsum(1).flip(1)
+        dS0, dz0 = ds_suf[:, 0] + ds_seg[:, 0], dz_suf[:, 0] + dz_seg[:, 0]
+        s_pre, z_pre = states
+        LC.chunk_sweep(k, q, dout, dv, s0=ds_suf, seg_len=seg, n_seg=ns, causal=True, reverse=True,
+                       chunk=chunk, map_a=code, map_b=code, den=den_arg, scale=3 * scale, eps=eps)
+        LC.chunk_sweep(v, dout, q, dk, s0=ds_suf.transpose(-1, -2), seg_len=seg, n_seg=ns,
+                       causal=True, reverse=True, chunk=chunk, map_c=code, x=k, dmap=code,
+                       den=den_arg, scale=2 * scale, eps=eps, w=w_k, rank1=rank1_k, u0=dz_suf)
+        LC.chunk_sweep(dout, v, k, dq, s0=s_pre.transpose(-1, -2), seg_len=seg, n_seg=ns,
+                       causal=True, chunk=chunk, map_c=code, x=q, dmap=code, den=den_arg,
+                       scale=scale, eps=eps, w=dden, rank1=scale, u0=z_pre)
+        return dq, dk, dv, dS0, dz0
+    s_fin, z_fin = states
+    seg1, ns1 = _plan_segments(T, bh, Dv, dev, None)
+    ds_seg, dz_seg = _segment_sums(q, dout, ns1, seg1, code, den=den_arg, eps=eps, w=dden, wz=wz)
+    dS, dz = ds_seg.sum(dim=1) + dSf.float(), dz_seg.sum(dim=1) + dzf.float()
+    segk, nsk = _plan_segments(S, bh, max(Dv, M), dev, chunk, waves=8)
+    LC.chunk_sweep(k, k, k, dv, s0=_expand_seg(dS, nsk), seg_len=segk, n_seg=nsk, causal=False,
+                   chunk=chunk, map_a=code)
+    LC.chunk_sweep(v, v, v, dk, s0=_expand_seg(dS.transpose(-1, -2), nsk), seg_len=segk,
+                   n_seg=nsk, causal=False, chunk=chunk, x=k, dmap=code, rank1=rank1_k,
+                   u0=_expand_seg(dz, nsk))
+    segq, nsq = _plan_segments(T, bh, M, dev, chunk, waves=8)
+    LC.chunk_sweep(dout, dout, dout, dq, s0=_expand_seg(s_fin.transpose(-1, -2), nsq),
+                   seg_len=segq, n_seg=nsq, causal=False, chunk=chunk, x=q, dmap=code,
+                   den=den_arg, scale=scale, eps=eps, w=dden, rank1=scale,
+                   u0=_expand_seg(z_fin, nsq))
+    return dq, dk, dv, dS, dz
+
+
+class LinearAttentionFunction(torch.autograd.Function):
+    """Autograd wrapper: (q, k, v, S0, z0) -> (out, S_final, z_final); see the module docstring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, S0, z0, code, causal, normalize, eps, chunk):
+        B, H, _, M = q.shape
+        Dv = v.shape[3]
+        s0 = S0.reshape(B * H, M, Dv).float() if S0 is not None else None
+        z0_ = z0.reshape(B * H, M).float() if z0 is not None else None
+        out, den, states, s_fin, z_fin, segs = linear_attention_fwd(
+            q, k, v, s0, z0_, code, causal, normalize, eps, chunk)
+        ctx.save_for_backward(q, k, v, out if normalize else None, den, *states)
+        ctx.cfg = (code, causal, normalize, eps, chunk, segs, S0 is not None)
+        return out, s_fin.reshape(B, H, M, Dv), z_fin.reshape(B, H, M)
+
+    @staticmethod
+    def backward(ctx, dout, dSf, dzf):
+        q, k, v, out, den, st0, st1 = ctx.saved_tensors
+        code, causal, normalize, eps, chunk, segs, has_init = ctx.cfg
+        B, H, T, M = q.shape
+        Dv = v.shape[3]
+        if dout is None:
+            dout = torch.zeros((B, H, T, Dv), dtype=q.dtype, device=q.device)
+        dSf = dSf.reshape(B * H, M, Dv) if dSf is not None else None
+        dzf = dzf.reshape(B * H, M) if dzf is not None else None
+        dq, dk, dv, dS0, dz0 = linear_attention_bwd(
+            dout, dSf, dzf, q, k, v, out, den, (st0, st1), segs, code, causal, normalize, eps, chunk)
+        if has_init:
+            dS0, dz0 = dS0.reshape(B, H, M, Dv), dz0.reshape(B, H, M)
+        else:
+            dS0 = dz0 = None
+        return dq, dk, dv, dS0, dz0, None, None, None, None, None
+
+
+def check_triton_device(t):
+    """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only."""
+    if t.device.type == "cpu" and not LC.INTERPRET:
+        raise ValueError(
+            "q is a CPU tensor but the Triton interpreter is off: set TRITON_INTERPRET=1 before "
+            "importing kernelkit_gpu (slow; for tests), move the tensors to a CUDA device, or use "
+            "kernelkit_gpu.linear_attention_naive.linear_attention_naive on the CPU"
+        )
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"q must be on a CUDA device (or the CPU under the interpreter); got {t.device}")
+
+
+def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, eps=1e-6,
+                     initial_state=None, return_state=False, chunk_size=None):
+    r"""Linear attention phi(q)·phi(k) with the feature map fused into chunked Triton kernels.
+
+    With Q = phi(q) (B, H, T, M), K = phi(k) (B, H, S, M) and the state (S_0, z_0), zero by
+    default:
+
+    .. math::
+
+        \text{num}_t = Q_t^\top \Big(S_0 + \sum_{s \in V(t)} K_s v_s^\top\Big), \quad
+        \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
+        \text{out}_t = \frac{\text{num}_t}{\max(\text{den}_t, \varepsilon)}
+
+    V(t) is every key, or {s <= t} with ``causal`` (top-left aligned, as
+    ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``). Equivalent to
+    ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, causal=causal,
+    normalize=normalize, eps=eps, initial_state=..., return_state=...)`` up to dtype tolerance.
+
+    Parameters
+    ----------
+    q : torch.Tensor, shape (B, H, T, D)
+    k : torch.Tensor, shape (B, H, S, D)
+    v : torch.Tensor, shape (B, H, S, Dv)
+        float16, bfloat16 or float32, one dtype, on a CUDA device (CPU under
+        ``TRITON_INTERPRET=1``). Any strides (a unit stride in the last dim avoids a copy), so a
+        (B, T, H, D) tensor passed as ``x.transpose(1, 2)`` is used in place. D, Dv <= 256;
+        causal with S != T follows the top-left alignment.
+    feature_map : {"elu+1", "identity", "relu"} or None
+        Applied inside the kernels (and its derivative in the backward). None: q and k are
+        already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
+    causal : bool
+    normalize : bool
+        Divide by the guarded denominator; False returns the numerator.
+    eps : float
+        Denominator floor (>= 0); a guarded denominator of 0 (eps = 0) gives 0.
+    initial_state : (torch.Tensor (B, H, M, Dv), torch.Tensor (B, H, M)) or None
+        State (S_0, z_0) added before the first key, e.g. the ``return_state`` of the previous
+        segment of a sequence; any floating dtype (used as float32). Gradients flow into it.
+    return_state : bool
+        Also return (S_final (B, H, M, Dv), z_final (B, H, M)), float32: the state after all S
+        keys, differentiable.
+    chunk_size : {16, 32, 64, 128} or None
+        Chunk length of the causal kernels; None lets the autotuner pick (64 or 128).
+
+    Returns
+    -------
+    out : torch.Tensor, shape (B, H, T, Dv), dtype of q
+    state : (S_final, z_final), float32; only with ``return_state``.
+
+    Raises
+    ------
+    TypeError
+        Non-tensors, float64 or integer dtypes, mismatched dtypes, non-bool flags.
+    ValueError
+        Bad shapes (named), D or Dv > 256, unknown feature map, eps < 0, bad chunk_size or
+        initial_state, a CPU tensor without the interpreter.
+
+    Notes
+    -----
+    Accumulation and states are float32 in every dtype. bfloat16 rounds phi(q), phi(k), the
+    intra-chunk scores and the state to bfloat16 for the tensor-core products (as a bfloat16
+    PyTorch computation rounds its intermediates); float16 computes the inter-chunk product in
+    TF32 so that the state never overflows float16; float32 uses IEEE float32 products (exact
+    float32 semantics, several times slower than the 16-bit paths). Measured max errors relative
+    to max |reference| (T = 256, D = 64): float32 ~4e-7, float16 ~3e-4, bfloat16 ~3e-3 for the
+    output, at most 1.1e-6 / 1.1e-3 / 6.8e-3 for the gradients, each no more than a PyTorch
+    computation of the same quantity in that dtype (table in
+    :mod:`kernelkit_gpu.linear_attention_chunk`).
+
+    Examples
+    --------
+    >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
+    '1'
+    >>> import torch
+    >>> from kernelkit_gpu.linear_attention import linear_attention
+    >>> q, k, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16)
+    >>> out, (S, z) = linear_attention(q, k, v, causal=True, return_state=True)
+    >>> out.shape, S.shape, z.shape
+    (torch.Size([1, 2, 20, 16]), torch.Size([1, 2, 16, 16]), torch.Size([1, 2, 16]))
+    """
+    B, H, T, S, M, Dv, code, chunk = check_args(
+        q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
+        allowed_dtypes=_TRITON_DTYPES, max_dim=MAX_DIM)
+    check_triton_device(q)
+    if B * H == 0 or T == 0 or S == 0:
+        return linear_attention_naive(q, k, v, feature_map=feature_map, causal=causal,
+                                      normalize=normalize, eps=eps, initial_state=initial_state,
+                                      return_state=return_state, chunk_size=chunk_size)
+    S0, z0 = (None, None) if initial_state is None else initial_state
+    out, s_fin, z_fin = LinearAttentionFunction.apply(
+        _unit_last(q), _unit_last(k), _unit_last(v), S0, z0, code, causal, normalize, float(eps), chunk)
+    if return_state:
+        return out, (s_fin, z_fin)
+    return out

@@ -1,0 +1,219 @@
+"""Plain-PyTorch linear attention: the gradient reference and CPU fallback of
+:func:`kernelkit_gpu.linear_attention.linear_attention`, plus the argument validation both share.
+
+Same signature as the Triton version, any device, float64-capable, differentiable through
+torch.autograd (q, k, v and the initial state). Float16 / bfloat16 input is computed in float32
+(states float32) and the output rounded to the input dtype; float64 input stays float64.
+
+Equivalent to ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, causal=...,
+normalize=..., eps=..., initial_state=..., return_state=...)`` up to dtype tolerance.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args"]
+
+#: Fused feature maps and their kernel codes (0: identity, 1: elu(x) + 1, 2: relu). ``None``
+#: means q and k are already feature-mapped by the caller (identity inside the kernels).
+FEATURE_MAPS = {"identity": 0, "elu+1": 1, "relu": 2, None: 0}
+#: Default chunk length of the causal chunked form.
+DEFAULT_CHUNK = 64
+CHUNK_SIZES = (16, 32, 64, 128)
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ---------------------------------------------------------------------------------- validation
+def _check_tensor(t, name, shape_doc):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {shape_doc}; got {type(t).__name__}")
+    if t.ndim != 4:
+        raise ValueError(f"{name} must be 4-D {shape_doc}; got shape {tuple(t.shape)}")
+
+
+def _check_bool(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+
+
+def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, return_state,
+               chunk_size, allowed_dtypes=_FLOATS, max_dim=None):
+    """Validate the arguments of linear attention; return (B, H, T, S, M, Dv, map_code, chunk).
+
+    Raises
+    ------
+    TypeError
+        A non-tensor, a non-floating or mismatched dtype, a non-bool flag, a bad chunk_size type.
+    ValueError
+        Wrong ranks or mismatched shapes, devices, an unknown feature map, eps < 0, a bad
+        chunk_size value, a malformed initial_state.
+    """
+    _check_tensor(q, "q", "(B, H, T, D)")
+    _check_tensor(k, "k", "(B, H, S, D)")
+    _check_tensor(v, "v", "(B, H, S, Dv)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in allowed_dtypes:
+            names = ", ".join(str(d).replace("torch.", "") for d in allowed_dtypes)
+            extra = (" (float64: use kernelkit_gpu.linear_attention_naive)"
+                     if t.dtype == torch.float64 else "")
+            raise TypeError(f"{name} must have dtype {names}; got {t.dtype}{extra}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ValueError(f"q, k and v must be on the same device; got {q.device}, {k.device}, {v.device}")
+    B, H, T, M = q.shape
+    S, Dv = k.shape[2], v.shape[3]
+    if k.shape[:2] != (B, H) or v.shape[:2] != (B, H):
+        raise ValueError(f"q, k and v must share (B, H); got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if k.shape[3] != M:
+        raise ValueError(f"k must have the feature size of q: q is (..., {M}), k is (..., {k.shape[3]})")
+    if v.shape[2] != S:
+        raise ValueError(f"v must have the key length S of k: k has S = {S}, v has {v.shape[2]}")
+    if M == 0 or Dv == 0:
+        raise ValueError(f"q, k and v must have at least one feature; got D = {M}, Dv = {Dv}")
+    if max_dim is not None and (M > max_dim or Dv > max_dim):
+        raise ValueError(f"the Triton kernels support D (or M) and Dv up to {max_dim}; got "
+                         f"D = {M}, Dv = {Dv} (use linear_attention_naive for wider heads)")
+    if not (feature_map is None or isinstance(feature_map, str)):
+        raise TypeError(f"feature_map must be a string or None; got {type(feature_map).__name__}"
+                        " (apply other maps to q and k yourself and pass feature_map=None)")
+    if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"feature_map must be 'identity', 'elu+1', 'relu' or None (q, k already "
+                         f"mapped); got {feature_map!r}")
+    _check_bool(causal, "causal")
+    _check_bool(normalize, "normalize")
+    _check_bool(return_state, "return_state")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a real number; got {eps!r}")
+    if not (eps >= 0 and eps < float("inf")):
+        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    if chunk_size is not None:
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+            raise TypeError(f"chunk_size must be an int or None; got {chunk_size!r}")
+        if int(chunk_size) not in CHUNK_SIZES:
+            raise ValueError(f"chunk_size must be one of {CHUNK_SIZES} or None; got {chunk_size}")
+        chunk_size = int(chunk_size)
+    if initial_state is not None:
+        if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
+            raise ValueError("initial_state must be a pair (S_0 (B, H, M, Dv), z_0 (B, H, M)) or None")
+        for name, t, shape in (("initial_state[0]", initial_state[0], (B, H, M, Dv)),
+                               ("initial_state[1]", initial_state[1], (B, H, M))):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor of shape {shape}; got {type(t).__name__}")
+            if t.dtype not in _FLOATS:
+                raise TypeError(f"{name} must be a floating tensor; got dtype {t.dtype}")
+            if tuple(t.shape) != shape:
+                raise ValueError(f"{name} must have shape {shape} (B, H, M{', Dv' if len(shape) == 4 else ''}); "
+                                 f"got {tuple(t.shape)}")
+            if t.device != q.device:
+                raise ValueError(f"{name} must be on {q.device}; got {t.device}")
+    return B, H, T, S, M, Dv, FEATURE_MAPS[feature_map], chunk_size
+
+
+# ------------------------------------------------------------------------------------ naive
+def apply_feature_map(x, code):
+    """phi(x) for a kernel code of :data:`FEATURE_MAPS` (torch, differentiable)."""
+    if code == 1:
+        return F.elu(x) + 1.0
+    if code == 2:
+        return torch.relu(x)
+    return x
+
+
+def guarded_divide(num, den, eps):
+    """num / max(den, eps)[..., None], and 0 where the guarded denominator is 0 (eps = 0)."""
+    g = torch.clamp_min(den, eps)
+    pos = g > 0
+    return torch.where(pos[..., None], num / torch.where(pos, g, torch.ones_like(g))[..., None],
+                       torch.zeros_like(num))
+
+
+def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, eps=1e-6,
+                           initial_state=None, return_state=False, chunk_size=None):
+    r"""Linear attention in plain PyTorch (parallel form, or chunked cumulative form when causal).
+
+    With Q = phi(q), K = phi(k) and the state (S_0, z_0) (zero by default):
+
+    .. math::
+
+        \text{num}_t = Q_t^\top \Big(S_0 + \sum_{s \in V(t)} K_s v_s^\top\Big), \quad
+        \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
+        \text{out}_t = \text{num}_t / \max(\text{den}_t, \varepsilon)
+
+    V(t) = all keys, or {s <= t} when causal (top-left aligned, as torch SDPA).
+
+    Parameters
+    ----------
+    q : torch.Tensor, shape (B, H, T, D)
+    k : torch.Tensor, shape (B, H, S, D)
+    v : torch.Tensor, shape (B, H, S, Dv)
+        Same floating dtype (float16, bfloat16, float32, float64) and device.
+    feature_map : {"elu+1", "identity", "relu"} or None
+        None: q and k are already feature-mapped (D = M may be any size).
+    causal, normalize : bool
+    eps : float
+        Floor of the denominator (>= 0); a guarded denominator of 0 gives an output of 0.
+    initial_state : (torch.Tensor (B, H, M, Dv), torch.Tensor (B, H, M)) or None
+    return_state : bool
+        Also return (S_final, z_final), the state after all S keys.
+    chunk_size : int or None
+        Chunk length of the causal form (default 64); changes rounding only.
+
+    Returns
+    -------
+    out : torch.Tensor, shape (B, H, T, Dv), dtype of q
+    state : (S_final (B, H, M, Dv), z_final (B, H, M)), float32 (float64 for float64 input);
+        only with ``return_state``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 3)
+    >>> linear_attention_naive(q, k, v, causal=True).shape
+    torch.Size([1, 2, 5, 3])
+    """
+    B, H, T, S, M, Dv, code, chunk = check_args(q, k, v, feature_map, causal, normalize, eps,
+                                                initial_state, return_state, chunk_size)
+    cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
+    Q = apply_feature_map(q.to(cdt), code)
+    K = apply_feature_map(k.to(cdt), code)
+    V = v.to(cdt)
+    if initial_state is None:
+        S0 = torch.zeros((B, H, M, Dv), dtype=cdt, device=q.device)
+        z0 = torch.zeros((B, H, M), dtype=cdt, device=q.device)
+    else:
+        S0, z0 = initial_state[0].to(cdt), initial_state[1].to(cdt)
+    S_fin = S0 + K.transpose(-1, -2) @ V
+    z_fin = z0 + K.sum(dim=-2)
+    if not causal:
+        num = Q @ S_fin
+        den = (Q * z_fin[:, :, None, :]).sum(-1)
+    else:
+        C = chunk or DEFAULT_CHUNK
+        L = max(T, S)
+        NC = -(-L // C) if L else 0
+        P = NC * C
+
+        def pad(x):
+            return F.pad(x, (0, 0, 0, P - x.shape[2]))
+
+        Qc = pad(Q).reshape(B, H, NC, C, M)
+        Kc = pad(K).reshape(B, H, NC, C, M)
+        Vc = pad(V).reshape(B, H, NC, C, Dv)
+        A = (Qc @ Kc.transpose(-1, -2)) * torch.ones(C, C, dtype=cdt, device=q.device).tril()
+        Sc = Kc.transpose(-1, -2) @ Vc                          # (B, H, NC, M, Dv)
+        zc = Kc.sum(dim=-2)                                     # (B, H, NC, M)
+        S_prev = torch.cat([S0[:, :, None], Sc[:, :, :-1]], dim=2).cumsum(dim=2)
+        z_prev = torch.cat([z0[:, :, None], zc[:, :, :-1]], dim=2).cumsum(dim=2)
+        num = (A @ Vc + Qc @ S_prev).reshape(B, H, P, Dv)[:, :, :T]
+        den = (A.sum(-1) + (Qc * z_prev[:, :, :, None, :]).sum(-1)).reshape(B, H, P)[:, :, :T]
+    out = guarded_divide(num, den, float(eps)) if normalize else num
+    out = out.to(q.dtype)
+    if return_state:
+        return out, (S_fin, z_fin)
+    return out

@@ -1,0 +1,497 @@
+"""kernelkit_gpu.linear_attention (chunked Triton kernels) against the float64 reference.
+
+The reference is :func:`kernelkit_math.attention.linear_attention`; gradients are checked against
+the float64 autograd of :func:`kernelkit_gpu.linear_attention_naive.linear_attention_naive`, which
+is itself checked against that reference (forward) and finite differences (gradients) first.
+
+Tolerances follow the FlashAttention rule: in every dtype the kernel's largest error against the
+float64 reference may be at most twice that of the same computation written in PyTorch in that
+dtype (the quadratic parallel form, computed here in the test), plus a floor of two units of the
+dtype's rounding of the output (for cases where PyTorch happens to be exact).
+
+Runs on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``, exported by .ci/run) and,
+unchanged, on a GPU with ``pytest --device cuda``.
+"""
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kernelkit_gpu.linear_attention import linear_attention
+from kernelkit_gpu.linear_attention_naive import linear_attention_naive
+from tests.conftest import TOL
+
+# the modules themselves (a package-level export of the function would shadow the submodule name)
+LA = importlib.import_module("kernelkit_gpu.linear_attention")
+LC = importlib.import_module("kernelkit_gpu.linear_attention_chunk")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Unit roundoff of each dtype (2^-p, p = significand bits): the output-rounding floor.
+UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _triton_can_run(device):
+    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
+    if device == "cpu" and not LC.INTERPRET:
+        pytest.fail(
+            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
+            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
+            pytrace=False,
+        )
+
+
+# ------------------------------------------------------------------------------------ helpers
+def to64(t):
+    return t.detach().cpu().to(torch.float64).numpy()
+
+
+def make_inputs(rng, B, H, T, S, D, Dv, dtype, device, feature_map="elu+1", state=False):
+    """q, k, v (and a positive initial state); identity / pre-mapped features are positive so
+    the normalised attention is well conditioned (denominators bounded away from 0)."""
+    if feature_map in ("identity", None):
+        q = rng.uniform(0.05, 1.0, (B, H, T, D))
+        k = rng.uniform(0.05, 1.0, (B, H, S, D))
+    else:
+        q = rng.standard_normal((B, H, T, D))
+        k = rng.standard_normal((B, H, S, D))
+    v = rng.standard_normal((B, H, S, Dv))
+    out = [torch.from_numpy(a).to(dtype=dtype, device=device) for a in (q, k, v)]
+    if state:
+        S0 = torch.from_numpy(rng.uniform(0.0, 1.0, (B, H, D, Dv)) * 2.0).to(torch.float32).to(device)
+        z0 = torch.from_numpy(rng.uniform(0.5, 2.0, (B, H, D))).to(torch.float32).to(device)
+        out.append((S0, z0))
+    return out
+
+
+def reference(q, k, v, feature_map="elu+1", *, causal, normalize=True, eps=1e-6,
+              initial_state=None):
+    """Float64 reference on the (rounded) inputs: (out, S_final, z_final) as NumPy arrays."""
+    from kernelkit_math.attention import linear_attention as ref_la
+
+    init = None if initial_state is None else tuple(to64(t) for t in initial_state)
+    out, (Sf, zf) = ref_la(to64(q), to64(k), to64(v), feature_map or "identity", causal=causal,
+                           normalize=normalize, eps=eps, initial_state=init, return_state=True)
+    return out, Sf, zf
+
+
+def torch_same_dtype(q, k, v, feature_map="elu+1", *, causal, normalize=True, eps=1e-6,
+                     initial_state=None):
+    """The same computation in plain PyTorch in the inputs' dtype (quadratic parallel form):
+    the yardstick of the FlashAttention rule. Returns (out, S_final, z_final)."""
+    dt = q.dtype
+    phi = {"elu+1": lambda x: F.elu(x) + 1, "relu": torch.relu}.get(feature_map, lambda x: x)
+    Q, K = phi(q), phi(k)
+    A = Q @ K.transpose(-1, -2)
+    if causal:
+        A = A * torch.ones(A.shape[-2:], dtype=dt, device=q.device).tril()
+    num, den = A @ v, A.sum(-1)
+    Sf, zf = K.transpose(-1, -2) @ v, K.sum(-2)
+    if initial_state is not None:
+        S0, z0 = initial_state[0].to(dt), initial_state[1].to(dt)
+        num = num + Q @ S0
+        den = den + (Q @ z0[..., None])[..., 0]
+        Sf, zf = Sf + S0, zf + z0
+    if normalize:
+        g = torch.clamp_min(den, eps)
+        num = num / g[..., None]
+    return num, Sf, zf
+
+
+def naive64_grads(q, k, v, dout, feature_map, *, causal, normalize=True, eps=1e-6,
+                  initial_state=None, dSf=None, dzf=None):
+    """Float64 autograd gradients of the naive version: dq, dk, dv (, dS0, dz0)."""
+    leaves = [t.detach().cpu().to(torch.float64).requires_grad_() for t in (q, k, v)]
+    init = None
+    if initial_state is not None:
+        init = tuple(t.detach().cpu().to(torch.float64).requires_grad_() for t in initial_state)
+    out, (Sf, zf) = linear_attention_naive(*leaves, feature_map=feature_map, causal=causal,
+                                           normalize=normalize, eps=eps, initial_state=init,
+                                           return_state=True)
+    outs, grads = [out], [dout.detach().cpu().to(torch.float64)]
+    if dSf is not None:
+        outs += [Sf, zf]
+        grads += [dSf.detach().cpu().double(), dzf.detach().cpu().double()]
+    torch.autograd.backward(outs, grads)
+    res = [t.grad.numpy() for t in leaves]
+    if init is not None:
+        res += [t.grad.numpy() for t in init]
+    return res
+
+
+def torch_same_dtype_grads(q, k, v, dout, feature_map, *, causal, normalize=True, eps=1e-6):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = torch_same_dtype(*leaves, feature_map, causal=causal, normalize=normalize, eps=eps)[0]
+    out.backward(dout)
+    return [t.grad for t in leaves]
+
+
+def check_rule(ours, pt, ref, dtype_name, what, scale=None):
+    """max|ours - ref| <= 2 max|pt - ref| + 2 u scale (FlashAttention rule plus a floor).
+
+    ``scale`` defaults to max|ref|; gradients pass the largest of dq, dk, dv (a gradient that
+    cancels to ~0, as dq for T = 1, still carries rounding of the size of its terms), states
+    sqrt(S) max|ref| (a float32 sum of S terms, in any order, is exact to ~sqrt(S) u)."""
+    o = to64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
+    p = to64(pt) if isinstance(pt, torch.Tensor) else np.asarray(pt)
+    ref = np.asarray(ref)
+    assert o.shape == ref.shape, f"{what}: shape {o.shape} != {ref.shape}"
+    assert np.isfinite(o).all(), f"{what}: non-finite values (unwritten or overflow)"
+    err = np.abs(o - ref).max() if o.size else 0.0
+    err_pt = np.abs(p - ref).max() if o.size else 0.0
+    if scale is None:
+        scale = np.abs(ref).max() if o.size else 0.0
+    floor = 2 * UNIT[dtype_name] * scale
+    assert err <= 2 * err_pt + floor + 1e-300, (
+        f"{what} ({dtype_name}): error {err:.3g} > 2 x {err_pt:.3g} (same-dtype PyTorch) + {floor:.2g}"
+    )
+
+
+def check_close(ours, ref, what, rtol=2e-5, atol=2e-5):
+    """Float32 agreement of two float32 results computed by the kernels along different paths."""
+    o = to64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
+    r = to64(ref) if isinstance(ref, torch.Tensor) else np.asarray(ref)
+    assert np.isfinite(o).all(), f"{what}: non-finite values"
+    np.testing.assert_allclose(o, r, rtol=rtol, atol=atol * max(1.0, np.abs(r).max()), err_msg=what)
+
+
+def run_and_check(rng, device, *, T, S=None, D=16, Dv=None, causal, normalize=True,
+                  feature_map="elu+1", dtype_name="float32", grads=True, chunk_size=None, B=1, H=2,
+                  eps=1e-6):
+    S = T if S is None else S
+    Dv = D if Dv is None else Dv
+    dtype = DTYPES[dtype_name]
+    q, k, v = make_inputs(rng, B, H, T, S, D, Dv, dtype, device, feature_map)
+    ref, Sf_ref, zf_ref = reference(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
+    pt, Sf_pt, zf_pt = torch_same_dtype(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
+    qg, kg, vg = (t.clone().requires_grad_(grads) for t in (q, k, v))
+    out, (Sf, zf) = linear_attention(qg, kg, vg, feature_map=feature_map, causal=causal,
+                                     normalize=normalize, eps=eps, return_state=True,
+                                     chunk_size=chunk_size)
+    assert out.dtype == dtype and out.shape == (B, H, T, Dv) and out.device == q.device
+    assert Sf.dtype == torch.float32 and zf.dtype == torch.float32
+    check_rule(out, pt, ref, dtype_name, "out")
+    check_rule(Sf, Sf_pt, Sf_ref, dtype_name, "S_final", scale=np.sqrt(S) * np.abs(Sf_ref).max())
+    check_rule(zf, zf_pt, zf_ref, dtype_name, "z_final", scale=np.sqrt(S) * np.abs(zf_ref).max())
+    if not grads:
+        return
+    dout = torch.from_numpy(rng.standard_normal((B, H, T, Dv))).to(dtype=dtype, device=device)
+    out.backward(dout)
+    refs = naive64_grads(q, k, v, dout, feature_map, causal=causal, normalize=normalize, eps=eps)
+    pts = torch_same_dtype_grads(q, k, v, dout, feature_map, causal=causal, normalize=normalize, eps=eps)
+    scale = max(np.abs(r).max() for r in refs)
+    for name, g, p, r in zip(("dq", "dk", "dv"), (qg.grad, kg.grad, vg.grad), pts, refs):
+        assert g.dtype == dtype
+        check_rule(g, p, r, dtype_name, name, scale=scale)
+
+
+# ----------------------------------------------------------------- references check each other
+@pytest.mark.parametrize("T,S", [(1, 1), (63, 63), (130, 130), (70, 130), (130, 70)],
+                         ids=["1", "63", "130", "T70S130", "T130S70"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_naive_matches_reference_float64(T, S, causal, rng):
+    """The naive torch version (parallel / chunked cumulative) equals both float64 forms."""
+    from kernelkit_math.attention import linear_attention as ref_la
+
+    for fm in ("elu+1", "relu", "identity"):
+        for normalize in (True, False):
+            q, k, v, (S0, z0) = make_inputs(rng, 2, 2, T, S, 5, 3, torch.float64, "cpu", fm, state=True)
+            init = (S0.double(), z0.double())
+            out, (Sf, zf) = linear_attention_naive(q, k, v, feature_map=fm, causal=causal,
+                                                   normalize=normalize, initial_state=init,
+                                                   return_state=True, chunk_size=16)
+            for form in ("parallel", "recurrent"):
+                r, (rS, rz) = ref_la(q.numpy(), k.numpy(), v.numpy(), fm, causal=causal,
+                                     normalize=normalize, form=form,
+                                     initial_state=(S0.double().numpy(), z0.double().numpy()),
+                                     return_state=True)
+                np.testing.assert_allclose(out.numpy(), r, **TOL["float64"])
+                np.testing.assert_allclose(Sf.numpy(), rS, **TOL["float64"])
+                np.testing.assert_allclose(zf.numpy(), rz, **TOL["float64"])
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_naive_gradients_finite_differences(causal, rng):
+    q, k, v, (S0, z0) = make_inputs(rng, 1, 2, 7, 7, 3, 2, torch.float64, "cpu", "elu+1", state=True)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, S0.double(), z0.double())]
+
+    def f(q, k, v, S0, z0):
+        out, (Sf, zf) = linear_attention_naive(q, k, v, causal=causal, initial_state=(S0, z0),
+                                               return_state=True, chunk_size=16)
+        return out, Sf, zf
+
+    assert torch.autograd.gradcheck(f, leaves)
+
+
+# ------------------------------------------------------------------------ kernels, float32
+@pytest.mark.parametrize("T,D", [(1, 16), (63, 32), (100, 16), (130, 32)], ids=lambda x: str(x))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "identity"])
+def test_matches_reference_normalised(T, D, causal, feature_map, device, rng):
+    run_and_check(rng, device, T=T, D=D, causal=causal, feature_map=feature_map)
+
+
+@pytest.mark.parametrize("T", [1, 130])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "identity"])
+def test_matches_reference_unnormalised(T, causal, feature_map, device, rng):
+    run_and_check(rng, device, T=T, D=16, causal=causal, normalize=False, feature_map=feature_map)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_value_dim_differs_and_ragged_dims(causal, device, rng):
+    """Dv != D, neither a power of two (padded with masks; Dv spans two column tiles)."""
+    run_and_check(rng, device, T=100, D=24, Dv=40, causal=causal)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_premapped_features_m_differs_from_d(causal, device, rng):
+    """feature_map=None: q, k are features of size M = 48 (another map applied elsewhere)."""
+    run_and_check(rng, device, T=70, D=48, Dv=16, causal=causal, feature_map=None)
+
+
+def test_premapped_features_m256(device, rng):
+    run_and_check(rng, device, T=40, D=256, Dv=16, causal=True, feature_map=None, grads=False, H=1)
+
+
+@pytest.mark.parametrize("T,S", [(70, 130), (130, 70)], ids=["T<S", "T>S"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_query_and_key_lengths_differ(T, S, causal, device, rng):
+    """Causal with T != S is top-left aligned (as SDPA); the final state covers all S keys."""
+    run_and_check(rng, device, T=T, S=S, causal=causal)
+
+
+@pytest.mark.parametrize("chunk_size", [16, 32])
+def test_chunk_sizes(chunk_size, device, rng):
+    run_and_check(rng, device, T=130, causal=True, chunk_size=chunk_size, B=2, H=1)
+
+
+@pytest.mark.parametrize("seg_chunks", [1, 3])
+def test_segments_scan(seg_chunks, monkeypatch, device, rng):
+    """Force segments of 1 and 3 chunks: the two-level scan (segment sums, prefix / suffix sums,
+    per-segment sweeps) must give the same result as one long sweep."""
+    monkeypatch.setattr(LC, "segment_length",
+                        lambda n_pos, bh, nct, dev, multiple, waves=4: seg_chunks * multiple)
+    run_and_check(rng, device, T=130, causal=True, chunk_size=16, H=1)
+    run_and_check(rng, device, T=100, causal=False, chunk_size=16, H=1)
+
+
+# ---------------------------------------------------------------------------- other dtypes
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("T", [63, 130])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_dtypes_flashattention_rule(dtype_name, T, causal, device, rng):
+    run_and_check(rng, device, T=T, D=32, causal=causal, dtype_name=dtype_name)
+
+
+def test_float16_long_state_does_not_overflow(device, rng):
+    """z grows like T: with float16 input the state stays float32 (z_final ~ 8e4 > 65504),
+    where the same computation in float16 PyTorch overflows."""
+    T = 320
+    q, k, v = make_inputs(rng, 1, 1, T, T, 16, 16, torch.float16, device, "elu+1")
+    k = k + 250.0  # phi(k) ~ 251: z ~ 251 T, beyond float16's range
+    out, (Sf, zf) = linear_attention(q, k, v, causal=True, return_state=True)
+    ref, _, zf_ref = reference(q, k, v, causal=True)
+    assert zf_ref.max() > 65504
+    pt16 = torch_same_dtype(q, k, v, causal=True)[0]
+    assert not torch.isfinite(pt16).all() or np.abs(to64(pt16) - ref).max() > 0.1 * np.abs(ref).max()
+    assert torch.isfinite(out).all() and torch.isfinite(Sf).all()
+    # phi(k) enters the sums rounded to float16 (as the tensor-core operands): 2^-11 relative
+    np.testing.assert_allclose(to64(zf), zf_ref, rtol=2.0**-11)
+    # phi(q), phi(k), the scores and the output are each rounded once to float16 (2^-11): the
+    # error stays within a few such roundings of the output's scale
+    err = np.abs(to64(out) - ref).max()
+    assert err <= 8 * UNIT["float16"] * np.abs(ref).max(), err
+
+
+# ------------------------------------------------------------------ states and chaining
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("normalize", [True, False], ids=["norm", "num"])
+def test_initial_state_and_gradients(causal, normalize, device, rng):
+    """initial_state and return_state against the reference; gradients reach q, k, v, S0, z0
+    and flow back from the returned (S_final, z_final)."""
+    B, H, T, D, Dv = 1, 2, 90, 16, 24
+    q, k, v, (S0, z0) = make_inputs(rng, B, H, T, T, D, Dv, torch.float32, device, state=True)
+    ref, Sf_ref, zf_ref = reference(q, k, v, causal=causal, normalize=normalize, initial_state=(S0, z0))
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, S0, z0)]
+    out, (Sf, zf) = linear_attention(*leaves[:3], causal=causal, normalize=normalize,
+                                     initial_state=tuple(leaves[3:]), return_state=True)
+    check_close(out, ref, "out")
+    check_close(Sf, Sf_ref, "S_final")
+    check_close(zf, zf_ref, "z_final")
+    dout = torch.from_numpy(rng.standard_normal((B, H, T, Dv))).float().to(device)
+    dSf = torch.from_numpy(rng.standard_normal((B, H, D, Dv))).float().to(device)
+    dzf = torch.from_numpy(rng.standard_normal((B, H, D))).float().to(device)
+    torch.autograd.backward([out, Sf, zf], [dout, dSf, dzf])
+    refs = naive64_grads(q, k, v, dout, "elu+1", causal=causal, normalize=normalize,
+                         initial_state=(S0, z0), dSf=dSf, dzf=dzf)
+    for name, leaf, r in zip(("dq", "dk", "dv", "dS0", "dz0"), leaves, refs):
+        check_close(leaf.grad, r, name)
+
+
+@pytest.mark.parametrize("split", [37, 64])
+def test_chaining_equals_full_run(split, device, rng):
+    """Running [0:t] then [t:T] from the returned state equals the full causal run, forward and
+    backward (the second part's loss reaches the first part's k, v through the state)."""
+    B, H, T, D = 1, 2, 110, 16
+    q, k, v = make_inputs(rng, B, H, T, T, D, D, torch.float32, device)
+    dout = torch.from_numpy(rng.standard_normal((B, H, T, D))).float().to(device)
+    full_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    full, (Sf, zf) = linear_attention(*full_leaves, causal=True, return_state=True)
+    full.backward(dout)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    a, b = [t[:, :, :split] for t in leaves], [t[:, :, split:] for t in leaves]
+    out1, st = linear_attention(*a, causal=True, return_state=True)
+    out2, (Sf2, zf2) = linear_attention(*b, causal=True, initial_state=st, return_state=True)
+    torch.cat([out1, out2], dim=2).backward(dout)
+    check_close(torch.cat([out1, out2], dim=2), full, "chained out", rtol=1e-5, atol=1e-5)
+    check_close(Sf2, Sf, "chained S_final", rtol=1e-5, atol=1e-5)
+    check_close(zf2, zf, "chained z_final", rtol=1e-5, atol=1e-5)
+    for name, l1, l2 in zip(("dq", "dk", "dv"), leaves, full_leaves):
+        check_close(l1.grad, l2.grad, "chained " + name, rtol=1e-5, atol=1e-5)
+
+
+def test_noncausal_state_chaining(device, rng):
+    """Non-causal: the final state of two halves chained equals that of the full run."""
+    q, k, v = make_inputs(rng, 1, 2, 80, 80, 16, 16, torch.float32, device)
+    _, (Sf, zf) = linear_attention(q, k, v, return_state=True)
+    _, st = linear_attention(q[:, :, :30], k[:, :, :30], v[:, :, :30], return_state=True)
+    out2, (Sf2, zf2) = linear_attention(q, k[:, :, 30:], v[:, :, 30:], initial_state=st,
+                                        return_state=True)
+    check_close(Sf2, Sf, "S_final")
+    check_close(zf2, zf, "z_final")
+    check_close(out2, linear_attention(q, k, v), "out")
+
+
+# --------------------------------------------------------------------- edges and plumbing
+def test_zero_denominators_and_eps_zero(device, rng):
+    """relu features that vanish give den = 0: output 0 with eps = 0, num / eps otherwise; never
+    NaN, gradients finite."""
+    q, k, v = make_inputs(rng, 1, 1, 40, 40, 16, 16, torch.float32, device)
+    q = q.clone()
+    q[:, :, :10] = -1.0  # relu(q) = 0 for the first 10 queries
+    for eps in (0.0, 1e-3):
+        for causal in (False, True):
+            leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+            out = linear_attention(*leaves, feature_map="relu", causal=causal, eps=eps)
+            ref = reference(q, k, v, "relu", causal=causal, eps=eps)[0]
+            check_close(out, ref, f"eps={eps}")
+            assert (out[:, :, :10] == 0).all()
+            out.sum().backward()
+            for leaf in leaves:
+                assert torch.isfinite(leaf.grad).all()
+
+
+def test_strided_inputs_used_in_place(device, rng):
+    """(B, T, H, D) tensors passed as .transpose(1, 2) (unit last stride, no copy)."""
+    q, k, v = make_inputs(rng, 2, 3, 50, 50, 16, 16, torch.float32, device)
+    qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
+    assert not qt.is_contiguous()
+    for causal in (False, True):
+        check_close(linear_attention(qt, kt, vt, causal=causal),
+                    linear_attention(q, k, v, causal=causal), "strided")
+    # a non-unit last stride is copied
+    qs = torch.stack([q, q], dim=-1)[..., 0]
+    assert qs.stride(-1) == 2
+    check_close(linear_attention(qs, k, v, causal=True), linear_attention(q, k, v, causal=True), "step")
+
+
+def test_empty_sequence(device):
+    q = torch.zeros((1, 2, 0, 16), device=device)
+    out, (Sf, zf) = linear_attention(q, q, torch.zeros((1, 2, 0, 8), device=device),
+                                     causal=True, return_state=True)
+    assert out.shape == (1, 2, 0, 8) and Sf.shape == (1, 2, 16, 8) and (Sf == 0).all()
+
+
+def test_outputs_poisoned_none_unwritten(monkeypatch, device, rng):
+    """Every kernel-written buffer (out, den, states, dden, dq, dk, dv) starts as NaN."""
+    def poisoned(shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(LA, "_empty", poisoned)
+    q, k, v, (S0, z0) = make_inputs(rng, 1, 2, 75, 75, 24, 40, torch.float32, device, state=True)
+    for causal in (False, True):
+        for normalize in (True, False):
+            leaves = [t.clone().requires_grad_() for t in (q, k, v, S0, z0)]
+            out, (Sf, zf) = linear_attention(*leaves[:3], causal=causal, normalize=normalize,
+                                             initial_state=tuple(leaves[3:]), return_state=True,
+                                             chunk_size=16)
+            ref, Sf_ref, zf_ref = reference(q, k, v, causal=causal, normalize=normalize,
+                                            initial_state=(S0, z0))
+            check_close(out, ref, "out")
+            check_close(Sf, Sf_ref, "S_final")
+            (out.sum() + Sf.sum() + zf.sum()).backward()
+            for leaf in leaves:
+                assert torch.isfinite(leaf.grad).all()
+
+
+def test_triton_launchers_ran(monkeypatch, device, rng):
+    """A spy on the launchers: the forward runs the segment sums and one chunk sweep, the
+    backward the row kernel, the reverse segment sums and three sweeps (dV, dK, dQ)."""
+    calls = []
+    for name in ("state_sums", "chunk_sweep", "dden_rows"):
+        real = getattr(LC, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(LC, name, spy)
+    q, k, v = (t.requires_grad_() for t in make_inputs(rng, 1, 1, 40, 40, 16, 16, torch.float32, device))
+    for causal in (False, True):
+        calls.clear()
+        out = linear_attention(q, k, v, causal=causal)
+        assert calls == ["state_sums", "chunk_sweep"]
+        calls.clear()
+        out.sum().backward()
+        assert calls == ["dden_rows", "state_sums", "chunk_sweep", "chunk_sweep", "chunk_sweep"]
+
+
+def test_cpu_without_interpreter_is_refused(monkeypatch):
+    monkeypatch.setattr(LC, "INTERPRET", False)
+    x = torch.randn(1, 1, 4, 16)
+    with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
+        linear_attention(x, x, x)
+
+
+def test_bad_inputs(device):
+    x = torch.randn(1, 2, 8, 16, device=device)
+    v = torch.randn(1, 2, 8, 4, device=device)
+
+    def call(*args, **kwargs):
+        return linear_attention(*args, **kwargs)
+
+    cases = [
+        (TypeError, "q must be a torch.Tensor", lambda: call(x.cpu().numpy(), x, v)),
+        (ValueError, "q must be 4-D", lambda: call(x[0], x, v)),
+        (TypeError, "float64: use kernelkit_gpu.linear_attention_naive", lambda: call(x.double(), x.double(), v.double())),
+        (TypeError, "q must have dtype", lambda: call(x.int(), x.int(), v.int())),
+        (TypeError, "same dtype", lambda: call(x, x.half(), v)),
+        (ValueError, "feature size of q", lambda: call(x, x[..., :8], v)),
+        (ValueError, "key length S of k", lambda: call(x, x, v[:, :, :5])),
+        (ValueError, "share \\(B, H\\)", lambda: call(x, x[:, :1], v[:, :1])),
+        (ValueError, "up to 256", lambda: call(torch.randn(1, 1, 4, 300, device=device),
+                                               torch.randn(1, 1, 4, 300, device=device), v[:, :1, :4])),
+        (ValueError, "feature_map must be", lambda: call(x, x, v, feature_map="softmax")),
+        (TypeError, "feature_map must be a string", lambda: call(x, x, v, feature_map=torch.relu)),
+        (TypeError, "causal must be True or False", lambda: call(x, x, v, causal=1)),
+        (TypeError, "normalize must be True or False", lambda: call(x, x, v, normalize="yes")),
+        (TypeError, "return_state must be True or False", lambda: call(x, x, v, return_state=None)),
+        (ValueError, "eps must be a finite number >= 0", lambda: call(x, x, v, eps=-1e-3)),
+        (TypeError, "eps must be a real number", lambda: call(x, x, v, eps="small")),
+        (ValueError, "chunk_size must be one of", lambda: call(x, x, v, chunk_size=48)),
+        (TypeError, "chunk_size must be an int", lambda: call(x, x, v, chunk_size=64.0)),
+        (ValueError, "initial_state must be a pair", lambda: call(x, x, v, initial_state=x)),
+        (ValueError, "initial_state\\[0\\] must have shape", lambda: call(
+            x, x, v, initial_state=(torch.zeros(1, 2, 4, 16, device=device), torch.zeros(1, 2, 16, device=device)))),
+        (ValueError, "initial_state\\[1\\] must have shape", lambda: call(
+            x, x, v, initial_state=(torch.zeros(1, 2, 16, 4, device=device), torch.zeros(1, 2, 4, device=device)))),
+        (TypeError, "initial_state\\[1\\] must be a torch.Tensor", lambda: call(
+            x, x, v, initial_state=(torch.zeros(1, 2, 16, 4, device=device), None))),
+    ]
+    for exc, match, fn in cases:
+        with pytest.raises(exc, match=match):
+            fn()
