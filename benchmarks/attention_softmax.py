@@ -1,0 +1,377 @@
+"""Benchmark: kernelkit's Triton flash attention against torch SDPA (flash, cuDNN, efficient).
+
+Run on the GPU machine (about 3 minutes on an H200, estimated; ``--quick`` for about one)::
+
+    python benchmarks/attention_softmax.py [--quick] [--out PATH]
+
+Order of work, all in one process so that every ratio compares numbers from the same run:
+
+0. tuning: one forward + backward per (D, causal) at the headline shape (T = 16384, B = 4), so
+   the autotuner (keyed on D, causal and dtype, not on T) picks its configs on long sequences;
+   the time of that first call (compilation + autotuning) is recorded;
+1. correctness first, with the tuned configs (exactly what is timed): output and dq, dk, dv of
+   kernelkit and of SDPA flash against float64 torch on the same bfloat16 inputs (the
+   FlashAttention rule: ours <= 2x flash's error + a floor), causal and not, T = S = 1024 and a
+   ragged T = 1000, S = 777 with GQA;
+2. timings (``triton.testing.do_bench``, median): bfloat16, H = 16, D in {64, 128}, B * T = 65536
+   tokens with T in {512, 1024, 4096, 16384} (and T = 65536 causal unless ``--quick``), causal and
+   not, forward and forward + backward, for kernelkit and every SDPA backend that accepts the
+   shape (a backend that raises is skipped and recorded); TFLOP/s with forward FLOPs
+   4 B H T S D (half when causal) and backward 2.5x forward; peak memory of one call
+   (``torch.cuda.max_memory_allocated`` above the inputs);
+3. the autotuner's choices per key, and the anchors of ``shared/anchors`` for comparison.
+
+The JSON goes to ``--out`` (default
+``benchmarks/results/attention_softmax-<gpu>-<date>.json``), written atomically; a short table is
+printed last. ``--smoke`` runs tiny shapes on the CPU under the Triton interpreter (code paths only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+if "--smoke" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+
+from kernelkit_gpu import softmax_attention as sa_mod  # noqa: E402
+from kernelkit_gpu.attention_naive import softmax_attention_naive  # noqa: E402
+
+TOKENS = 65536
+HEADS = 16
+DTYPE = torch.bfloat16
+TARGET_TFLOPS = 400.0  # H200, bf16, D 128, T 16384, non-causal forward (SDPA flash: 355)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ------------------------------------------------------------------------------- helpers
+def bench(fn, dev, grad_to_none=None, rep=100):
+    """Median milliseconds of ``fn``."""
+    if dev != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=rep, grad_to_none=grad_to_none, return_mode="median")
+
+
+def peak_mb(fn, dev):
+    """Peak memory of one call above what was allocated before it (MiB)."""
+    if dev != "cuda":
+        return None
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
+
+
+def sdpa_impls():
+    """name -> context manager factory (None: ours)."""
+    impls = {"kernelkit": None}
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # pragma: no cover - old torch
+        return impls
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        backend = getattr(SDPBackend, name, None)
+        if backend is not None:
+            impls["sdpa_" + name.split("_")[0].lower()] = (lambda b=backend: sdpa_kernel(b))
+    return impls
+
+
+def run_impl(name, ctx, q, k, v, causal, gqa=False):
+    if ctx is None:
+        return sa_mod.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    with ctx():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+
+
+def fwd_flops(b, h, t, s, d, causal):
+    f = 4.0 * b * h * t * s * d
+    return f / 2 if causal else f
+
+
+def max_abs(a, b):
+    return float((a.detach().double() - b.detach().double()).abs().max())
+
+
+# ---------------------------------------------------------------------------------- tuning
+def _dims(quick, smoke):
+    if smoke:
+        return (32,)
+    return (128,) if quick else (64, 128)
+
+
+def tune(dev, quick, smoke):
+    """First forward + backward per (D, causal) at the headline shape: compilation + autotuning."""
+    log("== tuning (first call per autotuner key, at T = 16384 B = 4)")
+    t, b, heads = (64, 1, 2) if smoke else (16384, 4, HEADS)
+    rows = []
+    for d in _dims(quick, smoke):
+        for causal in (False, True):
+            q, k, v = (torch.randn(b, heads, t, d, device=dev, dtype=DTYPE).requires_grad_(True)
+                       for _ in range(3))
+            t0 = time.perf_counter()
+            out = sa_mod.softmax_attention(q, k, v, is_causal=causal)
+            out.backward(torch.ones_like(out))
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            row = dict(D=d, causal=causal, T=t, B=b, first_call_s=round(time.perf_counter() - t0, 2))
+            log("  ", row)
+            rows.append(row)
+            del q, k, v, out
+    return rows
+
+
+# ---------------------------------------------------------------------------- correctness
+def correctness(dev, quick, smoke):
+    """Errors against float64 on the same bf16 inputs; verdict per case by the 2x rule."""
+    log("== correctness (bfloat16 inputs; errors against float64 torch on the same inputs)")
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    if smoke:
+        shapes = [(1, 2, 2, 40, 33, 32)]
+    else:
+        shapes = [(2, 16, 16, 1024, 1024, 64), (2, 16, 16, 1024, 1024, 128),
+                  (2, 16, 4, 1000, 777, 128)]
+        if quick:
+            shapes = shapes[1:]
+    impls = sdpa_impls()
+    flash = impls.get("sdpa_flash")
+    rows = []
+    for (b, h, hkv, t, s, d) in shapes:
+        for causal in (False, True):
+            q = torch.randn(b, h, t, d, generator=gen).to(dev, DTYPE).requires_grad_(True)
+            k = torch.randn(b, hkv, s, d, generator=gen).to(dev, DTYPE).requires_grad_(True)
+            v = torch.randn(b, hkv, s, d, generator=gen).to(dev, DTYPE).requires_grad_(True)
+            g = torch.randn(b, h, t, d, generator=gen).to(dev, DTYPE)
+            gqa = hkv != h
+            q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (q, k, v))
+            o64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=gqa)
+            r64 = torch.autograd.grad(o64, (q64, k64, v64), g.double())
+            row = dict(B=b, H=h, H_kv=hkv, T=t, S=s, D=d, causal=causal)
+            errs = {}
+            for name, ctx in (("kernelkit", None), ("sdpa_flash", flash)):
+                if name != "kernelkit" and (ctx is None or dev != "cuda"):
+                    continue
+                try:
+                    out = run_impl(name, ctx, q, k, v, causal, gqa)
+                    grads = torch.autograd.grad(out, (q, k, v), g)
+                except Exception as e:  # a backend that refuses the shape
+                    row[name] = f"skipped: {type(e).__name__}: {str(e)[:120]}"
+                    continue
+                errs[name] = dict(out=max_abs(out, o64), **{
+                    gn: max_abs(a, r) for gn, a, r in zip(("dq", "dk", "dv"), grads, r64)})
+                row[name] = errs[name]
+            if "sdpa_flash" in errs:
+                u = 2.0**-8
+                ok = all(errs["kernelkit"][key] <= 2 * errs["sdpa_flash"][key]
+                         + 8 * u * max(1.0, float(ref.abs().max()))
+                         for key, ref in zip(("out", "dq", "dk", "dv"), (o64,) + tuple(r64)))
+                row["rule_2x_flash"] = bool(ok)
+            log("  ", {k_: (v_ if not isinstance(v_, dict) else {a: f"{c:.2e}" for a, c in v_.items()})
+                       for k_, v_ in row.items()})
+            rows.append(row)
+            del q, k, v, g, q64, k64, v64, o64, r64
+    return rows
+
+
+# -------------------------------------------------------------------------------- timings
+def _time_case(dev, impls, d, causal, t, b, heads, rep):
+    """Forward and forward + backward of every implementation on one shape (rows of the JSON)."""
+    q, k, v, g = (torch.randn(b, heads, t, d, device=dev, dtype=DTYPE) for _ in range(4))
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    ff = fwd_flops(b, heads, t, t, d, causal)
+    rows = []
+    for name, ctx in impls.items():
+        row = dict(impl=name, D=d, T=t, B=b, H=heads, causal=causal)
+
+        def fwd():
+            with torch.no_grad():
+                return run_impl(name, ctx, q, k, v, causal)
+
+        def fwd_bwd():
+            run_impl(name, ctx, qg, kg, vg, causal).backward(g)
+
+        try:
+            t0 = time.perf_counter()
+            fwd()
+            fwd_bwd()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            row["first_call_s"] = round(time.perf_counter() - t0, 3)
+            ms_f = bench(fwd, dev, rep=rep)
+            ms_fb = bench(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
+            row.update(
+                fwd_ms=ms_f, fwd_tflops=ff / ms_f * 1e-9,
+                fwd_bwd_ms=ms_fb, fwd_bwd_tflops=3.5 * ff / ms_fb * 1e-9,
+                bwd_ms_est=ms_fb - ms_f,
+                bwd_tflops_est=2.5 * ff / max(ms_fb - ms_f, 1e-9) * 1e-9,
+                fwd_peak_mib=peak_mb(fwd, dev), fwd_bwd_peak_mib=peak_mb(fwd_bwd, dev),
+            )
+        except Exception as e:  # a backend that refuses the shape or runs out of memory
+            row["skipped"] = f"{type(e).__name__}: {str(e)[:160]}"
+        for x in (qg, kg, vg):
+            x.grad = None
+        rows.append(row)
+        where = f"  D{d} T{t:6d} {'causal' if causal else 'full  '} {name:16s}"
+        if "skipped" in row:
+            log(f"{where} skipped: {row['skipped'][:80]}")
+        else:
+            log(f"{where} fwd {row['fwd_ms']:8.3f} ms {row['fwd_tflops']:6.1f} TF/s | "
+                f"fwd+bwd {row['fwd_bwd_ms']:8.3f} ms {row['fwd_bwd_tflops']:6.1f} TF/s")
+    return rows
+
+
+def timings(dev, quick, smoke):
+    log("== timings (bfloat16, H = 16, B * T = 65536 tokens, median ms of do_bench)")
+    dims = _dims(quick, smoke)
+    if smoke:
+        lengths, tokens, heads = (64,), 128, 2
+    else:
+        lengths = (16384, 1024) if quick else (16384, 4096, 1024, 512)
+        tokens, heads = TOKENS, HEADS
+    impls = sdpa_impls() if dev == "cuda" else {"kernelkit": None}
+    rep = 50 if quick else 100
+    rows = []
+    cases = [(d, causal, t) for d in dims for causal in (False, True) for t in lengths]
+    if not quick and not smoke:
+        cases += [(128, True, 65536)]
+    for d, causal, t in cases:
+        rows += _time_case(dev, impls, d, causal, t, max(1, tokens // t), heads, rep)
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    # ratios against SDPA flash in the same run
+    index = {(r["impl"], r["D"], r["T"], r["causal"]): r for r in rows}
+    for r in rows:
+        base = index.get(("sdpa_flash", r["D"], r["T"], r["causal"]))
+        if base and "skipped" not in base and "skipped" not in r:
+            r["fwd_speedup_vs_flash"] = base["fwd_ms"] / r["fwd_ms"]
+            r["fwd_bwd_speedup_vs_flash"] = base["fwd_bwd_ms"] / r["fwd_bwd_ms"]
+    return rows
+
+
+def autotune_choices():
+    out = {}
+    for name in ("_attn_fwd_kernel", "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel"):
+        kern = getattr(sa_mod, name)
+        cache = getattr(kern, "cache", {}) or {}
+        out[name] = {str(k): str(v) for k, v in cache.items()}
+    return out
+
+
+def anchors():
+    found = {}
+    for base in (os.path.join(ROOT, "shared", "anchors"), os.path.join(ROOT, "..", "shared", "anchors")):
+        for path in sorted(glob.glob(os.path.join(base, "*.json"))):
+            try:
+                with open(path) as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            found[os.path.basename(path)] = {k: v for k, v in data.items()
+                                             if k.startswith("sdpa") or k in ("gpu", "torch", "triton")}
+        if found:
+            break
+    return found
+
+
+def write_json_atomic(path, data):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def summary(rows, correct):
+    lines = ["", "== summary (bf16, H 16, tokens 65536): TFLOP/s, fwd | fwd+bwd; speedup vs SDPA flash"]
+    impls = []
+    for r in rows:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    keys = sorted({(r["D"], r["causal"], r["T"]) for r in rows})
+    head = f"{'D':>4} {'mask':>6} {'T':>6} | " + " | ".join(f"{i:>19s}" for i in impls) + " | ours/flash"
+    lines.append(head)
+    idx = {(r["impl"], r["D"], r["causal"], r["T"]): r for r in rows}
+    for (d, causal, t) in keys:
+        cells = []
+        for i in impls:
+            r = idx.get((i, d, causal, t))
+            if r is None or "skipped" in r:
+                cells.append(f"{'-':>19s}")
+            else:
+                cells.append(f"{r['fwd_tflops']:8.1f} |{r['fwd_bwd_tflops']:8.1f}  ")
+        ours = idx.get(("kernelkit", d, causal, t), {})
+        ratio = ""
+        if "fwd_speedup_vs_flash" in ours:
+            ratio = f"{ours['fwd_speedup_vs_flash']:.2f}x | {ours['fwd_bwd_speedup_vs_flash']:.2f}x"
+        lines.append(f"{d:>4} {'causal' if causal else 'full':>6} {t:>6} | " + " | ".join(cells)
+                     + f" | {ratio}")
+    verdicts = [r.get("rule_2x_flash") for r in correct if "rule_2x_flash" in r]
+    if verdicts:
+        lines.append(f"correctness (ours <= 2x SDPA-flash error + floor): "
+                     f"{sum(verdicts)}/{len(verdicts)} cases pass")
+    head_row = idx.get(("kernelkit", 128, False, 16384))
+    if head_row and "fwd_tflops" in head_row:
+        lines.append(f"headline D128 T16384 full fwd: {head_row['fwd_tflops']:.1f} TFLOP/s "
+                     f"(target >= {TARGET_TFLOPS:.0f})")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="D 128, T 16384 and 1024 only (about a minute)")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (code paths)")
+    ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/...)")
+    args = ap.parse_args(argv)
+    dev = "cpu" if args.smoke else "cuda"
+    if dev == "cuda" and not torch.cuda.is_available():
+        sys.exit("needs a CUDA GPU (or --smoke for the CPU interpreter)")
+    gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu-interpreter"
+    t_start = time.time()
+    log(f"device {gpu}; torch {torch.__version__}; triton {triton.__version__}")
+    tuning = tune(dev, args.quick, args.smoke)
+    correct = correctness(dev, args.quick, args.smoke)
+    rows = timings(dev, args.quick, args.smoke)
+    result = dict(
+        benchmark="attention_softmax", date=_dt.datetime.now().isoformat(timespec="seconds"),
+        device=gpu, torch=torch.__version__, triton=triton.__version__,
+        python=platform.python_version(), quick=args.quick, smoke=args.smoke,
+        dtype="bfloat16", heads=HEADS, tokens=TOKENS if not args.smoke else None,
+        flops="fwd 4 B H T S D (causal: half); fwd+bwd 3.5x fwd; bwd_est = fwd_bwd - fwd",
+        tuning=tuning, correctness=correct, timings=rows, autotune=autotune_choices(), anchors=anchors(),
+        wall_s=round(time.time() - t_start, 1),
+    )
+    out = args.out
+    if out is None:
+        tag = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower()
+        out = os.path.join(ROOT, "benchmarks", "results",
+                           f"attention_softmax-{tag}-{_dt.date.today().isoformat()}.json")
+    write_json_atomic(out, result)
+    log(f"wrote {out} ({result['wall_s']} s)")
+    log(summary(rows, correct))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""Plain-PyTorch softmax attention and kernel smoothers: the twins of the Triton attention kernels.
+
+:func:`softmax_attention_naive` and :func:`kernel_attention_naive` have the signatures of
+:func:`kernelkit_gpu.softmax_attention.softmax_attention` and
+:func:`kernelkit_gpu.kernel_attention.kernel_attention`. They materialise the (T, S) score matrix
+of every head, run on any device (CPU included, no Triton), accept float64, and are differentiable
+with torch.autograd. They serve as CPU fallback, as the gradient reference of the tests (float64
+autograd through them) and, in float16 / bfloat16 / float32, as the *same-dtype PyTorch
+computation* of the FlashAttention accuracy rule (a fused kernel's error must stay within 2x of
+the error of this eager computation in the same dtype).
+
+Float64 references: ``kernelkit_math.attention.softmax_attention`` and
+``kernelkit_math.attention.kernel_smoother``.
+
+This module also holds the argument validation shared with the Triton versions.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _prepare as P
+from kernelkit_gpu.naive import epilogue_torch
+
+__all__ = ["softmax_attention_naive", "kernel_attention_naive", "check_qkv", "check_scale",
+           "check_eps", "ATTN_DTYPES", "MAX_HEAD_DIM"]
+
+#: Dtypes the Triton attention kernels accept (the naive versions also take float64).
+ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Largest head dimension of the Triton kernels (D and Dv are padded to a power of two).
+MAX_HEAD_DIM = 256
+#: Kernel values materialised per query chunk in :func:`kernel_attention_naive`.
+CHUNK_ELEMENTS = 1 << 26
+
+
+# ---------------------------------------------------------------------------------- validation
+def _check_flag(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+
+
+def check_qkv(q, k, v, *, is_causal=False, enable_gqa=False, dtypes=ATTN_DTYPES,
+              max_head_dim=None):
+    """Validate attention operands; return ``(B, H, H_kv, T, S, D, Dv)``.
+
+    q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv); one dtype, one device; H_kv == H, or
+    H_kv divides H with ``enable_gqa=True``.
+
+    Raises
+    ------
+    TypeError
+        A non-tensor operand, an unsupported or mixed dtype, a non-bool flag.
+    ValueError
+        Wrong number of dimensions, mismatched batch / heads / lengths / head dims, tensors on
+        different devices, a head dim outside 1..``max_head_dim``.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, D); got {type(t).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim != 4:
+            shape = "(B, H, T, D)" if name == "q" else "(B, H_kv, S, D)"
+            raise ValueError(f"{name} must be 4-D {shape}; got shape {tuple(t.shape)}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in dtypes:
+            allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on the same device; got {q.device}, {k.device} and {v.device}"
+        )
+    _check_flag(is_causal, "is_causal")
+    _check_flag(enable_gqa, "enable_gqa")
+    B, H, T, D = q.shape
+    Bk, H_kv, S, Dk = k.shape
+    Bv, H_v, S_v, Dv = v.shape
+    if Bk != B or Bv != B:
+        raise ValueError(f"q, k and v must have the same batch size; got {B}, {Bk} and {Bv}")
+    if H_v != H_kv:
+        raise ValueError(f"k and v must have the same number of heads; got {H_kv} and {H_v}")
+    if S_v != S:
+        raise ValueError(f"k and v must have the same length S; got {S} and {S_v}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head dim; got {D} and {Dk}")
+    if enable_gqa:
+        if H_kv == 0 or H % H_kv != 0:
+            raise ValueError(
+                f"with enable_gqa=True the number of key/value heads must divide the number of "
+                f"query heads; got H={H}, H_kv={H_kv}"
+            )
+    elif H_kv != H:
+        raise ValueError(
+            f"k and v must have as many heads as q (got H={H}, H_kv={H_kv}); pass enable_gqa=True "
+            f"for grouped-query attention"
+        )
+    for name, d in (("q/k head dim D", D), ("v head dim Dv", Dv)):
+        if d < 1:
+            raise ValueError(f"{name} must be at least 1; got {d}")
+        if max_head_dim is not None and d > max_head_dim:
+            raise ValueError(f"{name} must be at most {max_head_dim}; got {d}")
+    return B, H, H_kv, T, S, D, Dv
+
+
+def check_scale(scale, d):
+    """``None`` -> 1 / sqrt(D); otherwise a finite real number > 0 (returned as float)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a positive number or None; got {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
+    return scale
+
+
+def check_eps(eps):
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be a number >= 0; got {eps!r}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    return eps
+
+
+def _expand_kv(t, group):
+    """Repeat each key/value head ``group`` times (GQA): (B, H_kv, S, D) -> (B, H, S, D)."""
+    return t if group == 1 else t.repeat_interleave(group, dim=1)
+
+
+def _causal_mask(t0, t1, s, device):
+    """(t1 - t0, s) bool: key j visible to query i iff j <= i (top-left aligned, as torch SDPA)."""
+    i = torch.arange(t0, t1, device=device)[:, None]
+    j = torch.arange(s, device=device)[None, :]
+    return j <= i
+
+
+# ------------------------------------------------------------------------------------ softmax
+def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
+                            return_lse=False):
+    r"""Softmax attention with the score matrix materialised; the signature of the Triton version.
+
+    .. math::
+
+        \mathrm{out}_i = \sum_j \frac{e^{s_{ij}}}{\sum_{j'} e^{s_{ij'}}} v_j, \qquad
+        s_{ij} = \mathrm{scale}\; q_i \cdot k_j, \qquad
+        \mathrm{lse}_i = \log \sum_j e^{s_{ij}}
+
+    Equivalent to ``kernelkit_math.attention.softmax_attention`` up to dtype tolerance.
+
+    Parameters
+    ----------
+    q : torch.Tensor, shape (B, H, T, D)
+    k : torch.Tensor, shape (B, H_kv, S, D)
+    v : torch.Tensor, shape (B, H_kv, S, Dv)
+        One dtype: float16, bfloat16, float32 or float64; any device.
+    is_causal : bool
+        Key j is visible to query i iff j <= i (top-left aligned, as torch SDPA).
+    scale : float, optional
+        Multiplies the scores; default 1 / sqrt(D).
+    enable_gqa : bool
+        Allow H_kv dividing H: query head h reads key/value head h // (H / H_kv).
+    return_lse : bool
+        Also return the log-sum-exp of the scaled scores (natural log).
+
+    Returns
+    -------
+    out : torch.Tensor, shape (B, H, T, Dv), the input dtype
+    lse : torch.Tensor, shape (B, H, T), float32 (float64 for float64 input); only if return_lse.
+        Rows with no visible key (only when S == 0) give out 0 and lse -inf.
+
+    Notes
+    -----
+    Computed in the input dtype the way eager PyTorch does it: the scores, the probabilities and
+    the output are rounded to that dtype (matrix products accumulate in float32 inside torch).
+    """
+    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                        dtypes=ATTN_DTYPES + (torch.float64,))
+    _check_flag(return_lse, "return_lse")
+    scale = check_scale(scale, D)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if S == 0 or T == 0:
+        out = q.new_zeros((B, H, T, Dv)) + 0.0 * q.sum() + 0.0 * (k.sum() + v.sum())
+        lse = torch.full((B, H, T), -math.inf, dtype=lse_dtype, device=q.device)
+        return (out, lse) if return_lse else out
+    group = H // H_kv
+    kk, vv = _expand_kv(k, group), _expand_kv(v, group)
+    scores = torch.matmul(q, kk.transpose(-1, -2)) * scale
+    if is_causal:
+        scores = scores.masked_fill(~_causal_mask(0, T, S, q.device), -math.inf)
+    p = torch.softmax(scores, dim=-1)
+    out = torch.matmul(p, vv)
+    if return_lse:
+        return out, torch.logsumexp(scores.to(lse_dtype), dim=-1)
+    return out
+
+
+# ------------------------------------------------------------------------------ kernel smoother
+def _pairwise_torch(qc, kk, plan):
+    """Batched pairwise quantity (dot, squared distance or L1 distance) of prepared rows."""
+    if plan.pairwise == E.PW_DOT.value:
+        return torch.matmul(qc, kk.transpose(-1, -2))
+    if plan.pairwise == E.PW_SQEUCLIDEAN.value:
+        nq = (qc * qc).sum(-1)
+        nk = (kk * kk).sum(-1)
+        dot = torch.matmul(qc, kk.transpose(-1, -2))
+        return torch.clamp_min(nq[..., :, None] + nk[..., None, :] - 2.0 * dot, 0.0)
+    return torch.cdist(qc, kk, p=1.0)
+
+
+def _prepare_smoother(q, k, plan, group):
+    """Transform q and k as the kernel needs (normalise, centre, scale per feature); expand GQA."""
+    kk = _expand_kv(k, group)
+    if plan.cosine:
+        q = P._normalize_rows(q.reshape(-1, q.shape[-1]))[0].reshape(q.shape)
+        kk = P._normalize_rows(kk.reshape(-1, kk.shape[-1]))[0].reshape(kk.shape)
+    if plan.pairwise != E.PW_DOT.value:
+        # Distances do not change under a common shift: centre each head on its keys' mean.
+        mean = kk.mean(dim=-2, keepdim=True).detach()
+        q, kk = q - mean, kk - mean
+        if plan.scale is not None:
+            s = torch.as_tensor(plan.scale, dtype=q.dtype, device=q.device)
+            q, kk = q * s, kk * s
+    return q, kk
+
+
+def smoother_rows(q, k, v, plan, *, is_causal, eps, group, t0=0):
+    """Kernel smoother for the queries ``q`` = rows t0 .. t0 + len of the full query set."""
+    T, S = q.shape[-2], k.shape[-2]
+    qc, kk = _prepare_smoother(q, k, plan, group)
+    Kv = epilogue_torch(_pairwise_torch(qc, kk, plan), plan)
+    if is_causal:
+        Kv = Kv.masked_fill(~_causal_mask(t0, t0 + T, S, q.device), 0.0)
+    num = torch.matmul(Kv, _expand_kv(v, group))
+    den = Kv.sum(-1, keepdim=True)
+    return guarded_divide(num, den, eps)
+
+
+def guarded_divide(num, den, eps):
+    """num / max(den, eps); rows whose guarded denominator is 0 (eps = 0, den <= 0) output 0."""
+    g = torch.clamp_min(den, eps)
+    pos = g > 0
+    return torch.where(pos, num / torch.where(pos, g, torch.ones_like(g)), torch.zeros_like(num))
+
+
+def exponential_scale(plan, d):
+    s = plan.params.get("scale")
+    return 1.0 / math.sqrt(d) if s is None else float(s)
+
+
+def guard_from_lse(out, lse, eps):
+    """Turn a softmax output into the smoother's num / max(den, eps) with den = exp(lse)."""
+    if eps <= 0:
+        return out
+    factor = torch.exp(torch.clamp_max(lse - math.log(eps), 0.0))
+    return (out.to(factor.dtype) * factor[..., None]).to(out.dtype)
+
+
+def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable_gqa=False,
+                           **params):
+    r"""Exact kernel smoother with the kernel matrix materialised; the signature of the Triton version.
+
+    .. math::
+
+        \mathrm{out}_i = \frac{\sum_j k(q_i, k_j)\, v_j}{\max\big(\sum_j k(q_i, k_j),\ \varepsilon\big)}
+
+    Equivalent to ``kernelkit_math.attention.kernel_smoother`` up to dtype tolerance. The kernel
+    values come from :func:`kernelkit_gpu.naive.epilogue_torch` (the torch twin of the Triton
+    epilogues) on centred data; ``kernel="exponential"`` goes through
+    :func:`softmax_attention_naive` (online-max safe) and applies the guard from the lse.
+
+    Parameters
+    ----------
+    q, k, v : torch.Tensor
+        Shapes (B, H, T, D), (B, H_kv, S, D), (B, H_kv, S, Dv); float16, bfloat16, float32 or
+        float64; any device.
+    kernel : str
+        A registry kernel name; parameters as keywords, validated by the registry.
+    is_causal, enable_gqa : bool
+        As :func:`softmax_attention_naive`.
+    eps : float
+        Denominator guard, >= 0.
+
+    Returns
+    -------
+    torch.Tensor, shape (B, H, T, Dv), the input dtype. float16 / bfloat16 are computed in float32
+    (the kernel formulas cancel in 16 bits) and rounded once at the end.
+    """
+    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                        dtypes=ATTN_DTYPES + (torch.float64,))
+    eps = check_eps(eps)
+    plan = P.kernel_plan(kernel, D, params)
+    group = H // H_kv if H_kv else 1
+    if plan.kind == E.K_EXPONENTIAL.value:
+        out, lse = softmax_attention_naive(q, k, v, is_causal=is_causal,
+                                           scale=exponential_scale(plan, D), enable_gqa=enable_gqa,
+                                           return_lse=True)
+        return guard_from_lse(out, lse, eps)
+    if S == 0 or T == 0:
+        return q.new_zeros((B, H, T, Dv)) + 0.0 * q.sum() + 0.0 * (k.sum() + v.sum())
+    acc = P.acc_dtype(q.dtype)
+    qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
+    step = max(1, CHUNK_ELEMENTS // max(1, B * H * S))
+    parts = [smoother_rows(qa[:, :, t0:t0 + step], ka, va, plan, is_causal=is_causal, eps=eps,
+                           group=group, t0=t0) for t0 in range(0, T, step)]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
+    return out.to(q.dtype)

@@ -1,0 +1,114 @@
+"""kernelkit.attention, the public API, against the float64 references in kernelkit_math.
+
+Each test runs twice on the CPU: through the Triton kernels (interpreter, as CI sets
+TRITON_INTERPRET=1) and through the plain-PyTorch path (interpreter switched off at call time);
+on ``--device cuda`` the Triton path is the compiled kernels.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import kernelkit
+from kernelkit import attention as ka
+from kernelkit_math import attention as ref
+from kernelkit_math.random_features import make_feature_map
+from tests.conftest import TOL
+
+
+@pytest.fixture(params=["triton", "torch"])
+def path(request, device, monkeypatch):
+    """Which implementation runs: the Triton kernels or (CPU only) the plain-PyTorch path."""
+    if request.param == "torch":
+        if device == "cuda":
+            pytest.skip("the plain-PyTorch path is the CPU fallback; CUDA always runs Triton")
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    elif device == "cpu" and __import__("os").environ.get("TRITON_INTERPRET") != "1":
+        pytest.fail("CPU Triton tests need TRITON_INTERPRET=1 exported before Python starts")
+    return request.param
+
+
+def qkv(rng, device, T=9, S=9, D=16, H=2, Hkv=2, dtype=torch.float32):
+    arrays = [rng.normal(size=(1, H, T, D)), rng.normal(size=(1, Hkv, S, D)), rng.normal(size=(1, Hkv, S, D))]
+    return [torch.from_numpy(a).to(device=device, dtype=dtype) for a in arrays]
+
+
+def as64(*tensors):
+    return [t.detach().double().cpu().numpy() for t in tensors]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_softmax_attention_matches_reference(rng, device, path, causal):
+    q, k, v = qkv(rng, device, T=9, S=13, H=4, Hkv=2)
+    out, lse = ka.softmax_attention(q, k, v, is_causal=causal, enable_gqa=True, return_lse=True)
+    want, want_lse = ref.softmax_attention(*as64(q, k, v), causal=causal, return_lse=True)
+    np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "favor+:32", "taylor2", "object"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_linear_attention_matches_reference(rng, device, path, feature_map, causal):
+    q, k, v = qkv(rng, device, T=11, S=11)
+    fmap = make_feature_map("hyp-favor+:8", 16, seed=5) if feature_map == "object" else feature_map
+    out, (S, z) = ka.linear_attention(q, k, v, fmap, causal=causal, return_state=True, seed=2)
+    want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=fmap, causal=causal,
+                                               return_state=True, seed=2)
+    np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(S.double().cpu().numpy(), S_ref, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(z.double().cpu().numpy(), z_ref, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_attention_state_continues_decoding(rng, device, path):
+    q, k, v = qkv(rng, device, T=10, S=10)
+    full = ka.linear_attention(q, k, v, "elu+1", causal=True)
+    first, state = ka.linear_attention(q[:, :, :6], k[:, :, :6], v[:, :, :6], "elu+1", causal=True, return_state=True)
+    rest = ka.linear_attention(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], "elu+1", causal=True, initial_state=state)
+    np.testing.assert_allclose(torch.cat([first, rest], 2).cpu().numpy(), full.cpu().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "kernel, name, params",
+    [
+        (kernelkit.RBF(length_scale=3.0), "rbf", dict(gamma=1 / 18)),
+        (kernelkit.Laplacian(length_scale=5.0), "laplacian", dict(gamma=0.2)),
+        (kernelkit.Polynomial(degree=2, gamma=0.1, coef0=1.0), "polynomial", dict(degree=2, gamma=0.1, coef0=1.0)),
+    ],
+    ids=["rbf", "laplacian", "polynomial"],
+)
+def test_kernel_attention_takes_kernel_objects(rng, device, path, kernel, name, params):
+    q, k, v = qkv(rng, device, T=7, S=10)
+    out = ka.kernel_attention(q, k, v, kernel)
+    want = ref.kernel_smoother(*as64(q, k, v), kernel=name, eps=1e-6, **params)
+    np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_exponential_kernel_attention_is_softmax(rng, device, path):
+    q, k, v = qkv(rng, device)
+    a = ka.kernel_attention(q, k, v, kernelkit.Exponential(scale=0.25))
+    b = ka.softmax_attention(q, k, v, scale=0.25)
+    np.testing.assert_allclose(a.cpu().numpy(), b.cpu().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_flow_through_every_api(rng, device, path):
+    q, k, v = (t.requires_grad_() for t in qkv(rng, device, T=5, S=5))
+    loss = (
+        ka.softmax_attention(q, k, v, is_causal=True).sum()
+        + ka.linear_attention(q, k, v, "favor+:8").sum()
+        + ka.kernel_attention(q, k, v, kernelkit.RBF(length_scale=4.0)).sum()
+    )
+    loss.backward()
+    for t in (q, k, v):
+        assert t.grad is not None and bool(torch.isfinite(t.grad).all()) and t.grad.abs().sum() > 0
+
+
+def test_bad_arguments_are_clear(rng, device):
+    q, k, v = qkv(rng, device)
+    with pytest.raises(TypeError, match="kernelkit kernel object"):
+        ka.kernel_attention(q, k, v, "rbf")
+    with pytest.raises(ValueError, match="unknown feature map"):
+        ka.linear_attention(q, k, v, "favour")
+    with pytest.raises(TypeError, match="feature_map must be"):
+        ka.linear_attention(q, k, v, 3)
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        ka.softmax_attention(q.cpu().numpy(), k, v)

@@ -1,0 +1,403 @@
+"""kernelkit_gpu.softmax_attention: the Triton flash-attention kernels against the float64 reference.
+
+The reference is ``kernelkit_math.attention.softmax_attention`` (float64 NumPy) for the output and
+the lse, and float64 torch.autograd through ``kernelkit_gpu.attention_naive`` for the gradients (the
+naive version is itself checked against the reference first). Tolerances follow the FlashAttention
+rule: on the same (rounded) inputs, our error against the float64 reference must be at most twice
+the error of the eager PyTorch computation in the same dtype (``softmax_attention_naive``), plus a
+floor of a few units in the last place of the output (:func:`check_rule`).
+
+Runs on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``; few, tiny cases) and,
+unchanged, on a GPU with ``pytest --device cuda`` (the full grid of cases, and torch SDPA).
+"""
+
+import importlib
+import itertools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kernelkit_gpu import _prepare
+from kernelkit_gpu.attention_naive import softmax_attention_naive
+
+sa = importlib.import_module("kernelkit_gpu.softmax_attention")
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Unit roundoff of each dtype: the floor of the FlashAttention rule is a few of these.
+UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _triton_can_run(device):
+    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
+    if device == "cpu" and not _prepare.INTERPRET:
+        pytest.fail(
+            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
+            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_config_per_key():
+    """No autotuning inside the suite (it would compile every config for every dtype / head dim /
+    mask key); :func:`test_every_config` runs each config of the autotuner's sets instead."""
+    saved = sa.AUTOTUNE
+    sa.AUTOTUNE = False
+    yield
+    sa.AUTOTUNE = saved
+
+
+# ------------------------------------------------------------------------------------ cases
+# (T, S, D, Dv, H, H_kv, causal, dtype). T != S everywhere; T, S in {1, 63, 100}.
+_LENGTHS = [(1, 63), (63, 100), (100, 63)]
+_FULL = [
+    (t, s, d, d, 4, 2 if (li + di) % 2 == 0 else 4, causal, dt)
+    for (li, (t, s)), (di, d), causal, dt in itertools.product(
+        enumerate(_LENGTHS), enumerate([16, 32, 64]), [False, True], list(DTYPES))
+] + [
+    (100, 63, 24, 40, 4, 2, True, "float32"),   # head dims that are not powers of two
+    (63, 100, 128, 128, 2, 1, True, "bfloat16"),
+    (63, 100, 128, 64, 4, 4, False, "float16"),
+]
+#: The interpreter is slow: a covering subset (every length pair, D 16 and 32, causal and not,
+#: GQA and not, every dtype, ragged head dims).
+_CPU = [
+    (63, 100, 16, 16, 4, 2, False, "float32"),
+    (100, 63, 32, 32, 2, 2, True, "float32"),
+    (1, 63, 16, 16, 4, 2, True, "float32"),
+    (100, 63, 16, 16, 4, 2, True, "float16"),
+    (63, 100, 32, 32, 2, 2, False, "float16"),
+    (63, 100, 16, 16, 4, 2, True, "bfloat16"),
+    (100, 63, 32, 32, 4, 2, False, "bfloat16"),
+    (100, 63, 24, 40, 4, 2, True, "float32"),
+]
+
+
+def _case_id(c):
+    t, s, d, dv, h, hkv, causal, dt = c
+    dims = f"D{d}" if d == dv else f"D{d}-Dv{dv}"
+    return f"T{t}-S{s}-{dims}-H{h}kv{hkv}-{'causal' if causal else 'full'}-{dt}"
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        cases = _FULL if metafunc.config.getoption("--device") == "cuda" else _CPU
+        metafunc.parametrize("case", cases, ids=[_case_id(c) for c in cases])
+
+
+# ---------------------------------------------------------------------------------- helpers
+def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False):
+    """Standard-normal q, k, v rounded to ``dtype``."""
+    shapes = [(b, h, t, d), (b, hkv, s, d), (b, hkv, s, dv)]
+    out = [torch.from_numpy(rng.standard_normal(sh)).to(dtype=dtype, device=device) for sh in shapes]
+    return [x.requires_grad_(requires_grad) for x in out]
+
+
+def f64(t):
+    return t.detach().to(torch.float64)
+
+
+def np64(t):
+    return t.detach().cpu().to(torch.float64).numpy()
+
+
+def max_err(a, ref):
+    a = np64(a) if isinstance(a, torch.Tensor) else a
+    ref = np64(ref) if isinstance(ref, torch.Tensor) else ref
+    assert np.isfinite(a).all(), "non-finite values (unwritten or poisoned elements?)"
+    return float(np.max(np.abs(a - ref), initial=0.0))
+
+
+#: Floors of the rule in units of the dtype's roundoff times max(1, max |reference|). Gradients get
+#: more: the backward forms delta_i = rowsum(dO_i O_i) - dlse_i in float32 and subtracts it from
+#: dP; where one key carries all the weight (p = 1, e.g. the first causal row) eager autograd
+#: cancels exactly, while the fused form keeps the rounding of that length-Dv sum.
+FLOOR_OUT, FLOOR_GRAD = 2.0, 8.0
+
+
+def check_rule(ours, naive, ref, dtype_name, what, floor_ulps=FLOOR_OUT):
+    """FlashAttention rule: err(ours) <= 2 err(same-dtype eager torch) + a floor of ``floor_ulps``
+    units in the last place of the largest reference value (both errors against float64)."""
+    ref = np64(ref) if isinstance(ref, torch.Tensor) else ref
+    e_ours, e_naive = max_err(ours, ref), max_err(naive, ref)
+    scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+    bound = 2.0 * e_naive + floor_ulps * UNIT[dtype_name] * scale
+    assert e_ours <= bound, (
+        f"{what} ({dtype_name}): error {e_ours:.3g} > 2 x eager-torch error {e_naive:.3g} "
+        f"+ floor = {bound:.3g}"
+    )
+
+
+def reference(q, k, v, causal, scale=None):
+    """Float64 kernelkit_math reference (output and natural-log lse) on the rounded inputs."""
+    from kernelkit_math.attention import softmax_attention as ref_attention
+
+    return ref_attention(np64(q), np64(k), np64(v), causal=causal, scale=scale, return_lse=True)
+
+
+def loss_of(out, lse, g_out, g_lse):
+    """A scalar whose gradient exercises both outputs: <out, g_out> + <lse, g_lse>."""
+    return (out.to(g_out.dtype) * g_out).sum() + (lse.to(g_lse.dtype) * g_lse).sum()
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """Every buffer the launchers allocate starts as NaN: elements left unwritten show up."""
+
+    def alloc(shape, dtype, device):
+        return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(sa, "_alloc", alloc)
+
+
+@pytest.fixture
+def launch_spy(monkeypatch):
+    """Counts launches of the Triton forward and backward launchers."""
+    calls = {"fwd": 0, "bwd": 0}
+    fwd, bwd = sa.attn_fwd, sa.attn_bwd
+
+    def spy_fwd(*a, **kw):
+        calls["fwd"] += 1
+        return fwd(*a, **kw)
+
+    def spy_bwd(*a, **kw):
+        calls["bwd"] += 1
+        return bwd(*a, **kw)
+
+    monkeypatch.setattr(sa, "attn_fwd", spy_fwd)
+    monkeypatch.setattr(sa, "attn_bwd", spy_bwd)
+    return calls
+
+
+# ----------------------------------------------------------------------- references first
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("t,s,h,hkv", [(7, 5, 4, 2), (5, 9, 2, 2), (1, 3, 3, 1)])
+def test_naive_float64_matches_kernelkit_math(t, s, h, hkv, causal, rng):
+    """attention_naive (float64 torch) agrees with kernelkit_math.attention to rounding."""
+    q, k, v = make_qkv(rng, 2, h, hkv, t, s, 8, 6, torch.float64, "cpu")
+    out, lse = softmax_attention_naive(q, k, v, is_causal=causal, enable_gqa=hkv != h,
+                                       scale=0.3, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, causal, scale=0.3)
+    np.testing.assert_allclose(np64(out), ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np64(lse), ref_lse, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- forward + backward
+def test_matches_reference(case, device, rng, poisoned_outputs, launch_spy):
+    """Output, lse and the gradients of q, k, v (through out and lse) within the FlashAttention
+    rule of the float64 references, every buffer poisoned, the Triton launchers proven to run."""
+    t, s, d, dv, h, hkv, causal, dt = case
+    dtype = DTYPES[dt]
+    q, k, v = make_qkv(rng, 2 if device == "cuda" else 1, h, hkv, t, s, d, dv, dtype, device,
+                       requires_grad=True)
+    gqa = hkv != h
+    out, lse = sa.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    assert launch_spy["fwd"] == 1
+    assert out.shape == (q.shape[0], h, t, dv) and out.dtype == dtype
+    assert lse.shape == (q.shape[0], h, t) and lse.dtype == torch.float32
+
+    ref_out, ref_lse = reference(q, k, v, causal)
+    n_out, n_lse = softmax_attention_naive(q, k, v, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    check_rule(out, n_out, ref_out, dt, "out")
+    check_rule(lse, n_lse, ref_lse, dt, "lse")
+
+    g_out = torch.from_numpy(rng.standard_normal(out.shape)).to(device)
+    g_lse = torch.from_numpy(rng.standard_normal(lse.shape)).to(device)
+    grads = torch.autograd.grad(loss_of(out, lse, g_out, g_lse), (q, k, v))
+    assert launch_spy["bwd"] == 1
+    n_grads = torch.autograd.grad(loss_of(n_out, n_lse, g_out, g_lse), (q, k, v))
+    q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
+    o64, l64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    np.testing.assert_allclose(np64(o64), ref_out, rtol=1e-10, atol=1e-10)
+    ref_grads = torch.autograd.grad(loss_of(o64, l64, g_out, g_lse), (q64, k64, v64))
+    for name, g, gn, gr in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
+        assert g.shape == gr.shape and g.dtype == dtype
+        check_rule(g, gn, gr, dt, name, FLOOR_GRAD)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_no_visible_key_and_empty(causal, device, rng, poisoned_outputs):
+    """S = 0: every row outputs 0 with lse -inf and zero gradients; T = 0 gives empty outputs."""
+    q, k, v = make_qkv(rng, 1, 2, 2, 5, 0, 16, 16, torch.float32, device, requires_grad=True)
+    out, lse = sa.softmax_attention(q, k, v, is_causal=causal, return_lse=True)
+    assert torch.all(out == 0) and torch.all(lse == -float("inf"))
+    ref_out, ref_lse = reference(q, k, v, causal)
+    np.testing.assert_array_equal(np64(out), ref_out)
+    np.testing.assert_array_equal(np64(lse), ref_lse)
+    dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
+    assert torch.all(dq == 0) and dk.shape == k.shape and dv.shape == v.shape
+
+    q, k, v = make_qkv(rng, 1, 2, 2, 0, 7, 16, 16, torch.float32, device)
+    out, lse = sa.softmax_attention(q, k, v, is_causal=causal, return_lse=True)
+    assert out.shape == (1, 2, 0, 16) and lse.shape == (1, 2, 0)
+
+
+def test_strided_inputs_and_scale(device, rng, poisoned_outputs):
+    """(B, T, H, D) memory viewed as (B, H, T, D) (SDPA's usual layout), a custom scale."""
+    dt = "float32"
+    base = [torch.from_numpy(rng.standard_normal(sh)).float().to(device)
+            for sh in [(1, 37, 2, 16), (1, 21, 2, 16), (1, 21, 2, 16)]]
+    q, k, v = (x.transpose(1, 2).requires_grad_(True) for x in base)
+    assert not q.is_contiguous()
+    out = sa.softmax_attention(q, k, v, scale=0.7, is_causal=True)
+    ref_out, _ = reference(q, k, v, True, scale=0.7)
+    n_out = softmax_attention_naive(q, k, v, scale=0.7, is_causal=True)
+    check_rule(out, n_out, ref_out, dt, "out")
+    g = torch.from_numpy(rng.standard_normal(out.shape)).float().to(device).transpose(2, 3)
+    g = g.contiguous().transpose(2, 3)  # a gradient that is not contiguous either
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    n_grads = torch.autograd.grad(n_out, (q, k, v), g)
+    q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
+    o64 = softmax_attention_naive(q64, k64, v64, scale=0.7, is_causal=True)
+    ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g.double())
+    for name, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
+        check_rule(a, b, r, dt, name, FLOOR_GRAD)
+
+
+def test_large_scores_stay_finite(device, rng):
+    """Scores of several hundred (exp overflows float32 without the online max) stay exact."""
+    q, k, v = make_qkv(rng, 1, 1, 1, 20, 17, 16, 16, torch.float32, device)
+    q, k = q * 8, k * 8
+    out, lse = sa.softmax_attention(q, k, v, scale=1.0, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, False, scale=1.0)
+    assert float(np.max(ref_lse)) > 300
+    np.testing.assert_allclose(np64(out), ref_out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np64(lse), ref_lse, rtol=1e-6)
+
+
+def _every_config_cases(device):
+    if device != "cuda":
+        return [("bfloat16", 32, True)]
+    return [(dt, d, causal) for dt in ("bfloat16", "float16") for d in (64, 128)
+            for causal in (False, True)] + [("float32", 64, True)]
+
+
+@pytest.mark.parametrize("idx", range(5))
+def test_every_config(idx, device, rng):
+    """Each config the autotuner may pick (after pruning), forced: forward and backward agree with
+    float64 autograd within the rule, on ragged lengths with GQA."""
+    cases = _every_config_cases(device)
+    if idx >= len(cases):
+        pytest.skip("fewer cases on this device")
+    dt, d, causal = cases[idx]
+    dtype = DTYPES[dt]
+    t, s = (300, 257) if device == "cuda" else (45, 37)
+    q, k, v = make_qkv(rng, 1, 4, 2, t, s, d, d, dtype, device)
+    scale = d ** -0.5
+    q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
+    o64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=True)
+    g = torch.from_numpy(rng.standard_normal(o64.shape)).to(device)
+    ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g)
+    qn, kn, vn = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
+    n_out = softmax_attention_naive(qn, kn, vn, is_causal=causal, enable_gqa=True)
+    n_grads = torch.autograd.grad(n_out, (qn, kn, vn), g.to(dtype))
+    cands = sa.candidate_configs(dtype, d, d)
+    for c in cands["fwd"]:
+        out, lse2 = sa.attn_fwd(q, k, v, causal=causal, scale=scale, config=c)
+        check_rule(out, n_out, o64, dt, f"out with {c}")
+    n_bwd = max(len(cands["dkdv"]), len(cands["dq"]))
+    for i in range(n_bwd):
+        ckv = cands["dkdv"][min(i, len(cands["dkdv"]) - 1)]
+        cq = cands["dq"][min(i, len(cands["dq"]) - 1)]
+        grads = sa.attn_bwd(g.to(dtype), q, k, v, out, lse2, None, causal=causal, scale=scale,
+                            configs=(ckv, cq))
+        for name, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
+            check_rule(a, b, r, dt, f"{name} with {ckv} / {cq}", FLOOR_GRAD)
+
+
+# --------------------------------------------------------------------------------- SDPA (GPU)
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("t,s,d,gqa", [(100, 63, 64, True), (257, 257, 128, False), (1000, 777, 64, True)])
+def test_matches_torch_sdpa(t, s, d, gqa, causal, dt, device, rng):
+    """On the GPU: output and gradients as close to the float64 reference as torch SDPA's are."""
+    if device != "cuda":
+        pytest.skip("compares with torch SDPA on the GPU (the CPU case is covered by the naive rule)")
+    import torch.nn.functional as F
+
+    dtype = DTYPES[dt]
+    h, hkv = (4, 2) if gqa else (4, 4)
+    q, k, v = make_qkv(rng, 2, h, hkv, t, s, d, d, dtype, device, requires_grad=True)
+    out = sa.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+    q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
+    o64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=gqa)
+    check_rule(out, ref, o64, dt, "out vs sdpa")
+    g = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    sdpa_grads = torch.autograd.grad(ref, (q, k, v), g)
+    ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g.double())
+    for name, a, b, r in zip(("dq", "dk", "dv"), grads, sdpa_grads, ref_grads):
+        check_rule(a, b, r, dt, name + " vs sdpa", FLOOR_GRAD)
+
+
+# ------------------------------------------------------------------------------ bad inputs
+def _bad_cases(dev):
+    def t(*shape, dtype=torch.float32):
+        return torch.zeros(shape, dtype=dtype, device=dev)
+
+    q, k, v = t(1, 4, 5, 16), t(1, 4, 6, 16), t(1, 4, 6, 16)
+    return [
+        ("q-not-tensor", (np.zeros((1, 4, 5, 16)), k, v), {}, TypeError, "q must be a torch.Tensor"),
+        ("k-3d", (q, t(4, 6, 16), v), {}, ValueError, "k must be 4-D"),
+        ("float64", (q.double(), k.double(), v.double()), {}, TypeError, "q must have dtype"),
+        ("int", (q.int(), k, v), {}, TypeError, "q must have dtype"),
+        ("mixed-dtype", (q, k.half(), v), {}, TypeError, "same dtype"),
+        ("head-dim", (q, t(1, 4, 6, 8), v), {}, ValueError, "same head dim"),
+        ("kv-length", (q, k, t(1, 4, 7, 16)), {}, ValueError, "same length S"),
+        ("batch", (q, t(2, 4, 6, 16), t(2, 4, 6, 16)), {}, ValueError, "batch size"),
+        ("kv-heads", (q, k, t(1, 2, 6, 16)), {}, ValueError, "same number of heads"),
+        ("gqa-off", (q, t(1, 2, 6, 16), t(1, 2, 6, 16)), {}, ValueError, "enable_gqa=True"),
+        ("gqa-indivisible", (q, t(1, 3, 6, 16), t(1, 3, 6, 16)), dict(enable_gqa=True), ValueError,
+         "must divide"),
+        ("head-dim-too-big", (t(1, 1, 5, 272), t(1, 1, 6, 272), t(1, 1, 6, 16)), {}, ValueError,
+         "at most 256"),
+        ("scale-zero", (q, k, v), dict(scale=0.0), ValueError, "scale must be a finite number > 0"),
+        ("scale-negative", (q, k, v), dict(scale=-1.0), ValueError, "scale"),
+        ("scale-nan", (q, k, v), dict(scale=float("nan")), ValueError, "scale"),
+        ("scale-string", (q, k, v), dict(scale="1"), TypeError, "scale"),
+        ("causal-not-bool", (q, k, v), dict(is_causal=1), TypeError, "is_causal"),
+        ("lse-not-bool", (q, k, v), dict(return_lse="yes"), TypeError, "return_lse"),
+    ]
+
+
+def test_bad_inputs(device):
+    for name, args, kwargs, exc, match in _bad_cases(device):
+        with pytest.raises(exc, match=match):
+            sa.softmax_attention(*args, **kwargs)
+        if name not in ("head-dim-too-big", "float64"):  # the naive version takes these
+            with pytest.raises(exc, match=match):
+                softmax_attention_naive(*args, **kwargs)
+
+
+def test_devices_must_match(device):
+    if device != "cuda":
+        pytest.skip("needs a second device")
+    q = torch.zeros(1, 1, 4, 16, device="cuda")
+    k = torch.zeros(1, 1, 4, 16)
+    with pytest.raises(ValueError, match="same device"):
+        sa.softmax_attention(q, k, k)
+
+
+def test_cpu_without_interpreter_is_a_clear_error():
+    """On the CPU with TRITON_INTERPRET unset the call fails with a message naming the fix."""
+    code = (
+        "import torch\n"
+        "from kernelkit_gpu.softmax_attention import softmax_attention\n"
+        "q = torch.zeros(1, 1, 4, 16)\n"
+        "try:\n"
+        "    softmax_attention(q, q, q)\n"
+        "except ValueError as e:\n"
+        "    print('ValueError', e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=root, timeout=300)
+    assert "ValueError" in res.stdout and "TRITON_INTERPRET=1" in res.stdout, res.stdout + res.stderr
