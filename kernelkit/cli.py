@@ -30,8 +30,8 @@ _MAIN_DESCRIPTION = """\
 kernelkit: kernels in every ML sense.
 
 Math kernels (RBF, Matern, polynomial...) as scikit-learn-native objects, Gram matrices of any
-size computed block by block, and (upcoming) Triton GPU kernels checked against float64
-references."""
+size computed block by block on the CPU or a GPU (Triton kernels checked against float64
+references), and softmax / linear attention as kernel smoothers."""
 
 _MAIN_EPILOG = """\
 examples:

@@ -147,12 +147,15 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
 
         K_{ij} = k(x_i, y_j), \\qquad K \\in \\mathbb{R}^{n_X \\times n_Y}
 
-    Every block is evaluated with the kernel's float64 reference from
+    On the CPU every block is evaluated with the kernel's float64 reference from
     :mod:`kernelkit_math` (direct differences, no cancellation), so the result agrees with
     ``kernelkit_math.registry.get_kernel(kernel).value(X, Y, **params)`` to float64 rounding
     (the dot-product kernels may differ in the last bits because BLAS sums blocks in another
     order). With ``Y=None`` only the upper block triangle is computed and mirrored: K(X, X) is
-    exactly symmetric and its diagonal is the kernel's exact diagonal (``spec.diag_fn``).
+    exactly symmetric and its diagonal is the kernel's exact diagonal (``spec.diag_fn``). On the
+    GPU the data move to the device once and each block runs the Triton Gram kernel
+    (``kernelkit_gpu.gram``: float64 for float64 data, the accurate float32 mode otherwise), then
+    comes back to the host, so N is limited by disk, not GPU memory.
 
     Parameters
     ----------
@@ -170,14 +173,14 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
         complete: an error or interruption never leaves a partial file under ``out``.
     block_size : int, default=None
         Rows per block. ``None`` picks it so that one block's temporaries stay within
-        :data:`MEMORY_BUDGET_BYTES` (256 MiB). The result does not depend on it beyond float64
+        :data:`MEMORY_BUDGET_BYTES` (256 MiB; on the GPU :data:`GPU_MEMORY_BUDGET_BYTES`, 1 GiB). The result does not depend on it beyond float64
         rounding of the dot-product kernels.
     progress : bool or None, default=None
         Show a tqdm progress bar on stderr. ``None`` shows one only for long jobs (at least 8
         blocks and 2**24 entries).
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where the blocks are computed. Until the GPU Gram kernels land only the CPU is
-        available ("auto" means "cpu"; "cuda" raises ValueError).
+        Where the blocks are computed: "auto" is the GPU when one is present; "cuda" without a
+        GPU raises ValueError.
     **params
         Kernel parameters with scikit-learn's names, validated by the registry
         (``gamma=None`` means 1 / n_features; ``gamma`` of rbf and laplacian and

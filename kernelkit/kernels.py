@@ -314,7 +314,8 @@ class Linear(_RegistryKernel):
     Parameters
     ----------
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where the Gram matrix is computed; "auto" is the CPU until the GPU backend lands.
+        Where the Gram matrix is computed: "auto" is the GPU when one is present (float64 there
+        too), else the CPU. Gradients and ``diag`` always use the float64 CPU reference.
 
     Attributes
     ----------

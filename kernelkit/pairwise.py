@@ -99,7 +99,9 @@ def linear_kernel(X, Y=None, dense_output=True, *, device="auto"):
         Accepted for compatibility with scikit-learn, where it matters only for sparse input.
         kernelkit takes dense input only, so the result is always a dense ndarray.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -145,7 +147,9 @@ def polynomial_kernel(X, Y=None, degree=3, gamma=None, coef0=1, *, device="auto"
     coef0 : float, default=1
         The constant c0, any finite real (the kernel is positive semi-definite for c0 >= 0).
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -190,7 +194,9 @@ def rbf_kernel(X, Y=None, gamma=None, *, device="auto"):
         Inverse width, > 0. ``None`` means ``1 / n_features``. An array gives each feature its
         own weight: ``exp(-sum_k gamma_k (x_k - y_k)²)``.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -232,7 +238,9 @@ def laplacian_kernel(X, Y=None, gamma=None, *, device="auto"):
         Inverse width, > 0. ``None`` means ``1 / n_features``. An array gives each feature its
         own weight: ``exp(-sum_k gamma_k |x_k - y_k|)``.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -275,7 +283,9 @@ def sigmoid_kernel(X, Y=None, gamma=None, coef0=1, *, device="auto"):
     coef0 : float, default=1
         The constant c0, any finite real.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -319,7 +329,9 @@ def cosine_similarity(X, Y=None, dense_output=True, *, device="auto"):
         Accepted for compatibility with scikit-learn, where it matters only for sparse input.
         kernelkit takes dense input only, so the result is always a dense ndarray.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
 
     Returns
     -------
@@ -381,7 +393,9 @@ def pairwise_kernels(
         otherwise ignored: the whole matrix is one vectorised float64 computation (BLAS and
         SciPy's ``cdist``, which use their own threads), and no processes are spawned.
     device : {"auto", "cpu", "cuda"}, default="auto"
-        Where to compute. Currently always the CPU; "cuda" raises until the GPU backend lands.
+        Where to compute: "auto" is the GPU when one is present, else the CPU; "cuda" without a
+        GPU raises ValueError. On the GPU float64 data are computed in float64 and float32 data
+        in the accurate float32 mode. torch tensors in give tensors out on their own device.
         Delegated metrics run in scikit-learn on the CPU and accept only "auto" or "cpu".
     **kwds : optional keyword parameters
         Kernel parameters (``gamma``, ``degree``, ``coef0``, ``length_scale``, ``nu``,
