@@ -59,7 +59,9 @@ bfloat16   2.3-3.0e-3        4.0-8.2e-3        <= 6.8e-3 / <= 1.6e-2
 ========== ================= ================= ==================================
 
 "torch same" is the quadratic parallel form computed in PyTorch in the input dtype; the tests
-require at most twice its error.
+require at most twice its error. The reciprocals 1 / g and dden's division are correctly rounded
+(``tl.math.div_rn``; Triton's float32 ``/`` is the approximate ``div.full.f32``, up to 2 ulp),
+once per row, so free next to the products.
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ def _la_state_kernel(
         rg = tl.zeros((BLOCK_T,), tl.float32)
         if SCALE_C:
             g = tl.maximum(tl.load(den_ptr + row_base + rows, mask=rm, other=1.0), EPS)
-            rg = tl.where(g > 0, 1.0 / tl.where(g > 0, g, 1.0), 0.0)
+            rg = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
         b = _load_tile(b_base, rows, rm, offs_ab, m_ab, sbt, rg, MAP_B, False, OPS)
         c = _load_tile(c_base, rows, rm, offs_c, m_c, sct, rg, MAP_C, SCALE_C, OPS)
         acc = tl.dot(tl.trans(b), c, acc, input_precision=DOT_PREC)
@@ -250,10 +252,10 @@ def _la_chunk_kernel(
         rgb = tl.zeros((CHUNK,), tl.float32)
         if SCALE == 1:
             g = tl.maximum(tl.load(den_ptr + ra_base + rows, mask=ma, other=1.0), EPS)
-            rga = tl.where(g > 0, 1.0 / tl.where(g > 0, g, 1.0), 0.0)
+            rga = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
         if SCALE == 2 or SCALE == 3:
             g = tl.maximum(tl.load(den_ptr + rb_base + rows, mask=mb, other=1.0), EPS)
-            rgb = tl.where(g > 0, 1.0 / tl.where(g > 0, g, 1.0), 0.0)
+            rgb = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
         a = _load_tile(a_base, rows, ma, offs_ab, m_ab, sat, rga, MAP_A, SCALE == 1, OPS)
         # inter-chunk part: a_t^T S (+ alpha_t u)
         if STATE_F32:
@@ -301,7 +303,7 @@ def _la_chunk_kernel(
                 z += tl.sum(b.to(tl.float32), axis=0)
         if DEN:
             g = tl.maximum(den, EPS)
-            acc = acc * tl.where(g > 0, 1.0 / tl.where(g > 0, g, 1.0), 0.0)[:, None]
+            acc = acc * tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)[:, None]
             tl.store(den_out_ptr + ra_base + rows, den, mask=ma & ((ar * 0 + pid_c) == 0))
         m_out = ma[:, None] & m_c[None, :]
         if DMAP != 0:
@@ -339,7 +341,7 @@ def _la_dden_kernel(do_ptr, o_ptr, den_ptr, dden_ptr, T, DV, H, EPS,
     dot = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     den = tl.load(den_ptr + bh.to(tl.int64) * T + rows, mask=rm, other=1.0)
     g = tl.maximum(den, EPS)
-    dden = tl.where(den > EPS, -dot / tl.where(g > 0, g, 1.0), 0.0)
+    dden = tl.where(den > EPS, tl.math.div_rn(-dot, tl.where(g > 0, g, 1.0)), 0.0)
     tl.store(dden_ptr + bh.to(tl.int64) * T + rows, dden, mask=rm)
 
 
@@ -355,10 +357,20 @@ def _cfg(block_c, chunk, warps, stages):
 def _chunk_configs(dc_pad, chunk, causal, fp32):
     """A small set per (padded c width, chunk, mode, float32); one config under the interpreter.
 
-    Chosen from offline sm_90 compiles (ptxas register and spill counts, D = 64, 128, 256):
-    causal bfloat16 / float16 at D = 128 fits 8 warps with BLOCK_C = 64 (at most a few spilled
-    words) or BLOCK_C = 32 (none); BLOCK_C = 128 spills heavily in the causal sweep but is best
-    for the non-causal one (q read once). float32 products ("ieee") are FMA loops: small tiles.
+    Chosen from offline sm_90 compiles (ptxas register and spill counts, D = 64, 128, 256).
+    float32 products ("ieee") are FMA loops: small tiles. Non-causal 16-bit: BLOCK_C = 128 (q
+    read once) at 8 warps; its single product a S spreads them as warpsPerCTA [4, 2].
+
+    Causal 16-bit: 4 warps (one warpgroup) with CHUNK = 64, never 8. Triton 3.6 gives the score
+    product a b^T, being chained into p c, all the warps along M (warpsPerCTA [8, 1]); with
+    M = CHUNK = 64 the second warpgroup holds a replica of the 64 rows, and kernels so laid out
+    read shared memory out of range (compute-sanitizer on an H100, 2026-11-22: "out-of-range
+    shared or local address" in the wgmma of a b^T where a comes straight from shared memory
+    (dK's v), and in the forward's row sums of p at D = 128; an illegal memory access without
+    it, which killed the CUDA context). With 4 warps sm_90 ptxas reports at D = 128, bfloat16:
+    BLOCK_C = 32 234 registers and no spills, BLOCK_C = 64 255 registers and 56-176 bytes of
+    spills; the autotuner picks. CHUNK = 128 at 8 warps (two 64-row warpgroups) would be legal
+    but needs segments of 128 and spills at BLOCK_C = 64.
     """
     if INTERPRET:
         return [_cfg(min(dc_pad, 32), chunk or 64, 4, 1)]
@@ -367,9 +379,8 @@ def _chunk_configs(dc_pad, chunk, causal, fp32):
         return [_cfg(bc32, chunk or 16, 4, 1), _cfg(bc32, chunk or 32, 8, 1)]
     if not causal:
         return [_cfg(min(dc_pad, 128), chunk or 64, 8, 2), _cfg(bc64, chunk or 64, 4, 2)]
-    if chunk:
-        return [_cfg(bc64, chunk, 8, 2), _cfg(bc32, chunk, 8, 2)]
-    return [_cfg(bc64, 64, 8, 2), _cfg(bc32, 64, 8, 2), _cfg(bc64, 32, 8, 2)]
+    warps = 8 if (chunk or 64) >= 128 else 4
+    return [_cfg(bc32, chunk or 64, warps, 2), _cfg(bc64, chunk or 64, warps, 2)]
 
 
 def _state_configs(dc_pad, fp32):
