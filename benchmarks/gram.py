@@ -12,7 +12,8 @@ Order of work, all in one process so that every ratio compares numbers from the 
 2. correctness first: relative Frobenius and max errors of kernelkit (accurate and fast) and of
    the eager float32 baseline against float64 torch on the upcast inputs, on random N(0, 1) data
    and on data offset by 1000 (spread 0.05), for every benchmarked kernel and D;
-3. compilation: first-call time (autotuning + compilation) and whether a second N recompiles;
+3. compilation: first-call time (compilation of the heuristic config) and whether a second N
+   recompiles;
 4. timings (``triton.testing.do_bench``, median; inputs rotated through copies that exceed L2):
    kernelkit accurate / fast, eager torch (row norms + addmm + epilogue, IEEE float32, TF32 off),
    ``torch.compile`` of the same eager function (a subset: it compiles per shape), the write floor;
@@ -188,11 +189,8 @@ class _no_tf32:
 
 
 def part_tuning(dims, kernels, n):
-    """First call of each (kernel, D, precision): autotuning + compilation, at a large N.
-
-    The autotuner is keyed on the D bucket and the kernel, not on N, so it tunes at the first
-    call; doing that here at a large N makes the choice representative of the timed sizes.
-    """
+    """First call of each (kernel, D, precision): compilation of the heuristic config (with
+    KERNELKIT_GPU_AUTOTUNE=1 also the benchmarking of the candidates), at a large N."""
     rows = []
     g = torch.Generator(device=DEV).manual_seed(4)
     for d in dims:
@@ -236,7 +234,7 @@ def part_correctness(dims, kernels, n=4096):
 
 
 def part_compilation(small=False):
-    """First call (autotune + compile) and whether a second N recompiles."""
+    """First call (compilation) and whether a second N recompiles."""
     res = {}
     g = torch.Generator(device=DEV).manual_seed(1)
     name, d = "rational_quadratic", 48  # a key no other part touches
@@ -254,7 +252,7 @@ def part_compilation(small=False):
     res["recompiled_for_n_8200"] = res["first_call_n_8200_s"] > res["second_call_n_8200_s"] + 0.05
     res["note"] = ("N is not specialised; M (and the output stride) are specialised on divisibility "
                    "by 16, so a size that changes whether M % 16 == 0 compiles one more variant")
-    log(f"  first call {res['first_call_s']:.2f} s (autotune + compile); new N=8192: "
+    log(f"  first call {res['first_call_s']:.2f} s (compile); new N=8192: "
         f"{res['first_call_new_n_8192_s'] * 1e3:.1f} ms vs {res['second_call_n_8192_s'] * 1e3:.1f} ms "
         f"-> recompiled: {res['recompiled_for_new_n_8192']}; "
         f"N=8200 recompiled: {res['recompiled_for_n_8200']}")
@@ -267,7 +265,7 @@ def part_timings(dims, kernels, sizes, copy_Bps, l2_bytes, compile_subset, mem_b
     compiled = {}
     for name in kernels:
         for d in dims:
-            # largest N first: the autotuner (keyed on D bucket and kernel, not N) tunes there
+            # largest N first (with KERNELKIT_GPU_AUTOTUNE=1 the tuning happens there)
             for n in sorted(sizes, reverse=True):
                 out_bytes = n * n * 4
                 if 2.2 * out_bytes > 0.9 * mem_bytes:
@@ -408,6 +406,10 @@ def main(argv=None):
     ap.add_argument("--sklearn", action="store_true",
                     help="also time sklearn rbf_kernel on the CPU at N=4096, D=64")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
+    ap.add_argument("--kernels", default=None, help="comma-separated subset of " + ",".join(KERNELS))
+    ap.add_argument("--dims", default=None, help="comma-separated feature counts (default 3,64,512)")
+    ap.add_argument("--sizes", default=None, help="comma-separated N (default 4096,16384,32768,65536)")
+    ap.add_argument("--matvec-n", type=int, default=None, help="N = M of the matrix-free product")
     ap.add_argument("--out", default=None,
                     help="JSON path (default benchmarks/results/gram-<gpu>-<date>.json)")
     ap.add_argument("--smoke", action="store_true",
@@ -434,6 +436,12 @@ def main(argv=None):
     kernels = ("rbf", "laplacian") if args.quick or args.smoke else KERNELS
     dims = (3, 20) if args.smoke else (3, 64) if args.quick else DIMS
     sizes = (64, 96) if args.smoke else (4096, 16384) if args.quick else SIZES
+    if args.kernels:
+        kernels = tuple(args.kernels.split(","))
+    if args.dims:
+        dims = tuple(int(v) for v in args.dims.split(","))
+    if args.sizes:
+        sizes = tuple(int(v) for v in args.sizes.split(","))
     result = dict(
         benchmark="benchmarks/gram.py", date=_dt.datetime.now().isoformat(timespec="seconds"),
         args=vars(args),
@@ -443,18 +451,25 @@ def main(argv=None):
         notes=["eager = row norms + addmm + epilogue in float32 with TF32 off, not centred, not symmetrised",
                "kernelkit times include its torch-side preparation (centring, norms) and write into a "
                "preallocated out=",
-               "autotuning happens at the first (largest) N of each kernel and D"],
+               "heuristic configs (KERNELKIT_GPU_AUTOTUNE unset): first calls compile one config per "
+               "kernel; part 'tuning' times those first calls at the largest N"],
     )
     log("== copy bandwidth")
     result["copy_TBps"] = copy_Bps = copy_bandwidth() / 1e12
     copy_Bps *= 1e12
     log(f"  {result['copy_TBps']:.2f} TB/s (read + write)")
-    log("== first calls: autotuning and compilation")
+    log("== first calls: compilation")
+    out = args.out or os.path.join(
+        ROOT, "benchmarks", "results",
+        f"gram-{gpu_slug(dev_name)}-{_dt.date.today().isoformat()}.json")
     result["tuning"] = part_tuning(dims, kernels, min(32768, max(sizes)))
+    write_json_atomic(out, result)  # after every part: a run cut short keeps what it measured
     log("== correctness against float64 torch")
     result["correctness"] = part_correctness(dims, kernels, n=min(4096, max(sizes)))
+    write_json_atomic(out, result)
     log("== compilation")
     result["compilation"] = part_compilation(small=args.smoke)
+    write_json_atomic(out, result)
     log("== Gram timings")
 
     def compile_subset(name, d, n):
@@ -464,16 +479,15 @@ def main(argv=None):
             return name == "rbf" and d == 64 and n == 16384
         return name == "rbf" and d in (64, 512) and n == 32768  # torch.compile compiles per shape
 
+
     result["timings"] = part_timings(dims, kernels, sizes, copy_Bps, l2_bytes, compile_subset, total_mem)
+    write_json_atomic(out, result)
     log("== matrix-free product")
-    result["matvec"] = part_matvec(args.quick, n=300 if args.smoke else None)
+    result["matvec"] = part_matvec(args.quick, n=300 if args.smoke else args.matvec_n)
     if args.sklearn:
         log("== sklearn (CPU)")
         result["sklearn_rbf_kernel"] = part_sklearn()
     result["total_seconds"] = time.perf_counter() - t_start
-    out = args.out or os.path.join(
-        ROOT, "benchmarks", "results",
-        f"gram-{gpu_slug(dev_name)}-{_dt.date.today().isoformat()}.json")
     write_json_atomic(out, result)
     print_table(result)
     log(f"wrote {out} ({result['total_seconds']:.0f} s)")

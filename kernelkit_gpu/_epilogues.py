@@ -7,7 +7,9 @@ Two kinds of ``@triton.jit`` helpers live here and nowhere else:
   accumulated in float32 (float64 for float64 input);
 * the *epilogue*: the kernel's formula applied elementwise to that quantity, chosen by the ``KIND``
   constexpr (rbf, laplacian, polynomial, sigmoid, exponential, Matérn 0.5/1.5/2.5, rational
-  quadratic, linear; cosine is linear on rows normalised by the launcher).
+  quadratic, linear; cosine is linear on rows normalised by the launcher);
+* the Gram kernels' output tiles: program id -> tile (upper block triangle in L2-friendly
+  super-tiles), the exact diagonal, and the (transposed) stores.
 
 How the pairwise quantity is computed (``MODE``):
 
@@ -87,7 +89,8 @@ def _layout_anchor(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACC: tl.constex
     result gets the blocked "FMA dot" layout (each thread a 4 x 4-ish patch: few loads per pair)
     and pulls the elementwise work into it. The compiler folds the product of constant zeros.
     """
-    return tl.dot(tl.zeros((BLOCK_M, 16), ACC), tl.zeros((16, BLOCK_N), ACC), input_precision="ieee")
+    return tl.dot(tl.zeros((BLOCK_M, 16), ACC), tl.zeros((16, BLOCK_N), ACC), input_precision="ieee",
+                  out_dtype=ACC)
 
 
 @triton.jit
@@ -115,7 +118,16 @@ def _direct_tile(x_ptr, y_ptr, offs_m, offs_n, mask_m, mask_n, D,
             xp += stride_xk
             yp += stride_yk
     else:
-        for k in range(0, D):
+        # four features per trip (same order as one at a time: bitwise the same sums), then the rest
+        d4 = (D // 4) * 4
+        for k in range(0, d4, 4):
+            for u in tl.static_range(4):
+                a = tl.load(xp, mask=mask_m, other=0.0).to(ACC)
+                b = tl.load(yp, mask=mask_n, other=0.0).to(ACC)
+                acc = _feature_update(acc, a, b, PAIRWISE)
+                xp += stride_xk
+                yp += stride_yk
+        for k in range(d4, D):
             a = tl.load(xp, mask=mask_m, other=0.0).to(ACC)
             b = tl.load(yp, mask=mask_n, other=0.0).to(ACC)
             acc = _feature_update(acc, a, b, PAIRWISE)
@@ -138,7 +150,7 @@ def _mma_tile(x_ptr, y_ptr, offs_m, offs_n, mask_m, mask_n, D,
         kmask = offs_k < D - k0
         a = tl.load(xp, mask=mask_m[:, None] & kmask[None, :], other=0.0)
         b = tl.load(yp, mask=kmask[:, None] & mask_n[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PREC)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PREC, out_dtype=ACC)
         xp += BLOCK_K * stride_xk
         yp += BLOCK_K * stride_yk
     return acc
@@ -241,3 +253,144 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
         l2 = tl.where(one, u * p2, tl.log2(w) * (u / den))
         k = tl.exp2(-p1 * l2)
     return k
+
+
+# --------------------------------------------------------------------- Gram output tiles
+#: Row blocks that share a column block in the grouped order of K(X, Y) (``_tile_coords``).
+GROUP_M = tl.constexpr(8)
+
+
+@triton.jit
+def _tri_decode(p):
+    """p -> (a, b) with p = a (a + 1) / 2 + b, 0 <= b <= a."""
+    p = tl.cast(p, tl.int64)
+    a = ((tl.sqrt((8 * p + 1).to(tl.float32)) - 1.0) * 0.5).to(tl.int64)
+    a = tl.where(a * (a + 1) // 2 > p, a - 1, a)
+    a = tl.where((a + 1) * (a + 2) // 2 <= p, a + 1, a)
+    return a.to(tl.int32), (p - a * (a + 1) // 2).to(tl.int32)
+
+
+@triton.jit
+def _tile_coords(t, N, M, group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 TRIANGLE: tl.constexpr):
+    """Program id -> (row block, column block, whether that tile exists).
+
+    TRIANGLE (K(X, X)): the upper block triangle in super-tiles of ``group`` x ``group`` blocks
+    (a run-time value: no recompilation), themselves enumerated over the upper triangle of
+    super-blocks; consecutive programs stay inside one super-tile, so its 2 ``group`` operand
+    blocks are read from DRAM about once and reused ``group`` times from L2 while the output
+    streams past (in plain triangle order, group = 1, the output evicts the operands and they are
+    re-read from DRAM for every tile). Programs that land below the diagonal or past the edge have
+    no tile (``valid`` false).
+    Otherwise grouped ordering: GROUP_M row blocks share each column block while it is in L2.
+    """
+    if TRIANGLE:
+        gg = group * group
+        sa, sb = _tri_decode(t // gg)
+        inner = t % gg
+        pid_m = sb * group + inner // group
+        pid_n = sa * group + inner % group
+        valid = (pid_m <= pid_n) & (pid_n < tl.cdiv(M, BLOCK_N))
+    else:
+        num_pid_m = tl.cdiv(N, BLOCK_M)
+        num_pid_n = tl.cdiv(M, BLOCK_N)
+        gsize = GROUP_M * num_pid_n
+        first_m = (t // gsize) * GROUP_M
+        size_m = tl.minimum(num_pid_m - first_m, GROUP_M)
+        pid_m = first_m + (t % gsize) % size_m
+        pid_n = (t % gsize) // size_m
+        valid = pid_m < num_pid_m
+    return pid_m, pid_n, valid
+
+
+@triton.jit
+def _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
+                TRANSPOSED: tl.constexpr, TSTORE: tl.constexpr, OFF64: tl.constexpr,
+                STORE_CS: tl.constexpr, TMA: tl.constexpr):
+    """Store the tile at (row0, col0), or (TRANSPOSED) its transpose at (col0, row0).
+
+    Addresses are a 64-bit tile base plus 32-bit offsets inside the tile (OFF64: 64-bit offsets,
+    for outputs whose strides times the block size overflow 32 bits): fewer registers than a
+    64-bit pointer per element. TSTORE: write the transpose as ``tl.trans(k)`` with column-major
+    offsets (rows of the transposed tile contiguous) instead of swapping the strides. STORE_CS:
+    streaming stores (``st.global.cs``: evict-first in L2, so the output does not push the
+    operands out). TMA: through the tensor descriptor ``out_desc`` (the copy engine writes the
+    tile from shared memory while the program goes on; edges clipped by the descriptor's shape).
+    """
+    CM: tl.constexpr = ".cs" if STORE_CS else ""
+    if TMA:
+        if TRANSPOSED:
+            out_desc.store([col0, row0], tl.trans(k))
+        else:
+            out_desc.store([row0, col0], k)
+        return
+    if OFF64:
+        lm = lm.to(tl.int64)
+        ln = ln.to(tl.int64)
+    if TRANSPOSED:
+        base = out_ptr + col0.to(tl.int64) * stride_om + row0.to(tl.int64) * stride_on
+        if TSTORE:
+            tl.store(base + (ln[:, None] * stride_om + lm[None, :] * stride_on), tl.trans(k),
+                     mask=tl.trans(mask), cache_modifier=CM)
+        else:
+            tl.store(base + (ln[None, :] * stride_om + lm[:, None] * stride_on), k, mask=mask,
+                     cache_modifier=CM)
+    else:
+        base = out_ptr + row0.to(tl.int64) * stride_om + col0.to(tl.int64) * stride_on
+        tl.store(base + (lm[:, None] * stride_om + ln[None, :] * stride_on), k, mask=mask,
+                 cache_modifier=CM)
+
+
+@triton.jit
+def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M, stride_om,
+                 stride_on,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr,
+                 PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
+                 STATIONARY: tl.constexpr, TSTORE: tl.constexpr, OFF64: tl.constexpr,
+                 STORE_CS: tl.constexpr, TMA: tl.constexpr):
+    """Epilogue and stores of one tile of the pairwise quantity ``s``.
+
+    DIAG (K(X, X), square blocks): tiles on the block diagonal write the diagonal exactly (k(0)
+    for stationary kernels, the epilogue of the row norms ``nx`` for dot-product kernels).
+    TRIANGLE: each tile is stored at (i, j) and transposed at (j, i); diagonal tiles mirror their
+    upper triangle onto the lower one, so K is exactly symmetric.
+    Under TRIANGLE N == M; masking rows by M lets the transposed store vectorise too (M is
+    specialised on divisibility by 16, N is not).
+    """
+    row0 = pid_m * BLOCK_M
+    col0 = pid_n * BLOCK_N
+    lm = tl.arange(0, BLOCK_M)
+    ln = tl.arange(0, BLOCK_N)
+    mask_m = row0 + lm < (M if TRIANGLE else N)
+    mask_n = col0 + ln < M
+    mask = mask_m[:, None] & mask_n[None, :]
+    k = _epilogue(s, p0, p1, p2, DEG, KIND)
+    OT: tl.constexpr = out_ptr.dtype.element_ty
+    if DIAG:
+        if pid_m == pid_n:
+            on_diag = lm[:, None] == ln[None, :]
+            if PAIRWISE == PW_DOT:
+                nx = tl.load(nx_ptr + row0 + lm, mask=mask_m, other=0.0)
+                kd = _epilogue(tl.where(on_diag, nx[:, None] + tl.zeros_like(s), s), p0, p1, p2,
+                               DEG, KIND)
+            else:
+                kd = k
+            if STATIONARY:
+                kd = tl.where(on_diag, 1.0, kd)  # k(0) = 1 for every stationary registry kernel
+            if TRIANGLE:
+                # mirror the upper triangle of the tile onto its lower one: one store, symmetric
+                kd = tl.where(lm[:, None] <= ln[None, :], kd, tl.trans(kd))
+            kd = kd.to(OT)
+            _store_tile(out_ptr, out_desc, kd, row0, col0, lm, ln, mask, stride_om, stride_on,
+                        False, False, OFF64, STORE_CS, TMA)
+        else:
+            k = k.to(OT)
+            _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
+                        False, False, OFF64, STORE_CS, TMA)
+            if TRIANGLE:
+                _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
+                            True, TSTORE, OFF64, STORE_CS, TMA)
+    else:
+        k = k.to(OT)
+        _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
+                    False, False, OFF64, STORE_CS, TMA)

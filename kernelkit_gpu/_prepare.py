@@ -30,10 +30,11 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def autotuning():
-    """False when KERNELKIT_GPU_AUTOTUNE=0: each new kernel variant then compiles one default config
-    instead of benchmarking all of them (read at every first launch of a variant; test suites set
-    it to keep GPU test runs short)."""
-    return os.environ.get("KERNELKIT_GPU_AUTOTUNE", "1") != "0"
+    """True only when KERNELKIT_GPU_AUTOTUNE=1: each new kernel variant then benchmarks a few
+    candidate configs at its first launch instead of compiling one heuristic config (read at every
+    first launch of a variant). Off by default: a first call compiles one config per kernel, and
+    a new N or M never recompiles."""
+    return os.environ.get("KERNELKIT_GPU_AUTOTUNE", "0") == "1"
 
 
 def pick_configs(configs, default_index, keep=None):

@@ -74,7 +74,7 @@ def _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
     else:
         v = tl.load(v_ptr + offs_n.to(tl.int64)[:, None] * stride_vm + offs_r[None, :] * stride_vr,
                     mask=mask_n[:, None] & mask_r[None, :], other=0.0)
-        acc = tl.dot(k, v, acc, input_precision=MV_PREC)
+        acc = tl.dot(k, v, acc, input_precision=MV_PREC, out_dtype=ACC)
     return acc
 
 
@@ -151,6 +151,7 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
     """Launch the matrix-free product on prepared operands; ``v`` is (M, R), ``out`` (N, R).
 
     ``config``: a ``triton.Config`` to launch with, bypassing the autotuner (tests run every config).
+    Without it: the first (default) config, or with ``KERNELKIT_GPU_AUTOTUNE=1`` the autotuned one.
     """
     n, m, r = ops.n, ops.m, v.shape[1]
     vec = r == 1
@@ -161,6 +162,10 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
         mv_prec = "tf32x3" if precision == "accurate" else "tf32"
     launcher = _matvec_vec if vec else _matvec_block
     extra = {}
+    if config is None and not P.autotuning():
+        # the default config, launched directly: Triton's autotuner would still time a single
+        # remaining config (several full runs: seconds at N = M = 10^6) at the first call
+        config = (_vec_configs() if vec else _block_configs())[0]
     if config is not None:
         launcher, extra = _matvec_kernel, config.all_kwargs()
 

@@ -234,46 +234,89 @@ def test_gram_properties(n, d, name, seed, device):
 
 
 # ---------------------------------------------------------------------------- plumbing
+def _candidate_configs(name, d, precision="accurate"):
+    plan = _prepare.kernel_plan(name, d, {})
+    if gram_module.uses_mma(plan, d):
+        kd = -(-d // gram_module.PAD_K) * gram_module.PAD_K
+        split = precision == "accurate"
+        return gram_module.mma_configs(kd, split, 4)
+    return gram_module.direct_configs(d, plan.pairwise)
+
+
 @pytest.mark.parametrize("symmetric", [False, True], ids=["xy", "xx"])
 @pytest.mark.parametrize("name,d", [("rbf", 3), ("matern", 40), ("laplacian", 20), ("polynomial", 40)])
 def test_every_config_is_correct(name, d, symmetric, device, rng):
-    """Each autotune config (one under the interpreter), launched directly: right values, every
-    element written, K(X, X) exactly symmetric."""
-    x = randn(rng, (150, d), torch.float32, device)
-    y = None if symmetric else randn(rng, (77, d), torch.float32, device)
+    """Each candidate config (one under the interpreter), launched directly: right values, every
+    element written, K(X, X) exactly symmetric; TMA and pointer stores, both forms of the
+    transposed pointer store."""
+    x = randn(rng, (152, d), torch.float32, device)
+    y = None if symmetric else randn(rng, (80, d), torch.float32, device)
     ref = reference(name, {}, x, y)
     plan = _prepare.kernel_plan(name, d, {})
-    for config in gram_module._gram_kernel.configs:
-        ops = _prepare.prepare(x, y, plan, "accurate", symmetric, want_diag=symmetric)
-        out = poisoned(ref.shape, torch.float32, device)
-        gram_module.gram_fwd(ops, plan, out, symmetric, config=config)
-        check_values(out, ref, "float32", name, {}, x, y)
-        if symmetric:
-            assert torch.equal(out, out.T), config
+    for config in _candidate_configs(name, d):
+        # rows of 152 / 80 floats are 16-byte aligned: the default stores through a tensor
+        # descriptor (TMA); the second variant takes the pointer stores
+        for variant in ({}, {"tstore": True, "direct_triangle": False, "group": 1, "tma": False,
+                             "store_cs": False}):
+            out = poisoned(ref.shape, torch.float32, device)
+            gram_module.gram_fwd(x, y, plan, out, "accurate", symmetric, config=config,
+                                 variant=variant)
+            check_values(out, ref, "float32", name, {}, x, y)
+            if symmetric:
+                assert torch.equal(out, out.T), (config, variant)
+
+
+@pytest.mark.parametrize("variant", [dict(group=1), dict(group=2, store_cs=True, load_el=True),
+                                     dict(group=2, tma=True)],
+                         ids=["plain-triangle", "group2-cs-el", "group2-tma"])
+@pytest.mark.parametrize("precision", ["accurate", "fast"])
+def test_store_and_order_variants(precision, variant, device, rng):
+    """The tile-order and cache-hint variants (benchmarks) compute the same K, near-duplicate
+    flags and fix-ups included (group 2 over 3 blocks of the interpreter's 64: super-tiles with
+    programs below the diagonal and past the edge that must write nothing)."""
+    _, _, xx = _near_duplicates(rng, 70, 20, device)  # 140 rows
+    params = dict(nu=0.5, length_scale=1.3)
+    plan = _prepare.kernel_plan("matern", 20, params)
+    ref = reference("matern", params, xx)
+    out = poisoned(ref.shape, torch.float32, device)
+    gram_module.gram_fwd(xx, None, plan, out, precision, True, variant=variant)
+    assert torch.equal(out, out.T)
+    assert rel_fro(out, ref) <= (1e-6 if precision == "accurate" else 2e-3)
+    check_values(out, ref, "float32", "matern", params, xx,
+                 tol=None if precision == "accurate" else FAST_TOL)
 
 
 def test_triton_launcher_runs(device, rng, monkeypatch):
-    """A spy on the Triton kernel object: gram() launches it, once, with the expected settings."""
+    """Spies on the Triton kernel objects: gram() launches the tensor-core kernel (with its
+    preparation and fix-up) for rbf at D = 20 and the direct kernel for laplacian."""
     calls = []
-    real = gram_module._gram_kernel
 
-    class Spy:
-        def __getitem__(self, grid):
-            launch = real[grid]
+    def spy(name):
+        real = getattr(gram_module, name)
 
-            def run(*args, **kwargs):
-                calls.append(kwargs)
-                return launch(*args, **kwargs)
+        class Spy:
+            def __getitem__(self, grid):
+                launch = real[grid]
 
-            return run
+                def run(*args, **kwargs):
+                    calls.append((name, kwargs))
+                    return launch(*args, **kwargs)
 
-    monkeypatch.setattr(gram_module, "_gram_kernel", Spy())
+                return run
+
+        monkeypatch.setattr(gram_module, name, Spy())
+
+    for name in ("_gram_prep_kernel", "_gram_mma_kernel", "_gram_fix_kernel", "_gram_direct_kernel"):
+        spy(name)
     x = randn(rng, (50, 20), torch.float32, device)
     kernelkit_gpu.gram(x, kernel="rbf")
     kernelkit_gpu.gram(x, x[:7], kernel="laplacian")
-    assert [c["KIND"] for c in calls] == [_epilogues.K_RBF.value, _epilogues.K_LAPLACIAN.value]
-    assert calls[0]["TRIANGLE"] and calls[0]["MODE"] == _epilogues.MODE_MMA.value
-    assert not calls[1]["TRIANGLE"] and calls[1]["MODE"] == _epilogues.MODE_DIRECT.value
+    names = [c[0] for c in calls]
+    assert names == ["_gram_prep_kernel", "_gram_mma_kernel", "_gram_fix_kernel",
+                     "_gram_prep_kernel", "_gram_prep_kernel", "_gram_direct_kernel"], names
+    mma, direct = calls[1][1], calls[5][1]
+    assert mma["KIND"] == _epilogues.K_RBF.value and mma["TRIANGLE"] and mma["SPLIT"]
+    assert direct["KIND"] == _epilogues.K_LAPLACIAN.value and not direct["TRIANGLE"]
 
 
 def test_out_with_strides_and_default_allocation(device, rng):

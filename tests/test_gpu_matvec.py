@@ -143,7 +143,9 @@ def test_matvec_offset_and_near_duplicates(case, d, device, rng):
 
 
 def test_matvec_launcher_runs(device, rng, monkeypatch):
-    """A spy on both autotuned launchers: R == 1 takes the elementwise path, R > 1 tl.dot."""
+    """Spies on the Triton kernel and both autotuned launchers: R == 1 takes the elementwise
+    path, R > 1 tl.dot; without KERNELKIT_GPU_AUTOTUNE=1 the kernel is launched directly with
+    its default config (no autotuner)."""
     calls = []
 
     def spy(real, tag):
@@ -161,10 +163,12 @@ def test_matvec_launcher_runs(device, rng, monkeypatch):
 
     monkeypatch.setattr(matvec_module, "_matvec_vec", spy(matvec_module._matvec_vec, "vec"))
     monkeypatch.setattr(matvec_module, "_matvec_block", spy(matvec_module._matvec_block, "block"))
+    monkeypatch.setattr(matvec_module, "_matvec_kernel", spy(matvec_module._matvec_kernel, "kernel"))
     x = randn(rng, (30, 3), torch.float32, device)
     kernelkit_gpu.kernel_matvec(x, x, torch.ones(30, device=device), "rbf")
     kernelkit_gpu.kernel_matvec(x, x, torch.ones((30, 4), device=device), "laplacian")
-    assert [c[0] for c in calls] == ["vec", "block"]
+    expected = ["vec", "block"] if _prepare.autotuning() else ["kernel", "kernel"]
+    assert [c[0] for c in calls] == expected
     assert calls[0][1]["VEC"] and calls[0][1]["KIND"] == _epilogues.K_RBF.value
     assert not calls[1][1]["VEC"] and calls[1][1]["MODE"] == _epilogues.MODE_DIRECT.value
 
