@@ -33,26 +33,17 @@ shapes when exceeded and says so in the JSON. ``--smoke`` runs tiny shapes on th
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import inspect
-import json
-import os
-import platform
-import re
-import sys
-import tempfile
 import time
 import traceback
 
 import torch
 import torch.nn.functional as F
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import triton  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
+from _common import (check_mode, default_out, device_facts, log, now, versions, wall_s,
+                     write_json_atomic)
+from _common import copy_bandwidth as _copy_bandwidth
+from _common import median_ms as _median_ms
+from _common import peak_mib as _peak_mib
 
 from kernelkit_gpu.linear_attention import linear_attention  # noqa: E402
 from kernelkit_gpu.linear_attention_naive import linear_attention_naive  # noqa: E402
@@ -64,39 +55,16 @@ DIMS = (128, 64)
 LENGTHS = (65536, 32768, 16384, 8192, 4096, 2048, 1024, 512)
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def _sync():
-    if DEV == "cuda":
-        torch.cuda.synchronize()
-
-
 def median_ms(fn, warmup=10, rep=50):
-    if DEV != "cuda":  # --smoke: one wall-clock run
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    return _median_ms(fn, DEV, warmup=warmup, rep=rep)
 
 
 def first_call_s(fn):
-    _sync()
-    t = time.perf_counter()
-    fn()
-    _sync()
-    return time.perf_counter() - t
+    return wall_s(fn, DEV)
 
 
-def copy_bandwidth():
-    """Device-to-device copy of 1 GiB: bytes read + written per second."""
-    n = 1 << 28 if DEV == "cuda" else 1 << 16
-    a = torch.empty(n, dtype=torch.float32, device=DEV).normal_()
-    b = torch.empty_like(a)
-    ms = median_ms(lambda: b.copy_(a), warmup=25, rep=100)
-    del a, b
-    return 2 * n * 4 / (ms * 1e-3)
+def peak_mib(fn):
+    return _peak_mib(fn, DEV)
 
 
 # ------------------------------------------------------------------------------- contenders
@@ -219,7 +187,9 @@ def part_correctness(fla_fns, smoke):
     return res
 
 
-def part_timings(dims, lengths, copy_Bps, fla_fns, budget_s, t_start, smoke):
+def part_timings(dims, lengths, copy_Bps, fla_fns, budget_s, t_start, smoke, fla_dims=None):
+    """Every (D, T) shape, longest first; fla is timed only for head dims in ``fla_dims``
+    (default: all; its first call per D autotunes for about two minutes)."""
     rows, skipped = [], []
     chunk_fla, fused_fla = fla_fns[:2]
     dt = torch.float32 if smoke else torch.bfloat16
@@ -247,24 +217,23 @@ def part_timings(dims, lengths, copy_Bps, fla_fns, budget_s, t_start, smoke):
                 if first:
                     r[f"ours_{tag}_first_call_fwd_s"] = first_call_s(lambda: f(q, k, v))
                     r[f"ours_{tag}_first_call_fwd_bwd_s"] = first_call_s(fwd_bwd(f, (q, k, v), dout))
-                with torch.no_grad():
-                    r[f"ours_{tag}_fwd_ms"] = median_ms(lambda: f(q, k, v))
+
+                def fwd(f=f):
+                    with torch.no_grad():
+                        return f(q, k, v)
+
+                r[f"ours_{tag}_fwd_ms"] = median_ms(fwd)
                 r[f"ours_{tag}_fwd_bwd_ms"] = median_ms(fwd_bwd(f, (q, k, v), dout))
+                r[f"ours_{tag}_fwd_peak_mib"] = peak_mib(fwd)
+                r[f"ours_{tag}_fwd_bwd_peak_mib"] = peak_mib(fwd_bwd(f, (q, k, v), dout))
                 r[f"ours_{tag}_fwd_x_floor"] = r[f"ours_{tag}_fwd_ms"] / floor_fwd_ms
                 r[f"ours_{tag}_fwd_bwd_x_floor"] = r[f"ours_{tag}_fwd_bwd_ms"] / floor_fb_ms
                 r[f"ours_{tag}_fwd_GBps"] = 4 * n_elem * esize / (r[f"ours_{tag}_fwd_ms"] * 1e-3) / 1e9
-            if DEV == "cuda":
-                for a in (q, k, v):
-                    a.grad = None
-                torch.cuda.synchronize()
-                base = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-                fwd_bwd(ours(True), (q, k, v), dout)()
-                torch.cuda.synchronize()
-                r["ours_causal_fwd_bwd_peak_MB_above_inputs"] = (torch.cuda.max_memory_allocated() - base) / 2**20
             for name, fn in (("fla_chunk", chunk_fla), ("fla_fused_chunk", fused_fla)):
-                if fn is None or (name == "fla_fused_chunk" and T not in (65536, 4096, 96)):
-                    continue  # fused_chunk at two lengths only (its autotuning costs minutes)
+                if fn is None or (fla_dims is not None and D not in fla_dims):
+                    continue
+                if name == "fla_fused_chunk" and T not in (65536, 96):
+                    continue  # fused_chunk at the headline length only (its autotuning costs minutes)
                 try:
                     prepare, call, _ = fla_caller(fn)
                     qf, kf, vf = (prepare(t.detach()).requires_grad_() for t in (q, k, v))
@@ -311,20 +280,6 @@ def crossover(rows, D):
 
 
 # ----------------------------------------------------------------------------------- output
-def gpu_slug(name):
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
-def write_json_atomic(path, data):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".attention_linear-", suffix=".json",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def print_table(result):
     nan = float("nan")
     log("")
@@ -341,7 +296,7 @@ def print_table(result):
             f"{r['ours_causal_fwd_x_floor']:7.1f} {r.get('fla_chunk_norm_fwd_ms', nan):7.3f} "
             f"{r.get('fla_chunk_norm_fwd_bwd_ms', nan):8.3f} {r.get('sdpa_flash_causal_fwd_ms', nan):8.3f} "
             f"{r.get('sdpa_flash_causal_fwd_bwd_ms', nan):9.3f} "
-            f"{r.get('ours_causal_fwd_bwd_peak_MB_above_inputs', nan):8.0f}")
+            f"{r.get('ours_causal_fwd_bwd_peak_mib') or nan:8.0f}")
     for D, T in result.get("crossover_T", {}).items():
         log(f"crossover vs SDPA flash causal (fwd), D={D}: T >= {T}")
     ok = all(c.get("ok", False) for c in result["correctness"])
@@ -363,31 +318,26 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true",
                     help="CPU dry run under TRITON_INTERPRET=1 with tiny sizes (numbers meaningless)")
     args = ap.parse_args(argv)
+    result = run(args.quick, args.smoke, args.budget)
+    result["args"] = vars(args)
+    out = args.out or default_out("attention_linear", result["device"]["name"])
+    write_json_atomic(out, result)
+    print_table(result)
+    log(f"wrote {out} ({result['total_seconds']:.0f} s)")
+    return result
+
+
+def run(quick, smoke, budget, lengths=None, fla_dims=None):
+    """Bandwidth, correctness and timings in one process; the result dict of the JSON file."""
     global DEV
-    if args.smoke:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise SystemExit("--smoke runs the Triton interpreter: set TRITON_INTERPRET=1")
-        DEV = "cpu"
-    else:
-        if not torch.cuda.is_available():
-            raise SystemExit("benchmarks/attention_linear.py needs a CUDA GPU")
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            raise SystemExit("unset TRITON_INTERPRET: the benchmark times compiled kernels")
+    DEV = check_mode("benchmarks/attention_linear.py", smoke)
     t_start = time.perf_counter()
-    if DEV == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        dev_name, total_mem, sm = props.name, props.total_memory, props.multi_processor_count
-    else:
-        dev_name, total_mem, sm = "cpu-interpreter-smoke", 8 << 30, 0
-    dims = (32,) if args.smoke else (128,) if args.quick else DIMS
-    lengths = (96, 64) if args.smoke else (65536, 4096) if args.quick else LENGTHS
+    device = device_facts(DEV)
+    dims = (32,) if smoke else (128,) if quick else DIMS
+    lengths = (96, 64) if smoke else lengths or ((65536, 4096) if quick else LENGTHS)
     fla_fns = load_fla()
     result = dict(
-        benchmark="benchmarks/attention_linear.py", date=_dt.datetime.now().isoformat(timespec="seconds"),
-        args=vars(args),
-        device=dict(name=dev_name, total_memory_GB=total_mem / 1e9, sm_count=sm),
-        versions=dict(torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-                      cuda=torch.version.cuda),
+        benchmark="benchmarks/attention_linear.py", date=now(), device=device, versions=versions(),
         fla=dict(version=fla_fns[2], note=fla_fns[3]),
         notes=[
             "ours: kernelkit_gpu.linear_attention(feature_map='elu+1', normalize=True), fused map",
@@ -399,28 +349,22 @@ def main(argv=None):
             "autotuning happens at the first (largest) T of each D; first_call_* are those times",
         ],
     )
-    log(f"== {dev_name}; fla: {fla_fns[2] or fla_fns[3]}")
+    log(f"== {device['name']}; fla: {fla_fns[2] or fla_fns[3]}")
     log("== copy bandwidth")
-    copy_Bps = copy_bandwidth()
+    copy_Bps = _copy_bandwidth(DEV)
     result["copy_TBps"] = copy_Bps / 1e12
     log(f"  {result['copy_TBps']:.2f} TB/s (read + write)")
     log("== correctness")
     try:
-        result["correctness"] = part_correctness(fla_fns, args.smoke)
+        result["correctness"] = part_correctness(fla_fns, smoke)
     except Exception as e:  # noqa: BLE001 - record, still time
         result["correctness"] = [dict(ok=False, error=traceback.format_exc())]
         log(f"  correctness check raised {type(e).__name__}: {e}")
     log("== timings")
-    result["timings"], result["skipped"] = part_timings(dims, lengths, copy_Bps, fla_fns, args.budget,
-                                                        t_start, args.smoke)
+    result["timings"], result["skipped"] = part_timings(dims, lengths, copy_Bps, fla_fns, budget,
+                                                        t_start, smoke, fla_dims)
     result["crossover_T"] = {str(D): crossover(result["timings"], D) for D in dims}
     result["total_seconds"] = time.perf_counter() - t_start
-    out = args.out or os.path.join(
-        ROOT, "benchmarks", "results",
-        f"attention_linear-{gpu_slug(dev_name)}-{_dt.date.today().isoformat()}.json")
-    write_json_atomic(out, result)
-    print_table(result)
-    log(f"wrote {out} ({result['total_seconds']:.0f} s)")
     return result
 
 

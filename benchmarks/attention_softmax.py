@@ -29,28 +29,21 @@ printed last. ``--smoke`` runs tiny shapes on the CPU under the Triton interpret
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import glob
+import importlib
 import json
 import os
-import platform
-import re
-import sys
-import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-if "--smoke" in sys.argv:
-    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+import torch
+import torch.nn.functional as F
+from _common import (ROOT, check_mode, default_out, device_facts, log, median_ms, now, peak_mib,
+                     versions, write_json_atomic)
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import triton  # noqa: E402
-
-from kernelkit_gpu import softmax_attention as sa_mod  # noqa: E402
 from kernelkit_gpu.attention_naive import softmax_attention_naive  # noqa: E402
+
+# the module (the package exports a function of the same name)
+sa_mod = importlib.import_module("kernelkit_gpu.softmax_attention")
 
 TOKENS = 65536
 HEADS = 16
@@ -58,34 +51,7 @@ DTYPE = torch.bfloat16
 TARGET_TFLOPS = 400.0  # H200, bf16, D 128, T 16384, non-causal forward (SDPA flash: 355)
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
 # ------------------------------------------------------------------------------- helpers
-def bench(fn, dev, grad_to_none=None, rep=100):
-    """Median milliseconds of ``fn``."""
-    if dev != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=25, rep=rep, grad_to_none=grad_to_none, return_mode="median")
-
-
-def peak_mb(fn, dev):
-    """Peak memory of one call above what was allocated before it (MiB)."""
-    if dev != "cuda":
-        return None
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
-
-
 def sdpa_impls():
     """name -> context manager factory (None: ours)."""
     impls = {"kernelkit": None}
@@ -220,14 +186,14 @@ def _time_case(dev, impls, d, causal, t, b, heads, rep):
             if dev == "cuda":
                 torch.cuda.synchronize()
             row["first_call_s"] = round(time.perf_counter() - t0, 3)
-            ms_f = bench(fwd, dev, rep=rep)
-            ms_fb = bench(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
+            ms_f = median_ms(fwd, dev, rep=rep)
+            ms_fb = median_ms(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
             row.update(
                 fwd_ms=ms_f, fwd_tflops=ff / ms_f * 1e-9,
                 fwd_bwd_ms=ms_fb, fwd_bwd_tflops=3.5 * ff / ms_fb * 1e-9,
                 bwd_ms_est=ms_fb - ms_f,
                 bwd_tflops_est=2.5 * ff / max(ms_fb - ms_f, 1e-9) * 1e-9,
-                fwd_peak_mib=peak_mb(fwd, dev), fwd_bwd_peak_mib=peak_mb(fwd_bwd, dev),
+                fwd_peak_mib=peak_mib(fwd, dev), fwd_bwd_peak_mib=peak_mib(fwd_bwd, dev),
             )
         except Exception as e:  # a backend that refuses the shape or runs out of memory
             row["skipped"] = f"{type(e).__name__}: {str(e)[:160]}"
@@ -243,19 +209,20 @@ def _time_case(dev, impls, d, causal, t, b, heads, rep):
     return rows
 
 
-def timings(dev, quick, smoke):
+def timings(dev, quick, smoke, lengths=None):
+    """Every (D, causal, T) case; ``lengths`` overrides the default T list (longest first)."""
     log("== timings (bfloat16, H = 16, B * T = 65536 tokens, median ms of do_bench)")
     dims = _dims(quick, smoke)
     if smoke:
         lengths, tokens, heads = (64,), 128, 2
     else:
-        lengths = (16384, 1024) if quick else (16384, 4096, 1024, 512)
+        lengths = lengths or ((16384, 1024) if quick else (16384, 4096, 1024, 512))
         tokens, heads = TOKENS, HEADS
     impls = sdpa_impls() if dev == "cuda" else {"kernelkit": None}
     rep = 50 if quick else 100
     rows = []
     cases = [(d, causal, t) for d in dims for causal in (False, True) for t in lengths]
-    if not quick and not smoke:
+    if not quick and not smoke and 65536 not in lengths:
         cases += [(128, True, 65536)]
     for d, causal, t in cases:
         rows += _time_case(dev, impls, d, causal, t, max(1, tokens // t), heads, rep)
@@ -294,14 +261,6 @@ def anchors():
         if found:
             break
     return found
-
-
-def write_json_atomic(path, data):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-    os.replace(tmp, path)
 
 
 def summary(rows, correct):
@@ -345,32 +304,30 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (code paths)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/...)")
     args = ap.parse_args(argv)
-    dev = "cpu" if args.smoke else "cuda"
-    if dev == "cuda" and not torch.cuda.is_available():
-        sys.exit("needs a CUDA GPU (or --smoke for the CPU interpreter)")
-    gpu = torch.cuda.get_device_name() if dev == "cuda" else "cpu-interpreter"
+    result = run(args.quick, args.smoke)
+    out = args.out or default_out("attention_softmax", result["device"]["name"])
+    write_json_atomic(out, result)
+    log(f"wrote {out} ({result['wall_s']} s)")
+    log(summary(result["timings"], result["correctness"]))
+
+
+def run(quick, smoke, lengths=None):
+    """Tuning, correctness and timings in one process; the result dict of the JSON file."""
+    dev = check_mode("benchmarks/attention_softmax.py", smoke)
+    device = device_facts(dev)
     t_start = time.time()
-    log(f"device {gpu}; torch {torch.__version__}; triton {triton.__version__}")
-    tuning = tune(dev, args.quick, args.smoke)
-    correct = correctness(dev, args.quick, args.smoke)
-    rows = timings(dev, args.quick, args.smoke)
-    result = dict(
-        benchmark="attention_softmax", date=_dt.datetime.now().isoformat(timespec="seconds"),
-        device=gpu, torch=torch.__version__, triton=triton.__version__,
-        python=platform.python_version(), quick=args.quick, smoke=args.smoke,
-        dtype="bfloat16", heads=HEADS, tokens=TOKENS if not args.smoke else None,
+    ver = versions()
+    log(f"device {device['name']}; torch {ver['torch']}; triton {ver['triton']}")
+    tuning = tune(dev, quick, smoke)
+    correct = correctness(dev, quick, smoke)
+    rows = timings(dev, quick, smoke, lengths)
+    return dict(
+        benchmark="attention_softmax", date=now(), device=device, versions=ver,
+        quick=quick, smoke=smoke, dtype="bfloat16", heads=HEADS, tokens=TOKENS if not smoke else None,
         flops="fwd 4 B H T S D (causal: half); fwd+bwd 3.5x fwd; bwd_est = fwd_bwd - fwd",
         tuning=tuning, correctness=correct, timings=rows, autotune=autotune_choices(), anchors=anchors(),
         wall_s=round(time.time() - t_start, 1),
     )
-    out = args.out
-    if out is None:
-        tag = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower()
-        out = os.path.join(ROOT, "benchmarks", "results",
-                           f"attention_softmax-{tag}-{_dt.date.today().isoformat()}.json")
-    write_json_atomic(out, result)
-    log(f"wrote {out} ({result['wall_s']} s)")
-    log(summary(rows, correct))
 
 
 if __name__ == "__main__":

@@ -28,24 +28,14 @@ atomically; a short table is printed last.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import math
 import os
-import platform
-import re
-import sys
-import tempfile
 import time
 
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import triton  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
+from _common import (check_mode, copy_bandwidth, default_out, device_facts, log, now,
+                     versions, wall_s, write_json_atomic)
+from _common import median_ms as _median_ms
 
 import kernelkit_gpu  # noqa: E402
 from kernelkit_gpu.naive import gram_naive, kernel_matvec_naive  # noqa: E402
@@ -55,10 +45,6 @@ KERNELS = ("rbf", "polynomial", "laplacian", "matern")
 DEV = "cuda"
 DIMS = (3, 64, 512)
 SIZES = (4096, 16384, 32768, 65536)
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -129,11 +115,7 @@ def _empty_cache():
 
 
 def median_ms(fn, warmup=25, rep=100):
-    if DEV != "cuda":  # --smoke: one wall-clock run
-        t = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t) * 1e3
-    return float(do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+    return _median_ms(fn, DEV, warmup=warmup, rep=rep)
 
 
 def rotating(make, nbytes_each, l2_bytes, cap=8):
@@ -151,26 +133,8 @@ class Cycle:
         return self.items[self.i]
 
 
-def copy_bandwidth():
-    """Device-to-device copy of 1 GiB: bytes read + written per second."""
-    n = 1 << 28 if DEV == "cuda" else 1 << 20
-    a = torch.empty(n, dtype=torch.float32, device=DEV).normal_()
-    b = torch.empty_like(a)
-    ms = median_ms(lambda: b.copy_(a))
-    del a, b
-    return 2 * n * 4 / (ms * 1e-3)
-
-
 def cuda_time_s(fn, runs=3):
-    out = []
-    for _ in range(runs):
-        _sync()
-        t = time.perf_counter()
-        fn()
-        _sync()
-        out.append(time.perf_counter() - t)
-    out.sort()
-    return out[len(out) // 2]
+    return wall_s(fn, DEV, runs)
 
 
 # ----------------------------------------------------------------------------------- parts
@@ -359,19 +323,6 @@ def part_sklearn():
 
 
 # ------------------------------------------------------------------------------------ main
-def gpu_slug(name):
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
-
-
-def write_json_atomic(path, data):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gram-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def print_table(result):
     log("")
     log(f"Gram benchmark on {result['device']['name']} (torch {result['versions']['torch']}, "
@@ -417,22 +368,11 @@ def main(argv=None):
                          "numbers meaningless)")
     args = ap.parse_args(argv)
     global DEV
-    if args.smoke:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise SystemExit("--smoke runs the Triton interpreter: set TRITON_INTERPRET=1")
-        DEV = "cpu"
-    else:
-        if not torch.cuda.is_available():
-            raise SystemExit("benchmarks/gram.py needs a CUDA GPU")
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            raise SystemExit("unset TRITON_INTERPRET: the benchmark times compiled kernels")
+    DEV = check_mode("benchmarks/gram.py", args.smoke)
     t_start = time.perf_counter()
-    if DEV == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        dev_name, total_mem, sm = props.name, props.total_memory, props.multi_processor_count
-        l2_bytes = getattr(props, "L2_cache_size", 50 << 20)
-    else:
-        dev_name, total_mem, sm, l2_bytes = "cpu-interpreter-smoke", 8 << 30, 0, 1 << 20
+    device = device_facts(DEV)
+    dev_name, total_mem = device["name"], device["total_memory_GB"] * 1e9
+    l2_bytes = device["L2_MB"] * 2**20
     kernels = ("rbf", "laplacian") if args.quick or args.smoke else KERNELS
     dims = (3, 20) if args.smoke else (3, 64) if args.quick else DIMS
     sizes = (64, 96) if args.smoke else (4096, 16384) if args.quick else SIZES
@@ -443,11 +383,8 @@ def main(argv=None):
     if args.sizes:
         sizes = tuple(int(v) for v in args.sizes.split(","))
     result = dict(
-        benchmark="benchmarks/gram.py", date=_dt.datetime.now().isoformat(timespec="seconds"),
-        args=vars(args),
-        device=dict(name=dev_name, total_memory_GB=total_mem / 1e9, L2_MB=l2_bytes / 2**20, sm_count=sm),
-        versions=dict(torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-                      cuda=torch.version.cuda),
+        benchmark="benchmarks/gram.py", date=now(), args=vars(args), device=device,
+        versions=versions(),
         notes=["eager = row norms + addmm + epilogue in float32 with TF32 off, not centred, not symmetrised",
                "kernelkit times include its torch-side preparation (centring, norms) and write into a "
                "preallocated out=",
@@ -455,13 +392,11 @@ def main(argv=None):
                "kernel; part 'tuning' times those first calls at the largest N"],
     )
     log("== copy bandwidth")
-    result["copy_TBps"] = copy_Bps = copy_bandwidth() / 1e12
+    result["copy_TBps"] = copy_Bps = copy_bandwidth(DEV) / 1e12
     copy_Bps *= 1e12
     log(f"  {result['copy_TBps']:.2f} TB/s (read + write)")
     log("== first calls: compilation")
-    out = args.out or os.path.join(
-        ROOT, "benchmarks", "results",
-        f"gram-{gpu_slug(dev_name)}-{_dt.date.today().isoformat()}.json")
+    out = args.out or default_out("gram", dev_name)
     result["tuning"] = part_tuning(dims, kernels, min(32768, max(sizes)))
     write_json_atomic(out, result)  # after every part: a run cut short keeps what it measured
     log("== correctness against float64 torch")

@@ -22,8 +22,11 @@ __all__ = ["gram", "default_block_size", "MEMORY_BUDGET_BYTES"]
 
 #: Memory the temporaries of one block may use when ``block_size=None``.
 MEMORY_BUDGET_BYTES = 256 * 2**20
-#: GPU memory one block's output may use on "cuda" when ``block_size=None``.
+#: GPU memory one block's output may use on "cuda" when ``block_size=None`` (at most a quarter
+#: of the GPU memory free when the job starts).
 GPU_MEMORY_BUDGET_BYTES = 2**30
+#: GPU bytes per entry of an off-diagonal block: the output and its transpose, float64 at most.
+_GPU_BYTES_PER_ENTRY = 16
 #: float64 temporaries per Gram entry in the reference kernels (distances, exp, products...).
 _BYTES_PER_ENTRY = 6 * 8
 #: ``progress=None`` shows a bar when the job has at least this many blocks and entries.
@@ -34,15 +37,32 @@ _LONG_JOB_ENTRIES = 2**24
 def default_block_size(n_rows, n_cols, memory_budget=MEMORY_BUDGET_BYTES, device="cpu"):
     """Rows per block so that one block's temporaries fit in ``memory_budget`` bytes.
 
-    On "cuda" a block holds only its float32/float64 output on the GPU, so the budget is
-    :data:`GPU_MEMORY_BUDGET_BYTES` at 8 bytes per entry. Returns an int in ``[1, n_rows]``.
+    On "cuda" a block holds only its output (and its transpose) on the GPU, so the budget is
+    :data:`GPU_MEMORY_BUDGET_BYTES` or a quarter of the free GPU memory, whichever is smaller, at
+    16 bytes per entry. Returns an int in ``[1, n_rows]``.
     """
     if device == "cuda":
-        memory_budget, per_entry = GPU_MEMORY_BUDGET_BYTES, 8
+        memory_budget = min(GPU_MEMORY_BUDGET_BYTES, _free_gpu_bytes() // 4)
+        per_entry = _GPU_BYTES_PER_ENTRY
     else:
         per_entry = _BYTES_PER_ENTRY
     rows = memory_budget // (per_entry * max(int(n_cols), 1))
     return int(min(max(rows, 1), max(int(n_rows), 1)))
+
+
+def _free_gpu_bytes():
+    import torch
+
+    free, _total = torch.cuda.mem_get_info()
+    return int(free)
+
+
+def _is_out_of_memory(exc):
+    """A host ``MemoryError`` or a CUDA out-of-memory error (torch is only looked up if loaded)."""
+    if isinstance(exc, MemoryError):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)
 
 
 def _check_kernel(kernel):
@@ -70,32 +90,44 @@ def _check_progress(progress):
     return progress
 
 
-def _blocks(n_rows, n_cols, block_size, symmetric):
-    """Row ranges ``(i0, i1)`` and the number of entries each block computes."""
-    out = []
-    for i0 in range(0, n_rows, block_size):
-        i1 = min(i0 + block_size, n_rows)
-        entries = (i1 - i0) * ((n_cols - i0) if symmetric else n_cols)
-        out.append((i0, i1, entries))
-    return out
+def _block_entries(i0, i1, n_cols, symmetric):
+    """Entries a row block ``[i0, i1)`` computes (only the upper block triangle when symmetric)."""
+    return (i1 - i0) * ((n_cols - i0) if symmetric else n_cols)
 
 
-def _block_value(spec, A, B, params, device):
+def _block_value(spec, A, B, params, device, transposed=False):
     """K(A, B) for one block as a NumPy array of shape (len(A), len(B)); ``B=None`` means K(A, A).
 
     ``K(A, None)`` is exactly symmetric with the kernel's exact diagonal. The only function that
     evaluates a kernel. On "cpu", ``A`` and ``B`` are NumPy arrays and the float64 registry
     reference runs; on "cuda" they are CUDA tensors and the Triton Gram kernel runs (float64 for
-    float64 data, the accurate float32 mode otherwise).
+    float64 data, the accurate float32 mode otherwise). With ``transposed=True`` it returns the
+    pair (K, K.T), the transpose made contiguous on the GPU so the host writes rows, not columns.
     """
     if device == "cuda":
         import kernelkit_gpu
 
-        return kernelkit_gpu.gram(A, B, kernel=spec.name, **params).cpu().numpy()
+        K = kernelkit_gpu.gram(A, B, kernel=spec.name, **params)
+        if transposed:
+            return K.cpu().numpy(), K.T.contiguous().cpu().numpy()
+        return K.cpu().numpy()
     K = spec.value_fn(A, B, **params)
     if B is None:
         np.fill_diagonal(K, spec.diag_fn(A, **params))
-    return K
+    return (K, K.T) if transposed else K
+
+
+def _fill_block(K, spec, X, Y, params, i0, i1, device):
+    """Rows ``[i0, i1)`` of K; for K(X, X) also their mirror image below the diagonal."""
+    A = X[i0:i1]
+    if Y is not None:
+        K[i0:i1] = _block_value(spec, A, Y, params, device)
+        return
+    K[i0:i1, i0:i1] = _block_value(spec, A, None, params, device)
+    if i1 < X.shape[0]:
+        right, below = _block_value(spec, A, X[i1:], params, device, transposed=True)
+        K[i0:i1, i1:] = right
+        K[i1:, i0:i1] = below
 
 
 def _fill_blocks(K, spec, X, Y, params, block_size, progress, device):
@@ -103,15 +135,18 @@ def _fill_blocks(K, spec, X, Y, params, block_size, progress, device):
 
     For ``Y=None`` each row block computes its diagonal tile with ``K(A, None)`` (exactly
     symmetric, exact diagonal) and the tiles right of it, then mirrors them below the diagonal,
-    so only the upper block triangle is computed and ``K`` is exactly symmetric.
+    so only the upper block triangle is computed and ``K`` is exactly symmetric. A block that runs
+    out of memory (host or GPU) is retried with half as many rows, down to a single row, so a
+    size that fits on disk never ends in an out-of-memory crash; every entry of a retried block
+    is rewritten, so symmetry stays exact.
     """
     symmetric = Y is None
     n_rows = X.shape[0]
     n_cols = n_rows if symmetric else Y.shape[0]
-    blocks = _blocks(n_rows, n_cols, block_size, symmetric)
-    total = sum(e for _, _, e in blocks)
+    total = sum(_block_entries(i0, min(i0 + block_size, n_rows), n_cols, symmetric)
+                for i0 in range(0, n_rows, block_size))
     if progress is None:
-        progress = len(blocks) >= _LONG_JOB_BLOCKS and total >= _LONG_JOB_ENTRIES
+        progress = -(-n_rows // block_size) >= _LONG_JOB_BLOCKS and total >= _LONG_JOB_ENTRIES
     bar = None
     if progress:
         from tqdm import tqdm
@@ -121,18 +156,21 @@ def _fill_blocks(K, spec, X, Y, params, block_size, progress, device):
             file=sys.stderr, dynamic_ncols=True,
         )
     try:
-        for i0, i1, entries in blocks:
-            A = X[i0:i1]
-            if symmetric:
-                K[i0:i1, i0:i1] = _block_value(spec, A, None, params, device)
-                if i1 < n_rows:
-                    B = _block_value(spec, A, X[i1:], params, device)
-                    K[i0:i1, i1:] = B
-                    K[i1:, i0:i1] = B.T
-            else:
-                K[i0:i1] = _block_value(spec, A, Y, params, device)
+        i0 = 0
+        while i0 < n_rows:
+            i1 = min(i0 + block_size, n_rows)
+            try:
+                _fill_block(K, spec, X, Y, params, i0, i1, device)
+            except Exception as exc:  # noqa: BLE001 - only out-of-memory is retried
+                if not _is_out_of_memory(exc) or i1 - i0 == 1:
+                    raise
+                block_size = (i1 - i0) // 2
+                if device == "cuda":
+                    sys.modules["torch"].cuda.empty_cache()
+                continue
             if bar is not None:
-                bar.update(entries)
+                bar.update(_block_entries(i0, i1, n_cols, symmetric))
+            i0 = i1
     finally:
         if bar is not None:
             bar.close()
@@ -173,8 +211,10 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
         complete: an error or interruption never leaves a partial file under ``out``.
     block_size : int, default=None
         Rows per block. ``None`` picks it so that one block's temporaries stay within
-        :data:`MEMORY_BUDGET_BYTES` (256 MiB; on the GPU :data:`GPU_MEMORY_BUDGET_BYTES`, 1 GiB). The result does not depend on it beyond float64
-        rounding of the dot-product kernels.
+        :data:`MEMORY_BUDGET_BYTES` (256 MiB; on the GPU :data:`GPU_MEMORY_BUDGET_BYTES`, 1 GiB, or
+        a quarter of the free GPU memory if less). A block that runs out of memory is retried
+        with half as many rows. On the CPU the result does not depend on it beyond float64
+        rounding of the dot-product kernels (on the GPU, within the float32 accuracy).
     progress : bool or None, default=None
         Show a tqdm progress bar on stderr. ``None`` shows one only for long jobs (at least 8
         blocks and 2**24 entries).

@@ -184,6 +184,59 @@ def test_keyboard_interrupt_leaves_no_file(rng, tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
+# ------------------------------------------------------------------------- out of memory
+def _out_of_memory_above(monkeypatch, max_rows):
+    """Make every block of more than ``max_rows`` rows raise MemoryError; record block heights."""
+    real = gram_module._block_value
+    heights = []
+
+    def limited(spec, A, *args, **kwargs):
+        heights.append(A.shape[0])
+        if A.shape[0] > max_rows:
+            raise MemoryError("simulated: block too large")
+        return real(spec, A, *args, **kwargs)
+
+    monkeypatch.setattr(gram_module, "_block_value", limited)
+    return heights
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["Y=None", "Y"])
+def test_out_of_memory_block_is_retried_smaller(rng, tmp_path, monkeypatch, symmetric):
+    X = data(rng, 37)
+    Y = None if symmetric else data(rng, 11)
+    expected = gram(X, Y, "rbf", block_size=37, gamma=0.3)
+    heights = _out_of_memory_above(monkeypatch, max_rows=5)
+    K = np.load(gram(X, Y, "rbf", out=tmp_path / "K.npy", block_size=32, gamma=0.3))
+    assert max(heights) == 32 and 4 in heights, "32 -> 16 -> 8 -> 4 rows"
+    np.testing.assert_allclose(K, expected, rtol=1e-14, atol=0)
+    if symmetric:
+        np.testing.assert_array_equal(K, K.T)
+        np.testing.assert_array_equal(np.diag(K), np.ones(37))
+
+
+def test_out_of_memory_on_a_single_row_is_raised(rng, tmp_path, monkeypatch):
+    _out_of_memory_above(monkeypatch, max_rows=0)
+    with pytest.raises(MemoryError, match="simulated"):
+        gram(data(rng, 6), kernel="rbf", out=tmp_path / "K.npy", block_size=4)
+    assert os.listdir(tmp_path) == []
+
+
+def test_other_errors_are_not_retried(rng, tmp_path, monkeypatch):
+    calls = _fail_on_call(monkeypatch, n_ok=0)
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        gram(data(rng, 8), kernel="rbf", block_size=4)
+    assert calls["n"] == 1
+
+
+def test_default_block_size_on_cuda_respects_free_gpu_memory(monkeypatch):
+    monkeypatch.setattr(gram_module, "_free_gpu_bytes", lambda: 64 * 2**20)
+    rows = default_block_size(10**6, 10**5, device="cuda")
+    assert rows == 16 * 2**20 // (16 * 10**5)
+    monkeypatch.setattr(gram_module, "_free_gpu_bytes", lambda: 2**40)
+    rows = default_block_size(10**6, 10**5, device="cuda")
+    assert rows == gram_module.GPU_MEMORY_BUDGET_BYTES // (16 * 10**5)
+
+
 # ---------------------------------------------------------------------------- progress bars
 def test_progress_true_shows_bar_on_stderr(rng, capsys):
     gram(data(rng, 20), kernel="rbf", block_size=3, progress=True)
