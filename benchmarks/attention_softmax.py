@@ -44,6 +44,7 @@ from kernelkit_gpu.attention_naive import softmax_attention_naive  # noqa: E402
 
 # the module (the package exports a function of the same name)
 sa_mod = importlib.import_module("kernelkit_gpu.softmax_attention")
+sa_bwd = importlib.import_module("kernelkit_gpu.softmax_attention_bwd")
 
 TOKENS = 65536
 HEADS = 16
@@ -240,8 +241,9 @@ def timings(dev, quick, smoke, lengths=None):
 
 def autotune_choices():
     out = {}
-    for name in ("_attn_fwd_kernel", "_attn_bwd_dkdv_kernel", "_attn_bwd_dq_kernel"):
-        kern = getattr(sa_mod, name)
+    for mod, name in ((sa_mod, "_attn_fwd_kernel"), (sa_bwd, "_attn_bwd_dkdv_kernel"),
+                      (sa_bwd, "_attn_bwd_dq_kernel")):
+        kern = getattr(mod, name)
         cache = getattr(kern, "cache", {}) or {}
         out[name] = {str(k): str(v) for k, v in cache.items()}
     return out

@@ -53,6 +53,7 @@ import kernelkit_gpu  # noqa: E402
 from kernelkit_gpu import _epilogues as E  # noqa: E402
 from kernelkit_gpu import _prepare as P  # noqa: E402
 from kernelkit_gpu.naive import gram_naive  # noqa: E402
+from kernelkit_gpu.gram_configs import GramConfig  # noqa: E402
 
 G = importlib.import_module("kernelkit_gpu.gram")  # the module (kernelkit_gpu.gram is the function)
 DEV = "cuda"
@@ -329,7 +330,7 @@ def run_variant(spec, g, sizes, spies, results, check_n=4096):
 
 
 def C(block, bk, w, st, maxnreg=0):
-    return G.GramConfig(block, bk, w, st, maxnreg)
+    return GramConfig(block, bk, w, st, maxnreg)
 
 
 def part_mma(g, spies, results, quick):

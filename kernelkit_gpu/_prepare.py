@@ -1,12 +1,13 @@
-"""Host-side validation and data preparation shared by the Triton launchers and the naive versions.
+"""Host-side data preparation shared by the Triton launchers and the naive versions: the kernel
+plan (registry kernel -> epilogue constexprs and parameters) and the prepared operands.
 
 Everything here runs as ordinary torch operations on the input's device; nothing launches Triton.
+Argument validation is in :mod:`kernelkit_gpu._checks`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -16,106 +17,17 @@ import torch
 from kernelkit_math.registry import get_kernel
 
 from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _launch
 
 LOG2E = 1.0 / math.log(2.0)
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-PRECISIONS = ("accurate", "fast")
 #: Up to this many features the pairwise quantity is formed by direct differences in registers
 #: (exact, and as fast as a tensor-core dot at such small D); above it, by tl.dot.
 DIRECT_MAX_D = 16
-
-#: Whether the Triton interpreter was on when this package's kernels were defined: Triton reads
-#: TRITON_INTERPRET when a kernel is decorated, so setting it later has no effect on them.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def autotuning():
-    """True only when KERNELKIT_GPU_AUTOTUNE=1: each new kernel variant then benchmarks a few
-    candidate configs at its first launch instead of compiling one heuristic config (read at every
-    first launch of a variant). Off by default: a first call compiles one config per kernel, and
-    a new N or M never recompiles."""
-    return os.environ.get("KERNELKIT_GPU_AUTOTUNE", "0") == "1"
-
-
-def pick_configs(configs, default_index, keep=None):
-    """An ``early_config_prune`` body: all configs passing ``keep`` (default: all), or only the
-    default one when autotuning is switched off."""
-    kept = [c for c in configs if keep is None or keep(c)] or list(configs)
-    if not autotuning():
-        d = configs[min(default_index, len(configs) - 1)]
-        return [d] if d in kept else kept[:1]
-    return kept
-
-
-# ---------------------------------------------------------------------------------- validation
-def check_matrix(t, name):
-    """``t`` must be a 2-D floating torch tensor with at least one feature."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of shape (n_samples, n_features); got {type(t).__name__}"
-        )
-    if t.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {tuple(t.shape)}")
-    if t.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{name} must have dtype float32, float64, float16 or bfloat16; got {t.dtype}"
-        )
-    if t.shape[1] == 0:
-        raise ValueError(f"{name} must have at least one feature; got shape {tuple(t.shape)}")
-
-
-def check_pair(x, y, y_name="y"):
-    check_matrix(x, "x")
-    if y is None:
-        return
-    if isinstance(y, str):
-        raise TypeError(
-            f"{y_name} must be a torch.Tensor or None; got the string {y!r} (pass the kernel by "
-            f"keyword: kernel={y!r})"
-        )
-    check_matrix(y, y_name)
-    if y.dtype != x.dtype:
-        raise TypeError(f"x and {y_name} must have the same dtype; got {x.dtype} and {y.dtype}")
-    if y.shape[1] != x.shape[1]:
-        raise ValueError(
-            f"x and {y_name} must have the same number of features; got {x.shape[1]} and {y.shape[1]}"
-        )
-    if y.device != x.device:
-        raise ValueError(f"x and {y_name} must be on the same device; got {x.device} and {y.device}")
-
-
-def check_precision(precision):
-    if not isinstance(precision, str) or precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'accurate' or 'fast'; got {precision!r}")
-
-
-def check_triton_device(x):
-    """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only."""
-    if x.device.type == "cpu" and not INTERPRET:
-        raise ValueError(
-            "x is a CPU tensor but the Triton interpreter is off: set the environment variable "
-            "TRITON_INTERPRET=1 before importing kernelkit_gpu (slow; for tests), move the tensors "
-            "to a CUDA device, or use the NumPy path (kernelkit_math / kernelkit) or "
-            "kernelkit_gpu.naive on the CPU"
-        )
-    if x.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"x must be on a CUDA device (or the CPU under the interpreter); got {x.device}")
 
 
 def acc_dtype(dtype):
     """Accumulation and output dtype: float64 for float64 input, float32 otherwise."""
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def check_out(out, shape, dtype, device, name="out"):
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(out).__name__}")
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(out.shape)}")
-    if out.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype} for this input; got {out.dtype}")
-    if out.device != device:
-        raise ValueError(f"{name} must be on {device}; got {out.device}")
 
 
 # ----------------------------------------------------------------------------- kernel plan
@@ -314,7 +226,7 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         stride_x = (xk.stride(1), xk.stride(0))
         stride_y = (yk.stride(1), yk.stride(0))
         dk = d if d <= DIRECT_MAX_D else 0
-        d_bucket = d if d <= DIRECT_MAX_D else triton_next_pow2(d)
+        d_bucket = d if d <= DIRECT_MAX_D else _launch.block_size(d, lo=1)
     else:
         if plan.pairwise == E.PW_SQEUCLIDEAN.value:
             if x.dtype in (torch.float16, torch.bfloat16) and scale is None:
@@ -336,7 +248,7 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         else:
             xk = x.contiguous()
             yk = xk if symmetric else y.contiguous()
-        if INTERPRET and xk.dtype == torch.bfloat16:
+        if _launch.INTERPRET and xk.dtype == torch.bfloat16:
             # Triton's interpreter multiplies the bit patterns of bfloat16 tl.dot operands as
             # integers; float32 holds every bfloat16 exactly and its products too.
             xk = xk.to(torch.float32)
@@ -344,14 +256,14 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0
-        d_bucket = min(triton_next_pow2(d), 1024)
+        d_bucket = _launch.block_size(d, lo=1, hi=1024)
     if want_diag and nx is None and plan.pairwise == E.PW_DOT.value:
         nx = ny = _row_norms(x, acc)
     dummy = None
     if nx is None or ny is None:
         dummy = torch.zeros(1, dtype=acc, device=dev)
     if mode == E.MODE_MMA.value and xk.dtype == torch.float32 and \
-            not (INTERPRET and x.dtype == torch.bfloat16):
+            not (_launch.INTERPRET and x.dtype == torch.bfloat16):
         dot_prec = "tf32x3" if precision == "accurate" else "tf32"
     else:  # float64, 16-bit, or no tl.dot at all (MODE_DIRECT: one compiled kernel for both)
         dot_prec = "ieee"
@@ -362,6 +274,3 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         dot_prec=dot_prec, acc=acc, n=n, m=m, d=d,
     )
 
-
-def triton_next_pow2(n):
-    return 1 << max(0, int(n) - 1).bit_length()

@@ -10,122 +10,25 @@ computation* of the FlashAttention accuracy rule (a fused kernel's error must st
 the error of this eager computation in the same dtype).
 
 Float64 references: ``kernelkit_math.attention.softmax_attention`` and
-``kernelkit_math.attention.kernel_smoother``.
-
-This module also holds the argument validation shared with the Triton versions.
+``kernelkit_math.attention.kernel_smoother``. The argument validation shared with the Triton
+versions is in :mod:`kernelkit_gpu._checks`.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
+from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.naive import epilogue_torch
 
-__all__ = ["softmax_attention_naive", "kernel_attention_naive", "check_qkv", "check_scale",
-           "check_eps", "ATTN_DTYPES", "MAX_HEAD_DIM"]
+__all__ = ["softmax_attention_naive", "kernel_attention_naive"]
 
-#: Dtypes the Triton attention kernels accept (the naive versions also take float64).
-ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-#: Largest head dimension of the Triton kernels (D and Dv are padded to a power of two).
-MAX_HEAD_DIM = 256
 #: Kernel values materialised per query chunk in :func:`kernel_attention_naive`.
 CHUNK_ELEMENTS = 1 << 26
-
-
-# ---------------------------------------------------------------------------------- validation
-def _check_flag(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False; got {value!r}")
-
-
-def check_qkv(q, k, v, *, is_causal=False, enable_gqa=False, dtypes=ATTN_DTYPES,
-              max_head_dim=None):
-    """Validate attention operands; return ``(B, H, H_kv, T, S, D, Dv)``.
-
-    q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv); one dtype, one device; H_kv == H, or
-    H_kv divides H with ``enable_gqa=True``.
-
-    Raises
-    ------
-    TypeError
-        A non-tensor operand, an unsupported or mixed dtype, a non-bool flag.
-    ValueError
-        Wrong number of dimensions, mismatched batch / heads / lengths / head dims, tensors on
-        different devices, a head dim outside 1..``max_head_dim``.
-    """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor of shape (B, H, T, D); got {type(t).__name__}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            shape = "(B, H, T, D)" if name == "q" else "(B, H_kv, S, D)"
-            raise ValueError(f"{name} must be 4-D {shape}; got shape {tuple(t.shape)}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype not in dtypes:
-            allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-            raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype} and {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on the same device; got {q.device}, {k.device} and {v.device}"
-        )
-    _check_flag(is_causal, "is_causal")
-    _check_flag(enable_gqa, "enable_gqa")
-    B, H, T, D = q.shape
-    Bk, H_kv, S, Dk = k.shape
-    Bv, H_v, S_v, Dv = v.shape
-    if Bk != B or Bv != B:
-        raise ValueError(f"q, k and v must have the same batch size; got {B}, {Bk} and {Bv}")
-    if H_v != H_kv:
-        raise ValueError(f"k and v must have the same number of heads; got {H_kv} and {H_v}")
-    if S_v != S:
-        raise ValueError(f"k and v must have the same length S; got {S} and {S_v}")
-    if Dk != D:
-        raise ValueError(f"q and k must have the same head dim; got {D} and {Dk}")
-    if enable_gqa:
-        if H_kv == 0 or H % H_kv != 0:
-            raise ValueError(
-                f"with enable_gqa=True the number of key/value heads must divide the number of "
-                f"query heads; got H={H}, H_kv={H_kv}"
-            )
-    elif H_kv != H:
-        raise ValueError(
-            f"k and v must have as many heads as q (got H={H}, H_kv={H_kv}); pass enable_gqa=True "
-            f"for grouped-query attention"
-        )
-    for name, d in (("q/k head dim D", D), ("v head dim Dv", Dv)):
-        if d < 1:
-            raise ValueError(f"{name} must be at least 1; got {d}")
-        if max_head_dim is not None and d > max_head_dim:
-            raise ValueError(f"{name} must be at most {max_head_dim}; got {d}")
-    return B, H, H_kv, T, S, D, Dv
-
-
-def check_scale(scale, d):
-    """``None`` -> 1 / sqrt(D); otherwise a finite real number > 0 (returned as float)."""
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale must be a positive number or None; got {scale!r}")
-    scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
-    return scale
-
-
-def check_eps(eps):
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a number >= 0; got {eps!r}")
-    eps = float(eps)
-    if not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
-    return eps
 
 
 def _expand_kv(t, group):
@@ -179,10 +82,10 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=
     Computed in the input dtype the way eager PyTorch does it: the scores, the probabilities and
     the output are rounded to that dtype (matrix products accumulate in float32 inside torch).
     """
-    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                        dtypes=ATTN_DTYPES + (torch.float64,))
-    _check_flag(return_lse, "return_lse")
-    scale = check_scale(scale, D)
+    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          dtypes=_checks.ATTN_DTYPES + (torch.float64,))
+    _checks.check_flag(return_lse, "return_lse")
+    scale = _checks.check_scale(scale, D)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if S == 0 or T == 0:
         out = q.new_zeros((B, H, T, Dv)) + 0.0 * q.sum() + 0.0 * (k.sum() + v.sum())
@@ -291,9 +194,9 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
     torch.Tensor, shape (B, H, T, Dv), the input dtype. float16 / bfloat16 are computed in float32
     (the kernel formulas cancel in 16 bits) and rounded once at the end.
     """
-    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                        dtypes=ATTN_DTYPES + (torch.float64,))
-    eps = check_eps(eps)
+    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          dtypes=_checks.ATTN_DTYPES + (torch.float64,))
+    eps = _checks.check_eps(eps)
     plan = P.kernel_plan(kernel, D, params)
     group = H // H_kv if H_kv else 1
     if plan.kind == E.K_EXPONENTIAL.value:

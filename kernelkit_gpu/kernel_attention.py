@@ -20,16 +20,14 @@ import torch
 import triton
 import triton.language as tl
 
+from kernelkit_gpu import _attn_configs
+from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
-from kernelkit_gpu import softmax_attention as _sa
 from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
-from kernelkit_gpu.attention_naive import (
-    MAX_HEAD_DIM, check_eps, check_qkv, exponential_scale, guard_from_lse, smoother_rows,
-)
-from kernelkit_gpu.softmax_attention import (
-    _alloc, _check_device, _last_dim_contiguous, softmax_attention,
-)
+from kernelkit_gpu.attention_naive import exponential_scale, guard_from_lse, smoother_rows
+from kernelkit_gpu.softmax_attention import softmax_attention
 
 __all__ = ["kernel_attention", "kattn_fwd", "KernelAttentionFunction"]
 
@@ -38,7 +36,7 @@ BWD_CHUNK_ELEMENTS = 1 << 26
 
 
 def _kattn_configs():
-    if P.INTERPRET:
+    if _launch.INTERPRET:
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
     return [
         triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
@@ -55,7 +53,7 @@ _FP32_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}, num_
 def _prune_kattn(configs, named_args, **kwargs):
     """Wide value heads: keep the (BLOCK_M, BLOCK_DV) float32 accumulator within registers;
     float32 input: one small FMA-friendly config."""
-    if P.INTERPRET:
+    if _launch.INTERPRET:
         return configs[:1]
     args = dict(named_args, **kwargs)
     if args.get("DOT_PREC") == "ieee" and args.get("MV_PREC") == "ieee":
@@ -63,7 +61,7 @@ def _prune_kattn(configs, named_args, **kwargs):
     bdv = args["BLOCK_DV"]
     kept = [c for c in configs if c.kwargs["BLOCK_M"] * bdv <= 4096 * c.num_warps]  # <= 128 regs
     kept = kept or [configs[-1]]
-    return kept if _sa.AUTOTUNE else kept[:1]
+    return kept if _attn_configs.AUTOTUNE else kept[:1]
 
 
 @triton.jit
@@ -176,7 +174,7 @@ def kattn_fwd(q, k, v, plan, *, causal, eps):
     """Launch the kernel smoother on validated q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv)."""
     B, H, T, D = q.shape
     H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    out = _alloc((B, H, T, DV), q.dtype, q.device)
+    out = _launch.alloc((B, H, T, DV), q.dtype, q.device)
     if B * H * T == 0:
         return out
     if S == 0:
@@ -186,9 +184,9 @@ def kattn_fwd(q, k, v, plan, *, causal, eps):
     ops = P.prepare(q.reshape(B * H * T, D), k.reshape(B * H_kv * S, D), plan, "accurate",
                     symmetric=False, want_diag=False)
     if q.dtype == torch.float32:
-        ops.dot_prec = "ieee"  # see softmax_attention._dot_precision: tf32x3 breaks the 2x rule
+        ops.dot_prec = "ieee"  # see _attn_configs.dot_precision: tf32x3 breaks the 2x rule
     v32 = v.to(torch.float32)
-    block_dv = max(16, triton.next_power_of_2(DV))
+    block_dv = _launch.block_size(DV)
 
     def grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"]), B * H)
@@ -319,14 +317,14 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     >>> kernel_attention(q, k, v, "rbf", gamma=0.1, is_causal=True).shape
     torch.Size([1, 2, 5, 16])
     """
-    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                        max_head_dim=MAX_HEAD_DIM)
-    eps = check_eps(eps)
+    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          max_head_dim=_checks.MAX_HEAD_DIM)
+    eps = _checks.check_eps(eps)
     plan = P.kernel_plan(kernel, D, params)
-    _check_device(q)
+    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention_naive")
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention(q, k, v, is_causal=is_causal, scale=exponential_scale(plan, D),
                                      enable_gqa=enable_gqa, return_lse=True)
         return guard_from_lse(out, lse, eps)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
     return KernelAttentionFunction.apply(q, k, v, plan, is_causal, eps)

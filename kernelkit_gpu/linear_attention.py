@@ -37,22 +37,15 @@ from __future__ import annotations
 import torch
 import triton
 
+from kernelkit_gpu import _checks
+from kernelkit_gpu import _launch
 from kernelkit_gpu import linear_attention_chunk as LC
 from kernelkit_gpu.linear_attention_naive import check_args, linear_attention_naive
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
 
-MAX_DIM = 256
-_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def _empty(shape, dtype, device):
-    """Allocation of every kernel output (tests poison it with NaN to catch unwritten elements)."""
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _unit_last(t):
-    return t if t.stride(-1) == 1 else t.contiguous()
+#: Largest D (or feature-map size M) and Dv of the Triton kernels.
+MAX_DIM = _checks.MAX_HEAD_DIM
 
 
 def _chunk_multiple(chunk):
@@ -73,8 +66,8 @@ def _expand_seg(x, n_seg):
 def _segment_sums(b, c, n_seg, seg_len, map_b, *, den=None, eps=0.0, w=None, wz=1):
     B, H, _, dab = b.shape
     dc = c.shape[3]
-    s = _empty((B * H, n_seg, dab, dc), torch.float32, b.device)
-    z = _empty((B * H, n_seg, dab), torch.float32, b.device) if wz else \
+    s = _launch.alloc((B * H, n_seg, dab, dc), torch.float32, b.device)
+    z = _launch.alloc((B * H, n_seg, dab), torch.float32, b.device) if wz else \
         torch.zeros((B * H, n_seg, dab), dtype=torch.float32, device=b.device)
     LC.state_sums(b, c, n_seg=n_seg, seg_len=seg_len, map_b=map_b, map_c=0, den=den, eps=eps, w=w,
                   wz=wz, s_out=s, z_out=z)
@@ -91,8 +84,8 @@ def linear_attention_fwd(q, k, v, S0, z0, code, causal, normalize, eps, chunk):
     B, H, T, M = q.shape
     S, Dv = k.shape[2], v.shape[3]
     bh, dev = B * H, q.device
-    out = _empty((B, H, T, Dv), q.dtype, dev)
-    den = _empty((bh, T), torch.float32, dev) if normalize else None
+    out = _launch.alloc((B, H, T, Dv), q.dtype, dev)
+    den = _launch.alloc((bh, T), torch.float32, dev) if normalize else None
     if causal:
         seg, ns = _plan_segments(max(T, S), bh, Dv, dev, chunk, waves=8)
         s_seg, z_seg = _segment_sums(k, v, ns, seg, code)
@@ -122,7 +115,7 @@ def linear_attention_bwd(dout, dSf, dzf, q, k, v, out, den, states, segs, code, 
     B, H, T, M = q.shape
     S, Dv = k.shape[2], v.shape[3]
     bh, dev = B * H, q.device
-    dout = _unit_last(dout)
+    dout = _launch.unit_last_stride(dout)
     zf_grad = dzf is not None and not normalize and bool(dzf.ne(0).any())
     if dSf is None:
         dSf = torch.zeros((bh, M, Dv), dtype=torch.float32, device=dev)
@@ -130,16 +123,16 @@ def linear_attention_bwd(dout, dSf, dzf, q, k, v, out, den, states, segs, code, 
         dzf = torch.zeros((bh, M), dtype=torch.float32, device=dev)
     dden = None
     if normalize:
-        dden = LC.dden_rows(dout, out, den, eps, _empty((bh, T), torch.float32, dev))
+        dden = LC.dden_rows(dout, out, den, eps, _launch.alloc((bh, T), torch.float32, dev))
     den_arg = den if normalize else None
     wz = 2 if normalize else 0
     # dK's rank-one term: alpha = 1, beta = dden; kept for normalize=False when z_final has a gradient.
     rank1_k = 2 if (normalize or zf_grad) else 0
     w_k = dden if normalize else torch.zeros((bh, T), dtype=torch.float32, device=dev)
     scale = 1 if normalize else 0
-    dq = _empty(q.shape, q.dtype, dev)
-    dk = _empty(k.shape, k.dtype, dev)
-    dv = _empty(v.shape, v.dtype, dev)
+    dq = _launch.alloc(q.shape, q.dtype, dev)
+    dk = _launch.alloc(k.shape, k.dtype, dev)
+    dv = _launch.alloc(v.shape, v.dtype, dev)
     if causal:
         seg, ns = segs
         ds_seg, dz_seg = _segment_sums(q, dout, ns, seg, code, den=den_arg, eps=eps, w=dden, wz=wz)
@@ -207,18 +200,6 @@ class LinearAttentionFunction(torch.autograd.Function):
         else:
             dS0 = dz0 = None
         return dq, dk, dv, dS0, dz0, None, None, None, None, None
-
-
-def check_triton_device(t):
-    """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only."""
-    if t.device.type == "cpu" and not LC.INTERPRET:
-        raise ValueError(
-            "q is a CPU tensor but the Triton interpreter is off: set TRITON_INTERPRET=1 before "
-            "importing kernelkit_gpu (slow; for tests), move the tensors to a CUDA device, or use "
-            "kernelkit_gpu.linear_attention_naive.linear_attention_naive on the CPU"
-        )
-    if t.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q must be on a CUDA device (or the CPU under the interpreter); got {t.device}")
 
 
 def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, eps=1e-6,
@@ -303,15 +284,16 @@ def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=Tr
     """
     B, H, T, S, M, Dv, code, chunk = check_args(
         q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
-        allowed_dtypes=_TRITON_DTYPES, max_dim=MAX_DIM)
-    check_triton_device(q)
+        allowed_dtypes=_checks.ATTN_DTYPES, max_dim=MAX_DIM)
+    _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive.linear_attention_naive")
     if B * H == 0 or T == 0 or S == 0:
         return linear_attention_naive(q, k, v, feature_map=feature_map, causal=causal,
                                       normalize=normalize, eps=eps, initial_state=initial_state,
                                       return_state=return_state, chunk_size=chunk_size)
     S0, z0 = (None, None) if initial_state is None else initial_state
+    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
     out, s_fin, z_fin = LinearAttentionFunction.apply(
-        _unit_last(q), _unit_last(k), _unit_last(v), S0, z0, code, causal, normalize, float(eps), chunk)
+        q, k, v, S0, z0, code, causal, normalize, float(eps), chunk)
     if return_state:
         return out, (s_fin, z_fin)
     return out

@@ -67,16 +67,14 @@ once per row, so free next to the products.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-__all__ = ["state_sums", "chunk_sweep", "dden_rows", "segment_length", "INTERPRET"]
+from kernelkit_gpu import _launch
 
-#: Whether Triton's interpreter was on when these kernels were defined.
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+__all__ = ["state_sums", "chunk_sweep", "dden_rows", "segment_length"]
 
 
 # ------------------------------------------------------------------------------- jit helpers
@@ -346,10 +344,6 @@ def _la_dden_kernel(do_ptr, o_ptr, den_ptr, dden_ptr, T, DV, H, EPS,
 
 
 # -------------------------------------------------------------------------------- configs
-def _pow2(n, lo=16):
-    return max(lo, triton.next_power_of_2(int(n)))
-
-
 def _cfg(block_c, chunk, warps, stages):
     return triton.Config({"BLOCK_C": block_c, "CHUNK": chunk}, num_warps=warps, num_stages=stages)
 
@@ -372,7 +366,7 @@ def _chunk_configs(dc_pad, chunk, causal, fp32):
     spills; the autotuner picks. CHUNK = 128 at 8 warps (two 64-row warpgroups) would be legal
     but needs segments of 128 and spills at BLOCK_C = 64.
     """
-    if INTERPRET:
+    if _launch.INTERPRET:
         return [_cfg(min(dc_pad, 32), chunk or 64, 4, 1)]
     bc64, bc32 = min(dc_pad, 64), min(dc_pad, 32)
     if fp32:
@@ -384,7 +378,7 @@ def _chunk_configs(dc_pad, chunk, causal, fp32):
 
 
 def _state_configs(dc_pad, fp32):
-    if INTERPRET:
+    if _launch.INTERPRET:
         return [triton.Config({"BLOCK_T": 64, "BLOCK_C": min(dc_pad, 32)}, num_warps=4, num_stages=1)]
     if fp32:
         return [triton.Config({"BLOCK_T": 32, "BLOCK_C": min(dc_pad, 32)}, num_warps=4, num_stages=2),
@@ -423,7 +417,7 @@ def precision_plan(dtype):
         return 0, True, "ieee", "tf32"
     # bfloat16. The interpreter multiplies bfloat16 dot operands as integers: float32 operands
     # rounded to bfloat16 there, so that its rounding matches the GPU's.
-    if INTERPRET:
+    if _launch.INTERPRET:
         return 2, False, "ieee", "ieee"
     return 0, False, "ieee", "ieee"
 
@@ -465,7 +459,7 @@ def state_sums(b, c, *, n_seg, seg_len, map_b, map_c, den=None, eps=0.0, w=None,
     B, H, L, dab = b.shape
     dc = c.shape[3]
     ops, _, dot_prec, _ = precision_plan(b.dtype)
-    dc_pad = _pow2(dc)
+    dc_pad = _launch.block_size(dc)
     dummy = s_out
     launcher = _state_launcher(dc_pad, b.dtype == torch.float32 and dot_prec == "ieee")
 
@@ -478,8 +472,8 @@ def state_sums(b, c, *, n_seg, seg_len, map_b, map_c, den=None, eps=0.0, w=None,
         *_s3(b), *_s3(c),
         s_out.stride(0), s_out.stride(1), s_out.stride(2), s_out.stride(3),
         z_out.stride(0), z_out.stride(1), z_out.stride(2),
-        BLOCK_AB=_pow2(dab), DC_PAD=dc_pad, MAP_B=map_b, MAP_C=map_c, SCALE_C=den is not None,
-        WZ=wz, OPS=ops, DOT_PREC=dot_prec,
+        BLOCK_AB=_launch.block_size(dab), DC_PAD=dc_pad, MAP_B=map_b, MAP_C=map_c,
+        SCALE_C=den is not None, WZ=wz, OPS=ops, DOT_PREC=dot_prec,
     )
 
 
@@ -496,7 +490,7 @@ def chunk_sweep(a, b, c, o, *, s0, seg_len, n_seg, causal, reverse=False, chunk=
     lb = b.shape[2]
     dc = o.shape[3]
     ops, state_f32, dot_prec, state_prec = precision_plan(a.dtype)
-    dc_pad = _pow2(dc)
+    dc_pad = _launch.block_size(dc)
     dummy = s0
     if u0 is None:
         u0 = torch.zeros((1, 1, 1), dtype=torch.float32, device=a.device)
@@ -517,8 +511,8 @@ def chunk_sweep(a, b, c, o, *, s0, seg_len, n_seg, causal, reverse=False, chunk=
         *_s3(a), *_s3(b), *_s3(c), *_s3(x), *_s3(o),
         s0.stride(0), s0.stride(1), s0.stride(2), s0.stride(3),
         u0.stride(0), u0.stride(1), u0.stride(2), z0.stride(0), z0.stride(1), z0.stride(2),
-        BLOCK_AB=_pow2(dab), DC_PAD=dc_pad, MAP_A=map_a, MAP_B=map_b, MAP_C=map_c, DMAP=dmap,
-        SCALE=scale, RANK1=rank1, DEN=den_out is not None, CAUSAL=causal, REVERSE=reverse,
+        BLOCK_AB=_launch.block_size(dab), DC_PAD=dc_pad, MAP_A=map_a, MAP_B=map_b, MAP_C=map_c,
+        DMAP=dmap, SCALE=scale, RANK1=rank1, DEN=den_out is not None, CAUSAL=causal, REVERSE=reverse,
         OPS=ops, STATE_F32=state_f32, DOT_PREC=dot_prec, STATE_PREC=state_prec,
     )
     return o
@@ -530,5 +524,5 @@ def dden_rows(do, out, den, eps, dden):
     block_t = 64
     grid = (triton.cdiv(T, block_t) * B * H,)
     _la_dden_kernel[grid](do, out, den, dden, T, dv, H, float(eps), *_s3(do), *_s3(out),
-                          BLOCK_T=block_t, BLOCK_V=_pow2(dv), num_warps=4)
+                          BLOCK_T=block_t, BLOCK_V=_launch.block_size(dv), num_warps=4)
     return dden

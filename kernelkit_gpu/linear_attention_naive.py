@@ -16,6 +16,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from kernelkit_gpu import _checks
+
 __all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args"]
 
 #: Fused feature maps and their kernel codes (0: identity, 1: elu(x) + 1, 2: relu). ``None``
@@ -24,24 +26,11 @@ FEATURE_MAPS = {"identity": 0, "elu+1": 1, "relu": 2, None: 0}
 #: Default chunk length of the causal chunked form.
 DEFAULT_CHUNK = 64
 CHUNK_SIZES = (16, 32, 64, 128)
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 # ---------------------------------------------------------------------------------- validation
-def _check_tensor(t, name, shape_doc):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {shape_doc}; got {type(t).__name__}")
-    if t.ndim != 4:
-        raise ValueError(f"{name} must be 4-D {shape_doc}; got shape {tuple(t.shape)}")
-
-
-def _check_bool(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False; got {value!r}")
-
-
 def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, return_state,
-               chunk_size, allowed_dtypes=_FLOATS, max_dim=None):
+               chunk_size, allowed_dtypes=_checks.FLOAT_DTYPES, max_dim=None):
     """Validate the arguments of linear attention; return (B, H, T, S, M, Dv, map_code, chunk).
 
     Raises
@@ -52,15 +41,13 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
         Wrong ranks or mismatched shapes, devices, an unknown feature map, eps < 0, a bad
         chunk_size value, a malformed initial_state.
     """
-    _check_tensor(q, "q", "(B, H, T, D)")
-    _check_tensor(k, "k", "(B, H, S, D)")
-    _check_tensor(v, "v", "(B, H, S, Dv)")
+    for name, t, shape_doc in (("q", q, "(B, H, T, D)"), ("k", k, "(B, H, S, D)"),
+                               ("v", v, "(B, H, S, Dv)")):
+        _checks.check_tensor(t, name, shape_doc)
+        _checks.check_ndim(t, name, 4, shape_doc)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype not in allowed_dtypes:
-            names = ", ".join(str(d).replace("torch.", "") for d in allowed_dtypes)
-            extra = (" (float64: use kernelkit_gpu.linear_attention_naive)"
-                     if t.dtype == torch.float64 else "")
-            raise TypeError(f"{name} must have dtype {names}; got {t.dtype}{extra}")
+        _checks.check_dtype(t, name, allowed_dtypes, hint=(
+            " (float64: use kernelkit_gpu.linear_attention_naive)" if t.dtype == torch.float64 else ""))
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.device != q.device or v.device != q.device:
@@ -85,13 +72,10 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be 'identity', 'elu+1', 'relu' or None (q, k already "
                          f"mapped); got {feature_map!r}")
-    _check_bool(causal, "causal")
-    _check_bool(normalize, "normalize")
-    _check_bool(return_state, "return_state")
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a real number; got {eps!r}")
-    if not (eps >= 0 and eps < float("inf")):
-        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    _checks.check_flag(causal, "causal")
+    _checks.check_flag(normalize, "normalize")
+    _checks.check_flag(return_state, "return_state")
+    _checks.check_eps(eps, kind="a real number")
     if chunk_size is not None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
             raise TypeError(f"chunk_size must be an int or None; got {chunk_size!r}")
@@ -103,10 +87,8 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
             raise ValueError("initial_state must be a pair (S_0 (B, H, M, Dv), z_0 (B, H, M)) or None")
         for name, t, shape in (("initial_state[0]", initial_state[0], (B, H, M, Dv)),
                                ("initial_state[1]", initial_state[1], (B, H, M))):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor of shape {shape}; got {type(t).__name__}")
-            if t.dtype not in _FLOATS:
-                raise TypeError(f"{name} must be a floating tensor; got dtype {t.dtype}")
+            _checks.check_tensor(t, name, shape)
+            _checks.check_floating(t, name)
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name} must have shape {shape} (B, H, M{', Dv' if len(shape) == 4 else ''}); "
                                  f"got {tuple(t.shape)}")

@@ -13,7 +13,9 @@ import triton
 import triton.language as tl
 import torch
 
+from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
 
@@ -24,7 +26,7 @@ MAX_BLOCK_R = 64
 
 
 def _vec_configs():
-    if P.INTERPRET:
+    if _launch.INTERPRET:
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
     # Register use checked with ptxas for sm_90 (D = 3 direct and D = 64 tensor-core tiles):
     # these compile without spills or with a few words at most.
@@ -37,7 +39,7 @@ def _vec_configs():
 
 
 def _block_configs():
-    if P.INTERPRET:
+    if _launch.INTERPRET:
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
     return [
         triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
@@ -136,7 +138,7 @@ def _matvec_kernel(
 
 def _prune_default_first(configs, named_args, **kwargs):
     """All configs, or the first (the default) when autotuning is off (KERNELKIT_GPU_AUTOTUNE=0)."""
-    return P.pick_configs(configs, 0)
+    return _launch.pick_configs(configs, 0)
 
 
 _KEY = ["D_BUCKET", "KIND", "PAIRWISE", "MODE", "VEC", "BLOCK_R", "DOT_PREC", "MV_PREC"]
@@ -155,14 +157,14 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
     """
     n, m, r = ops.n, ops.m, v.shape[1]
     vec = r == 1
-    block_r = 16 if vec else min(MAX_BLOCK_R, max(16, triton.next_power_of_2(r)))
+    block_r = 16 if vec else _launch.block_size(r, hi=MAX_BLOCK_R)
     if ops.acc == torch.float64:
         mv_prec = "ieee"
     else:
         mv_prec = "tf32x3" if precision == "accurate" else "tf32"
     launcher = _matvec_vec if vec else _matvec_block
     extra = {}
-    if config is None and not P.autotuning():
+    if config is None and not _launch.autotuning():
         # the default config, launched directly: Triton's autotuner would still time a single
         # remaining config (several full runs: seconds at N = M = 10^6) at the first call
         config = (_vec_configs() if vec else _block_configs())[0]
@@ -186,16 +188,13 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
 
 def check_matvec_args(x, y, v, transpose):
     """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze)."""
-    P.check_pair(x, y)
+    _checks.check_pair(x, y)
     if y is None:
         raise TypeError("y must be a torch.Tensor of shape (M, D); pass y=x for K(X, X) @ V")
-    if not isinstance(transpose, bool):
-        raise TypeError(f"transpose must be True or False; got {transpose!r}")
+    _checks.check_flag(transpose, "transpose")
     vname = "u" if transpose else "v"
-    if not isinstance(v, torch.Tensor):
-        raise TypeError(f"{vname} must be a torch.Tensor; got {type(v).__name__}")
-    if v.dtype not in P.FLOAT_DTYPES:
-        raise TypeError(f"{vname} must be a floating tensor; got dtype {v.dtype}")
+    _checks.check_tensor(v, vname)
+    _checks.check_floating(v, vname)
     if v.device != x.device:
         raise ValueError(f"{vname} must be on the same device as x; got {v.device} and {x.device}")
     # K(X, Y).T @ U == K(Y, X) @ U: every registry kernel is a symmetric function of (x, y).
@@ -231,8 +230,15 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     transpose : bool
         Compute K(X, Y).T @ U (= K(Y, X) @ U, every registry kernel being symmetric in x, y).
     precision : {"accurate", "fast"}
-        As in :func:`kernelkit_gpu.gram`; it also selects tf32x3 (accurate) or tf32 (fast) for the
-        K @ V tensor-core products when R > 1.
+        As in :func:`kernelkit_gpu.gram`: the pairwise quantities come from the same centred
+        data and the same 3xTF32 (accurate; here Triton's tf32x3) or plain TF32 (fast)
+        tensor-core dot products, whose measured Gram errors are in :func:`kernelkit_gpu.gram`'s
+        Notes (relative Frobenius on an H100: accurate 1.5e-7 at D = 64 to 3.4e-7 at D = 512;
+        fast 2.0e-4 / 6.8e-5 on N(0, 1) data). It also selects tf32x3 (accurate) or tf32 (fast)
+        for the K @ V tensor-core products when R > 1. The matrix-free product has no GPU error
+        measurement of its own yet; the tests bound each float32 element by
+        (1e-6 + 4 M u) (|K| |V|) + 1e-6 (u = 2^-24; plus a conditioning term for the
+        dot-product kernels), under the interpreter and with ``pytest --device cuda``.
     **params
         Kernel parameters with scikit-learn names, validated by the registry.
 
@@ -262,9 +268,9 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     torch.Size([6])
     """
     xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
-    P.check_precision(precision)
+    _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
-    P.check_triton_device(x)
+    _checks.check_triton_device(x)
     acc = P.acc_dtype(x.dtype)
     n, m, r = xe.shape[0], ye.shape[0], v2.shape[1]
     out = torch.empty((n, r), dtype=acc, device=x.device)

@@ -14,6 +14,7 @@ import contextlib
 
 import torch
 
+from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 
@@ -119,15 +120,15 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     exactly symmetric with the diagonal written exactly (k(0), or the kernel of the row norms).
     Runs on any device; float16 / bfloat16 are computed in float32.
     """
-    P.check_pair(x, y)
-    P.check_precision(precision)
+    _checks.check_pair(x, y)
+    _checks.check_precision(precision)
     symmetric = y is None or y is x
     plan = P.kernel_plan(kernel, x.shape[1], params)
     n = x.shape[0]
     m = n if symmetric else y.shape[0]
     acc = P.acc_dtype(x.dtype)
     if out is not None:
-        P.check_out(out, (n, m), acc, x.device)
+        _checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
         return out if out is not None else torch.empty((n, m), dtype=acc, device=x.device)
     with _matmul_precision(x.device, precision):
@@ -157,7 +158,7 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
     from kernelkit_gpu.matvec import check_matvec_args
 
     xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
-    P.check_precision(precision)
+    _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     acc = P.acc_dtype(x.dtype)
     n, m = xe.shape[0], ye.shape[0]

@@ -8,12 +8,11 @@ Layers (see ARCHITECTURE.md):
   runs in two stages: unmasked full tiles (keys fully visible to every query of the block), then the
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the tiles above
   the diagonal are never visited, and query blocks are scheduled longest-first.
-* ``_attn_bwd_preprocess``: delta_i = rowsum(dO_i * O_i) - dlse_i.
-* ``_attn_bwd_dkdv_kernel``: one program per (BLOCK_N1 keys, batch, key/value head); it loops over
-  the H / H_kv query heads of its group and over the query blocks, accumulating dK and dV in
-  registers. GQA therefore needs no atomics and no (B, H, S, D) scratch buffers.
-* ``_attn_bwd_dq_kernel``: one program per (BLOCK_M2 queries, batch-head), looping over key blocks.
-* ``attn_fwd`` / ``attn_bwd``: launchers; ``SoftmaxAttentionFunction``: the autograd.Function;
+* the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.softmax_attention_bwd`;
+  config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu._attn_configs`; the
+  ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu._attn_tiles`.
+* ``attn_fwd``: the forward launcher; ``SoftmaxAttentionFunction``: the autograd.Function (it
+  calls ``attn_fwd`` and ``attn_bwd`` through this module's namespace, where tests spy on them);
   ``softmax_attention``: the public function.
 
 The float64 reference is ``kernelkit_math.attention.softmax_attention``; the plain-PyTorch twin is
@@ -23,224 +22,21 @@ The float64 reference is ``kernelkit_math.attention.softmax_attention``; the pla
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _prepare as P
-from kernelkit_gpu.attention_naive import MAX_HEAD_DIM, check_qkv, check_scale
+from kernelkit_gpu import _attn_configs
+from kernelkit_gpu import _checks
+from kernelkit_gpu import _launch
+from kernelkit_gpu._attn_tiles import _load_cols, _load_rows, _mm
+from kernelkit_gpu._prepare import LOG2E
+from kernelkit_gpu.softmax_attention_bwd import attn_bwd
 
-__all__ = ["softmax_attention", "attn_fwd", "attn_bwd", "SoftmaxAttentionFunction"]
+__all__ = ["softmax_attention", "attn_fwd", "SoftmaxAttentionFunction"]
 
-LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-
-#: Shared memory budget used to prune configs (bytes; sm_90 allows 227 KiB per block).
-_SMEM_BUDGET = 227 * 1024
-
-#: Autotune the attention kernels (softmax and kernel smoother) over their small config sets.
-#: False (or KERNELKIT_ATTN_AUTOTUNE=0 at import): the first config that fits, no benchmarking;
-#: the GPU test suite uses this to bound compilation time and checks every config separately.
-AUTOTUNE = os.environ.get("KERNELKIT_ATTN_AUTOTUNE", "1") != "0"
-
-
-def _dot_precision(dtype):
-    """float32 operands: IEEE float32 products (FMA units). Split-TF32 ("tf32x3") would run on
-    tensor cores, but each of its products carries ~2^-21 relative error, 2-3x the error of eager
-    float32 attention at small head dims: outside the 2x FlashAttention rule the tests enforce.
-    16-bit operands: native tensor-core products with float32 accumulation."""
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
-def _upcast(dtype):
-    """The interpreter's tl.dot mis-multiplies bfloat16 operands (it multiplies bit patterns):
-    there the kernels round to bfloat16 as on the GPU and multiply in float32."""
-    return bool(P.INTERPRET and dtype == torch.bfloat16)
-
-
-# ------------------------------------------------------------------------------------- configs
-#: Configs tagged ``fallback`` are tried only when every regular config is pruned (head dims
-#: above 128, float32 operands): fewer compilations during autotuning of the common cases.
-_FALLBACK = set()
-
-
-def _sig(c):
-    return tuple(sorted(c.kwargs.items())) + (c.num_warps, c.num_stages)
-
-
-def _cfg(bm_key, bn_key, bm, bn, warps, stages, fallback=False):
-    c = triton.Config({bm_key: bm, bn_key: bn}, num_warps=warps, num_stages=stages)
-    if fallback:
-        _FALLBACK.add(_sig(c))
-    return c
-
-
-def _fwd_configs():
-    if P.INTERPRET:
-        return [_cfg("BLOCK_M", "BLOCK_N", 32, 16, 4, 1)]
-    return [
-        # first: the default without autotuning (sm_90, D = 128: 165 registers, no spills)
-        _cfg("BLOCK_M", "BLOCK_N", 128, 64, 8, 3),
-        _cfg("BLOCK_M", "BLOCK_N", 128, 128, 8, 3),  # 224 KiB of shared memory at D = 128
-        _cfg("BLOCK_M", "BLOCK_N", 128, 64, 4, 3),
-        _cfg("BLOCK_M", "BLOCK_N", 64, 64, 4, 3),
-        _cfg("BLOCK_M", "BLOCK_N", 64, 32, 4, 2, fallback=True),
-    ]
-
-
-def _dkdv_configs():
-    if P.INTERPRET:
-        return [_cfg("BLOCK_M1", "BLOCK_N1", 16, 32, 4, 1)]
-    return [
-        # sm_90, bf16, D = 128 (ptxas): 64 x 128 spills ~300 B, 32 x 128 (2 stages) ~0-160 B,
-        # 16 x 128 none; the autotuner measures which costs least.
-        _cfg("BLOCK_M1", "BLOCK_N1", 32, 128, 8, 2),
-        _cfg("BLOCK_M1", "BLOCK_N1", 64, 128, 8, 2),
-        _cfg("BLOCK_M1", "BLOCK_N1", 16, 128, 8, 3),
-        _cfg("BLOCK_M1", "BLOCK_N1", 16, 64, 8, 2, fallback=True),  # D = 256: spills ~0.3 KiB
-    ]
-
-
-def _dq_configs():
-    if P.INTERPRET:
-        return [_cfg("BLOCK_M2", "BLOCK_N2", 32, 16, 4, 1)]
-    return [
-        _cfg("BLOCK_M2", "BLOCK_N2", 128, 64, 8, 2),
-        _cfg("BLOCK_M2", "BLOCK_N2", 128, 32, 8, 3),
-        _cfg("BLOCK_M2", "BLOCK_N2", 64, 64, 4, 2),
-        _cfg("BLOCK_M2", "BLOCK_N2", 64, 32, 4, 3, fallback=True),
-    ]
-
-
-#: float32 operands use IEEE products on the FMA units, which keep whole operand fragments in
-#: registers: larger tiles spill kilobytes (ptxas, sm_90, D = 128). These compile without spills
-#: for D <= 128; float32 is accurate, not fast (cast to bfloat16 for speed).
-_FP32_CONFIGS = {
-    "fwd": _cfg("BLOCK_M", "BLOCK_N", 32, 16, 4, 2),
-    "dkdv": _cfg("BLOCK_M1", "BLOCK_N1", 16, 32, 4, 2),
-    "dq": _cfg("BLOCK_M2", "BLOCK_N2", 32, 16, 4, 2),
-}
-
-
-def _elsize(args):
-    t = args.get("q_ptr")
-    return t.element_size() if hasattr(t, "element_size") else 2
-
-
-def _prune(configs, args, m_key, n_key, streamed_bytes, register_words, which):
-    """Drop configs whose pipelined tiles overflow shared memory, or whose live tiles would need
-    far more than the 255 registers a thread has (head dims above 128). Keeps at least the
-    smallest config. Estimates only: the autotuner measures the survivors. float32: one fixed
-    FMA-friendly config (``_FP32_CONFIGS``)."""
-    if P.INTERPRET:
-        return configs[:1]
-    es = _elsize(args)
-    if es == 4:
-        return [_FP32_CONFIGS[which]]
-    bd, bdv = args["BLOCK_D"], args["BLOCK_DV"]
-    kept = []
-    for c in configs:
-        bm, bn = c.kwargs[m_key], c.kwargs[n_key]
-        streamed, resident = streamed_bytes(bm, bn, bd, bdv, es)
-        smem = streamed * max(1, c.num_stages) + resident
-        regs = register_words(bm, bn, bd, bdv, es) / (32 * c.num_warps)
-        if smem <= _SMEM_BUDGET and regs <= 320:
-            kept.append(c)
-    regular = [c for c in kept if _sig(c) not in _FALLBACK]
-    kept = regular or kept
-    if not kept:  # nothing fits the estimates: the smallest tile, fewest stages, most warps
-        kept = [min(configs, key=lambda c: (c.kwargs[m_key] * c.kwargs[n_key], c.num_stages,
-                                             -c.num_warps))]
-    return kept if AUTOTUNE else kept[:1]
-
-
-def _prune_fwd(configs, named_args, **kwargs):
-    # shared memory: pipelined K and V tiles, Q staged once (matches ptxas for sm_90);
-    # registers: Q, the float32 output and score tiles.
-    return _prune(configs, dict(named_args, **kwargs), "BLOCK_M", "BLOCK_N",
-                  lambda m, n, d, dv, es: (n * (d + dv) * es, m * d * es),
-                  lambda m, n, d, dv, es: m * (d * es / 4 + dv + n), "fwd")
-
-
-def _prune_dkdv(configs, named_args, **kwargs):
-    # shared memory: pipelined Q and dO tiles, K and V resident; registers: the float32 dK, dV
-    # and two (BLOCK_N1, BLOCK_M1) tiles.
-    return _prune(configs, dict(named_args, **kwargs), "BLOCK_M1", "BLOCK_N1",
-                  lambda m, n, d, dv, es: (m * (d + dv) * es, n * (d + dv) * es),
-                  lambda m, n, d, dv, es: n * ((d + dv) * es / 4 + d + dv + 2 * m), "dkdv")
-
-
-def _prune_dq(configs, named_args, **kwargs):
-    # shared memory: pipelined K and V tiles, Q and dO resident; registers: the float32 dQ and
-    # two (BLOCK_M2, BLOCK_N2) tiles.
-    return _prune(configs, dict(named_args, **kwargs), "BLOCK_M2", "BLOCK_N2",
-                  lambda m, n, d, dv, es: (n * (d + dv) * es, m * (d + dv) * es),
-                  lambda m, n, d, dv, es: m * ((d + dv) * es / 4 + d + 2 * n), "dq")
-
-
-def candidate_configs(dtype, d, dv):
-    """The configs the autotuner would try for (dtype, D, Dv): {"fwd": [...], "dkdv": [...], "dq": [...]}."""
-    args = dict(q_ptr=torch.empty(0, dtype=dtype), BLOCK_D=_block_dim(d), BLOCK_DV=_block_dim(dv))
-    saved = globals()["AUTOTUNE"]
-    globals()["AUTOTUNE"] = True
-    try:
-        return {"fwd": _prune_fwd(_fwd_configs(), args), "dkdv": _prune_dkdv(_dkdv_configs(), args),
-                "dq": _prune_dq(_dq_configs(), args)}
-    finally:
-        globals()["AUTOTUNE"] = saved
-
-
-def _launch(kernel, grid, args, kwargs, config):
-    """Launch through the autotuner, or (``config`` given) the plain jit function with that config."""
-    if config is None:
-        kernel[grid](*args, **kwargs)
-    else:
-        kernel.fn[grid](*args, **kwargs, **config.all_kwargs())
-
-
-# ------------------------------------------------------------------------------ jit helpers
-@triton.jit
-def _mm(a, b, acc, PREC: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + a @ b on tensor cores (float32 accumulation); acc may be None."""
-    if UPCAST:
-        r = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
-    else:
-        r = tl.dot(a, b, acc, input_precision=PREC)
-    return r
-
-
-@triton.jit
-def _load_rows(base, offs_r, offs_c, stride_r, stride_c, R, C,
-               MASK_R: tl.constexpr, MASK_C: tl.constexpr):
-    """A (len(offs_r), len(offs_c)) tile; rows masked against R and columns against C only when asked."""
-    ptrs = base + offs_r.to(tl.int64)[:, None] * stride_r + offs_c[None, :] * stride_c
-    if MASK_R and MASK_C:
-        x = tl.load(ptrs, mask=(offs_r[:, None] < R) & (offs_c[None, :] < C), other=0.0)
-    elif MASK_R:
-        x = tl.load(ptrs, mask=offs_r[:, None] < R, other=0.0)
-    elif MASK_C:
-        x = tl.load(ptrs, mask=offs_c[None, :] < C, other=0.0)
-    else:
-        x = tl.load(ptrs)
-    return x
-
-
-@triton.jit
-def _load_cols(base, offs_c, offs_r, stride_c, stride_r, C, R,
-               MASK_C: tl.constexpr, MASK_R: tl.constexpr):
-    """The transposed tile (len(offs_c), len(offs_r)) of rows offs_r: element [c, r] = base[r, c]."""
-    ptrs = base + offs_c[:, None] * stride_c + offs_r.to(tl.int64)[None, :] * stride_r
-    if MASK_R and MASK_C:
-        x = tl.load(ptrs, mask=(offs_r[None, :] < R) & (offs_c[:, None] < C), other=0.0)
-    elif MASK_R:
-        x = tl.load(ptrs, mask=offs_r[None, :] < R, other=0.0)
-    elif MASK_C:
-        x = tl.load(ptrs, mask=offs_c[:, None] < C, other=0.0)
-    else:
-        x = tl.load(ptrs)
-    return x
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -273,8 +69,8 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
     return acc, l_i, m_ij
 
 
-@triton.autotune(configs=_fwd_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
-                 prune_configs_by={"early_config_prune": _prune_fwd})
+@triton.autotune(configs=_attn_configs.fwd_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
+                 prune_configs_by={"early_config_prune": _attn_configs.prune_fwd})
 @triton.jit(do_not_specialize=["H", "GROUP", "T", "S"])
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
@@ -339,227 +135,7 @@ def _attn_fwd_kernel(
     tl.store(lse_ptr + bh.to(tl.int64) * T + rows, lse2, mask=offs_m < T)
 
 
-# ----------------------------------------------------------------------------------- backward
-@triton.jit
-def _attn_bwd_preprocess(o_ptr, do_ptr, dlse_ptr, delta_ptr, H, T, DV,
-                         stride_ob, stride_oh, stride_ot, stride_od,
-                         stride_gb, stride_gh, stride_gt, stride_gd,
-                         BLOCK_M: tl.constexpr, BLOCK_DV: tl.constexpr, HAS_DLSE: tl.constexpr):
-    """delta[bh, i] = sum_d dO[i, d] O[i, d] - dlse[i] (float32)."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    o = _load_rows(o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh, offs_m, offs_dv,
-                   stride_ot, stride_od, T, DV, True, True)
-    do = _load_rows(do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh, offs_m, offs_dv,
-                    stride_gt, stride_gd, T, DV, True, True)
-    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1)
-    rows = bh.to(tl.int64) * T + offs_m
-    if HAS_DLSE:
-        delta -= tl.load(dlse_ptr + rows, mask=offs_m < T, other=0.0)
-    tl.store(delta_ptr + rows, delta, mask=offs_m < T)
-
-
-@triton.jit
-def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, offs_n, offs_d,
-                        offs_dv, T, D, DV, qk_scale,
-                        stride_qt, stride_qd, stride_gt, stride_gd,
-                        BLOCK_M1: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                        EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
-                        UPCAST: tl.constexpr):
-    """dK, dV of the key block from one block of BLOCK_M1 queries (transposed formulation)."""
-    offs_m = m0 + tl.arange(0, BLOCK_M1)
-    qT = _load_cols(q_base, offs_d, offs_m, stride_qd, stride_qt, D, T, not EVEN_D, MASKED)
-    do = _load_rows(do_base, offs_m, offs_dv, stride_gt, stride_gd, T, DV, MASKED, not EVEN_DV)
-    if MASKED:
-        lse2 = tl.load(lse_ptr + offs_m, mask=offs_m < T, other=0.0)
-        di = tl.load(delta_ptr + offs_m, mask=offs_m < T, other=0.0)
-    else:
-        lse2 = tl.load(lse_ptr + offs_m)
-        di = tl.load(delta_ptr + offs_m)
-    qkT = _mm(k, qT, None, PREC, UPCAST)
-    pT = tl.exp2(qkT * qk_scale - lse2[None, :])
-    if MASKED:
-        valid = offs_m[None, :] < T
-        if CAUSAL:
-            valid = valid & (offs_n[:, None] <= offs_m[None, :])
-        pT = tl.where(valid, pT, 0.0)
-    dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
-    dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
-    dsT = pT * (dpT - di[None, :])
-    dk = _mm(dsT.to(qT.dtype), tl.trans(qT), dk, PREC, UPCAST)
-    return dk, dv
-
-
-@triton.autotune(configs=_dkdv_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
-                 prune_configs_by={"early_config_prune": _prune_dkdv})
-@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S"])
-def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-    H, H_KV, GROUP, T, S, D, DV, qk_scale, sm_scale,
-    stride_qb, stride_qh, stride_qt, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_gb, stride_gh, stride_gt, stride_gd,
-    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
-):
-    """dK and dV of BLOCK_N1 keys of one key/value head, summed over the GROUP query heads."""
-    pid_n = tl.program_id(0)
-    bhk = tl.program_id(1)
-    b = bhk // H_KV
-    hk = bhk % H_KV
-    n0 = pid_n * BLOCK_N1
-    offs_n = n0 + tl.arange(0, BLOCK_N1)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    k = _load_rows(k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh, offs_n, offs_d,
-                   stride_kn, stride_kd, S, D, True, not EVEN_D)
-    v = _load_rows(v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh, offs_n, offs_dv,
-                   stride_vn, stride_vd, S, DV, True, not EVEN_DV)
-    dk = tl.zeros((BLOCK_N1, BLOCK_D), tl.float32)
-    dv = tl.zeros((BLOCK_N1, BLOCK_DV), tl.float32)
-
-    # Query blocks [lo, mid) hold the causal diagonal (masked); [mid, t_full) are fully visible
-    # full blocks; [max(mid, t_full), T) is the masked ragged tail.
-    if CAUSAL:
-        lo = (n0 // BLOCK_M1) * BLOCK_M1
-        mid = tl.cdiv(n0 + BLOCK_N1 - 1, BLOCK_M1) * BLOCK_M1
-        diag_end = tl.minimum(mid, tl.cdiv(T, BLOCK_M1) * BLOCK_M1)
-    else:
-        lo = 0
-        mid = 0
-        diag_end = 0
-    t_full = (T // BLOCK_M1) * BLOCK_M1
-    for hh in range(0, GROUP):
-        h = hk * GROUP + hh
-        bh = b * H + h
-        q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-        do_base = do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh
-        lse_base = lse_ptr + bh.to(tl.int64) * T
-        delta_base = delta_ptr + bh.to(tl.int64) * T
-        for m0 in range(lo, diag_end, BLOCK_M1):
-            dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-        for m0 in range(mid, t_full, BLOCK_M1):
-            dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-        for m0 in range(tl.maximum(mid, t_full), T, BLOCK_M1):
-            dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-    dk = dk * sm_scale
-    rows = offs_n.to(tl.int64)
-    dk_ptrs = dk_ptr + b.to(tl.int64) * stride_dkb + hk.to(tl.int64) * stride_dkh \
-        + rows[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
-    dv_ptrs = dv_ptr + b.to(tl.int64) * stride_dvb + hk.to(tl.int64) * stride_dvh \
-        + rows[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd
-    tl.store(dk_ptrs, dk.to(dk_ptr.dtype.element_ty), mask=(offs_n[:, None] < S) & (offs_d[None, :] < D))
-    tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=(offs_n[:, None] < S) & (offs_dv[None, :] < DV))
-
-
-@triton.jit
-def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                      S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                      BLOCK_N2: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                      EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
-                      UPCAST: tl.constexpr):
-    """dQ of the query block from one block of BLOCK_N2 keys."""
-    cols = n0 + tl.arange(0, BLOCK_N2)
-    kT = _load_cols(k_base, offs_d, cols, stride_kd, stride_kn, D, S, not EVEN_D, MASKED)
-    vT = _load_cols(v_base, offs_dv, cols, stride_vd, stride_vn, DV, S, not EVEN_DV, MASKED)
-    qk = _mm(q, kT, None, PREC, UPCAST)
-    p = tl.exp2(qk * qk_scale - lse2[:, None])
-    if MASKED:
-        valid = cols[None, :] < S
-        if CAUSAL:
-            valid = valid & (cols[None, :] <= offs_m[:, None])
-        p = tl.where(valid, p, 0.0)
-    dp = _mm(do, vT, None, PREC, UPCAST)
-    ds = p * (dp - di[:, None])
-    dq = _mm(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
-    return dq
-
-
-@triton.autotune(configs=_dq_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
-                 prune_configs_by={"early_config_prune": _prune_dq})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S"])
-def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    H, GROUP, T, S, D, DV, qk_scale, sm_scale,
-    stride_qb, stride_qh, stride_qt, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_gb, stride_gh, stride_gt, stride_gd,
-    stride_dqb, stride_dqh, stride_dqt, stride_dqd,
-    BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
-):
-    """dQ of BLOCK_M2 queries of one head: sum over the visible key blocks."""
-    num_m = tl.cdiv(T, BLOCK_M2)
-    pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m - 1 - pid_m
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
-    m0 = pid_m * BLOCK_M2
-    offs_m = m0 + tl.arange(0, BLOCK_M2)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, offs_m, offs_d,
-                   stride_qt, stride_qd, T, D, True, not EVEN_D)
-    do = _load_rows(do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh, offs_m, offs_dv,
-                    stride_gt, stride_gd, T, DV, True, not EVEN_DV)
-    rows = bh.to(tl.int64) * T + offs_m
-    lse2 = tl.load(lse_ptr + rows, mask=offs_m < T, other=0.0)
-    di = tl.load(delta_ptr + rows, mask=offs_m < T, other=0.0)
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
-    dq = tl.zeros((BLOCK_M2, BLOCK_D), tl.float32)
-    if CAUSAL:
-        hi = tl.minimum(S, m0 + BLOCK_M2)
-        full_end = (tl.minimum(S, m0 + 1) // BLOCK_N2) * BLOCK_N2
-    else:
-        hi = S
-        full_end = (S // BLOCK_N2) * BLOCK_N2
-    for n0 in range(0, full_end, BLOCK_N2):
-        dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                               BLOCK_N2, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-    for n0 in range(full_end, hi, BLOCK_N2):
-        dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                               BLOCK_N2, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-    dq = dq * sm_scale
-    dq_ptrs = dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh \
-        + offs_m.to(tl.int64)[:, None] * stride_dqt + offs_d[None, :] * stride_dqd
-    tl.store(dq_ptrs, dq.to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < T) & (offs_d[None, :] < D))
-
-
-# ---------------------------------------------------------------------------------- launchers
-def _alloc(shape, dtype, device):
-    """Every output and scratch buffer comes from here (tests poison it with NaN)."""
-    return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _block_dim(d):
-    return max(16, triton.next_power_of_2(d))
-
-
+# ---------------------------------------------------------------------------------- launcher
 def attn_fwd(q, k, v, *, causal, scale, config=None):
     """Launch the forward kernel on validated (B, H, T, D) / (B, H_kv, S, D) tensors.
 
@@ -568,8 +144,8 @@ def attn_fwd(q, k, v, *, causal, scale, config=None):
     """
     B, H, T, D = q.shape
     H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    out = _alloc((B, H, T, DV), q.dtype, q.device)
-    lse2 = _alloc((B, H, T), torch.float32, q.device)
+    out = _launch.alloc((B, H, T, DV), q.dtype, q.device)
+    lse2 = _launch.alloc((B, H, T), torch.float32, q.device)
     if B * H * T == 0:
         return out, lse2
     if S == 0:
@@ -580,64 +156,12 @@ def attn_fwd(q, k, v, *, causal, scale, config=None):
     def grid(meta):
         return (triton.cdiv(T, meta["BLOCK_M"]), B * H)
 
-    _launch(_attn_fwd_kernel, grid, (
+    _attn_configs.launch(_attn_fwd_kernel, grid, (
         q, k, v, out, lse2,
         H, H // H_kv, T, S, D, DV, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-    ), dict(
-        BLOCK_D=_block_dim(D), BLOCK_DV=_block_dim(DV), EVEN_D=_block_dim(D) == D,
-        EVEN_DV=_block_dim(DV) == DV, CAUSAL=causal, PREC=_dot_precision(q.dtype),
-        UPCAST=_upcast(q.dtype),
-    ), config)
+    ), _attn_configs.constexprs(D, DV, causal, q.dtype), config)
     return out, lse2
-
-
-def attn_bwd(do, q, k, v, out, lse2, dlse, *, causal, scale, configs=(None, None)):
-    """Gradients (dq, dk, dv) of the attention output (and of the natural lse, ``dlse``, or None).
-
-    ``configs``: (dK/dV config, dQ config) to bypass the autotuner (tests), or None each.
-    """
-    B, H, T, D = q.shape
-    H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    dq = _alloc(q.shape, q.dtype, q.device)
-    dk = _alloc(k.shape, k.dtype, k.device)
-    dv = _alloc(v.shape, v.dtype, v.device)
-    if B * H * T == 0 or S == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    delta = _alloc((B, H, T), torch.float32, q.device)
-    has_dlse = dlse is not None
-    if has_dlse:
-        dlse = dlse.to(torch.float32).contiguous()
-    block_dv = _block_dim(DV)
-    pre_m = 64 if not P.INTERPRET else 32
-    _attn_bwd_preprocess[(triton.cdiv(T, pre_m), B * H)](
-        out, do, dlse if has_dlse else delta, delta, H, T, DV,
-        *out.stride(), *do.stride(),
-        BLOCK_M=pre_m, BLOCK_DV=block_dv, HAS_DLSE=has_dlse,
-    )
-    common = dict(BLOCK_D=_block_dim(D), BLOCK_DV=block_dv, EVEN_D=_block_dim(D) == D,
-                  EVEN_DV=block_dv == DV, CAUSAL=causal,
-                  PREC=_dot_precision(q.dtype), UPCAST=_upcast(q.dtype))
-    qk_scale = scale * LOG2E
-
-    def grid_kv(meta):
-        return (triton.cdiv(S, meta["BLOCK_N1"]), B * H_kv)
-
-    _launch(_attn_bwd_dkdv_kernel, grid_kv, (
-        q, k, v, do, lse2, delta, dk, dv,
-        H, H_kv, H // H_kv, T, S, D, DV, qk_scale, scale,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
-    ), common, configs[0])
-
-    def grid_q(meta):
-        return (triton.cdiv(T, meta["BLOCK_M2"]), B * H)
-
-    _launch(_attn_bwd_dq_kernel, grid_q, (
-        q, k, v, do, lse2, delta, dq,
-        H, H // H_kv, T, S, D, DV, qk_scale, scale,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
-    ), common, configs[1])
-    return dq, dk, dv
 
 
 class SoftmaxAttentionFunction(torch.autograd.Function):
@@ -658,10 +182,6 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
             dout = torch.zeros_like(out)
         dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, causal=ctx.causal, scale=ctx.scale)
         return dq, dk, dv, None, None
-
-
-def _last_dim_contiguous(t):
-    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False):
@@ -731,7 +251,8 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
 
     Performance design (sm_90): 16-bit configs BLOCK_M x BLOCK_N in {128 x 128, 128 x 64, 64 x 64}
     with 4-8 warps and 3 pipeline stages, autotuned once per (D, Dv, causal, dtype), never per
-    length (set ``AUTOTUNE = False`` or KERNELKIT_ATTN_AUTOTUNE=0 for the first config that fits).
+    length (set ``kernelkit_gpu._attn_configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
+    before import, for the first config that fits).
     ``benchmarks/attention_softmax.py`` measures it against SDPA.
 
     Examples
@@ -745,25 +266,11 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     >>> out.shape, lse.shape
     (torch.Size([1, 2, 5, 16]), torch.Size([1, 2, 5]))
     """
-    B, H, H_kv, T, S, D, Dv = check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                        max_head_dim=MAX_HEAD_DIM)
-    if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be True or False; got {return_lse!r}")
-    scale = check_scale(scale, D)
-    _check_device(q)
-    q, k, v = (_last_dim_contiguous(t) for t in (q, k, v))
+    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          max_head_dim=_checks.MAX_HEAD_DIM)
+    _checks.check_flag(return_lse, "return_lse")
+    scale = _checks.check_scale(scale, D)
+    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention_naive")
+    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
     out, lse = SoftmaxAttentionFunction.apply(q, k, v, is_causal, scale)
     return (out, lse) if return_lse else out
-
-
-def _check_device(t):
-    if t.device.type == "cpu" and not P.INTERPRET:
-        raise ValueError(
-            "q, k and v are CPU tensors but the Triton interpreter is off: set the environment "
-            "variable TRITON_INTERPRET=1 before importing kernelkit_gpu (slow; for tests), move the "
-            "tensors to a CUDA device, or use kernelkit_gpu.attention_naive on the CPU"
-        )
-    if t.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"q, k and v must be on a CUDA device (or the CPU under the interpreter); "
-                         f"got {t.device}")
-

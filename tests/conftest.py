@@ -1,4 +1,5 @@
-"""Shared test settings: the --device option and the per-dtype tolerance table.
+"""Shared test settings: the --device option, the per-dtype tolerance table and the fixtures of the
+Triton kernel tests.
 
 On the CPU (the default) Triton kernels run under TRITON_INTERPRET=1, which .ci/run exports
 before Python starts; run ``pytest --device cuda`` on a GPU machine to test the compiled kernels.
@@ -45,3 +46,45 @@ def no_gpu(monkeypatch):
     import kernelkit._device
 
     monkeypatch.setattr(kernelkit._device, "gpu_available", lambda: False)
+
+
+# ------------------------------------------------------------- fixtures of the Triton kernel tests
+# Requested by the tests/test_gpu_*.py modules (``pytestmark = pytest.mark.usefixtures(...)`` or
+# by name); kernelkit_gpu is imported inside them, so CPU-only test modules never load triton.
+@pytest.fixture(scope="module")
+def triton_can_run(device):
+    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
+    from kernelkit_gpu import _launch
+
+    if device == "cpu" and not _launch.INTERPRET:
+        pytest.fail(
+            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
+            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="module")
+def attention_autotune_off():
+    """No attention autotuning inside the suite (it would compile every config for every dtype /
+    head dim / mask key): the first config that fits; ``test_every_config`` runs each config of
+    the autotuner's sets instead."""
+    from kernelkit_gpu import _attn_configs
+
+    saved = _attn_configs.AUTOTUNE
+    _attn_configs.AUTOTUNE = False
+    yield
+    _attn_configs.AUTOTUNE = saved
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """Every buffer the attention launchers allocate (``kernelkit_gpu._launch.alloc``) starts as
+    NaN: elements a kernel leaves unwritten show up."""
+    import torch
+    from kernelkit_gpu import _launch
+
+    def alloc(shape, dtype, device):
+        return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(_launch, "alloc", alloc)

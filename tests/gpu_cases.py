@@ -1,14 +1,23 @@
-"""Shared cases and checks for the Triton kernel tests (tests/test_gpu_gram.py, tests/test_gpu_matvec.py).
+"""Shared cases, checks and spies of the Triton kernel tests (tests/test_gpu_*.py).
 
 Every registry kernel appears in ``GPU_CASES``; ``test_every_registry_kernel_has_gpu_cases`` fails
-when a kernel is added to the registry without being added here.
+when a kernel is added to the registry without being added here. The attention tests share the
+FlashAttention accuracy rule (:func:`check_rule`); the fixtures (interpreter check, poisoned
+outputs, attention autotuning off) are in tests/conftest.py.
 """
+
+import os
 
 import numpy as np
 import torch
 
 from kernelkit_math.registry import get_kernel
 from tests.conftest import TOL
+
+# On a GPU every new Gram / matrix-free kernel variant would otherwise benchmark all autotune
+# configs: hundreds of extra compilations. The tests use the default config;
+# test_every_config_is_correct runs each.
+os.environ.setdefault("KERNELKIT_GPU_AUTOTUNE", "0")
 
 DTYPES = {
     "float32": torch.float32,
@@ -123,3 +132,85 @@ def poisoned(shape, dtype, device):
 def randn(rng, shape, dtype, device, offset=0.0, spread=1.0):
     a = offset + spread * rng.standard_normal(shape)
     return torch.from_numpy(a).to(dtype=dtype, device=device)
+
+
+# --------------------------------------------------------------------------------- spies
+def spy_calls(monkeypatch, targets):
+    """Replace each function ``module.name`` of ``targets`` (``(module, name, tag)`` triples) by a
+    spy that appends ``tag`` to the returned list, then calls the real function: proof that a
+    launcher ran (and how often, in which order)."""
+    calls = []
+    for module, name, tag in targets:
+        real = getattr(module, name)
+
+        def spy(*args, _real=real, _tag=tag, **kwargs):
+            calls.append(_tag)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+class _KernelSpy:
+    """Stands in for a Triton kernel launched as ``kernel[grid](*args, **kwargs)``."""
+
+    def __init__(self, real, tag, calls):
+        self.real, self.tag, self.calls = real, tag, calls
+
+    def __getitem__(self, grid):
+        launch = self.real[grid]
+
+        def run(*args, **kwargs):
+            self.calls.append((self.tag, kwargs))
+            return launch(*args, **kwargs)
+
+        return run
+
+
+def spy_kernels(monkeypatch, module, tags):
+    """Replace each Triton kernel ``module.<name>`` (``tags``: {name: tag}) by a spy; every launch
+    appends ``(tag, keyword arguments)`` to the returned list, then runs the real kernel."""
+    calls = []
+    for name, tag in tags.items():
+        monkeypatch.setattr(module, name, _KernelSpy(getattr(module, name), tag, calls))
+    return calls
+
+
+# ------------------------------------------------------------------ attention: the accuracy rule
+#: Dtypes of the Triton attention kernels.
+ATTN_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: Unit roundoff of each dtype (2^-p, p = significand bits): the floor of the rule is a few of these.
+UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+#: Floors of the rule in units of the dtype's roundoff times max(1, max |reference|). Gradients get
+#: more: the backward forms delta_i = rowsum(dO_i O_i) - dlse_i in float32 and subtracts it from
+#: dP; where one key carries all the weight (p = 1, e.g. the first causal row) eager autograd
+#: cancels exactly, while the fused form keeps the rounding of that length-Dv sum.
+FLOOR_OUT, FLOOR_GRAD = 2.0, 8.0
+
+
+def f64(t):
+    return t.detach().to(torch.float64)
+
+
+def max_err(a, ref):
+    a = to_numpy64(a) if isinstance(a, torch.Tensor) else a
+    ref = to_numpy64(ref) if isinstance(ref, torch.Tensor) else ref
+    assert np.isfinite(a).all(), "non-finite values (unwritten or poisoned elements?)"
+    return float(np.max(np.abs(a - ref), initial=0.0))
+
+
+def check_rule(ours, naive, ref, dtype_name, what, floor_ulps=FLOOR_OUT, term_scale=0.0):
+    """FlashAttention rule: err(ours) <= 2 err(same-dtype eager torch) + a floor of ``floor_ulps``
+    units in the last place of max(1, the largest reference value) (both errors against
+    float64), or, if larger, ``floor_ulps`` float32 units of ``term_scale``: the size of the
+    terms that cancel in float32 arithmetic (gradients pass the softmax tests'
+    ``gradient_term_scales``; every dtype accumulates and subtracts them in float32, so their
+    rounding is float32's)."""
+    ref = to_numpy64(ref) if isinstance(ref, torch.Tensor) else ref
+    e_ours, e_naive = max_err(ours, ref), max_err(naive, ref)
+    scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+    bound = 2.0 * e_naive + floor_ulps * max(UNIT[dtype_name] * scale, UNIT["float32"] * term_scale)
+    assert e_ours <= bound, (
+        f"{what} ({dtype_name}): error {e_ours:.3g} > 2 x eager-torch error {e_naive:.3g} "
+        f"+ floor = {bound:.3g}"
+    )

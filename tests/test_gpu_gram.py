@@ -10,10 +10,6 @@ import os
 import subprocess
 import sys
 
-# On a GPU every new kernel variant would otherwise benchmark all autotune configs: hundreds of
-# extra compilations. The tests use the default config; test_every_config_is_correct runs each.
-os.environ.setdefault("KERNELKIT_GPU_AUTOTUNE", "0")
-
 import numpy as np
 import pytest
 import torch
@@ -22,27 +18,18 @@ from hypothesis import strategies as st
 
 import kernelkit_gpu
 from kernelkit_gpu import _epilogues
-from kernelkit_gpu import _prepare
+from kernelkit_gpu import _prepare, gram_configs
 from kernelkit_math.registry import get_kernel, kernel_names
 from tests.conftest import TOL
 from tests.gpu_cases import (
     CASE_IDS, DTYPES, GPU_CASES, STATIONARY_CASES, check_values, poisoned, randn, reference,
-    rel_fro,
+    rel_fro, spy_kernels,
 )
 
 gram_module = importlib.import_module("kernelkit_gpu.gram")
 G = kernelkit_gpu.gram
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _triton_can_run(device):
-    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
-    if device == "cpu" and not _prepare.INTERPRET:
-        pytest.fail(
-            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
-            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
-            pytrace=False,
-        )
+pytestmark = pytest.mark.usefixtures("triton_can_run")
 
 
 def gram_into_nan(x, y=None, kernel="rbf", **kwargs):
@@ -52,6 +39,16 @@ def gram_into_nan(x, y=None, kernel="rbf", **kwargs):
     out = poisoned((n, m), dtype, x.device)
     K = kernelkit_gpu.gram(x, y, kernel, out=out, **kwargs)
     assert K is out
+    return K
+
+
+def check_float32_gram(x, y, name, params):
+    """K(x, y) (y None: K(x, x)) of float32 input, written into a poisoned output: elementwise
+    TOL["float32"] and relative Frobenius error <= 1e-6 against the float64 reference."""
+    K = gram_into_nan(x, y, name, **params)
+    ref = reference(name, params, x, y)
+    check_values(K, ref, "float32", name, params, x, y)
+    assert rel_fro(K, ref) <= 1e-6
     return K
 
 
@@ -70,10 +67,7 @@ def test_gram_float32_matches_reference(case, n, m, d, device, rng):
     params = params_fn(d)
     x = randn(rng, (n, d), torch.float32, device)
     y = randn(rng, (m, d), torch.float32, device)
-    K = gram_into_nan(x, y, name, **params)
-    ref = reference(name, params, x, y)
-    check_values(K, ref, "float32", name, params, x, y)
-    assert rel_fro(K, ref) <= 1e-6
+    check_float32_gram(x, y, name, params)
 
 
 @pytest.mark.parametrize("d", [1, 3, 17])
@@ -84,10 +78,7 @@ def test_gram_symmetric_exact(case, n, d, device, rng):
     _, name, params_fn = case
     params = params_fn(d)
     x = randn(rng, (n, d), torch.float32, device)
-    K = gram_into_nan(x, None, name, **params)
-    ref = reference(name, params, x)
-    check_values(K, ref, "float32", name, params, x)
-    assert rel_fro(K, ref) <= 1e-6
+    K = check_float32_gram(x, None, name, params)
     assert torch.equal(K, K.T)
     if get_kernel(name).stationary or name == "cosine":
         # k(0) = 1; cosine: exactly 1 (0 for zero rows). Dot-product kernels: the kernel of the
@@ -149,14 +140,8 @@ def test_gram_offset_1000(case, d, device, rng):
     params = _offset_params(name, params_fn(d), d, 0.05)
     x = randn(rng, (70, d), torch.float32, device, offset=1000.0, spread=0.05)
     y = randn(rng, (33, d), torch.float32, device, offset=1000.0, spread=0.05)
-    K = gram_into_nan(x, y, name, **params)
-    ref = reference(name, params, x, y)
-    assert rel_fro(K, ref) <= 1e-6
-    check_values(K, ref, "float32", name, params, x, y)
-    Ks = gram_into_nan(x, None, name, **params)
-    ref_s = reference(name, params, x)
-    assert rel_fro(Ks, ref_s) <= 1e-6
-    check_values(Ks, ref_s, "float32", name, params, x)
+    check_float32_gram(x, y, name, params)
+    Ks = check_float32_gram(x, None, name, params)
     assert torch.equal(Ks, Ks.T)
 
 
@@ -177,14 +162,8 @@ def test_gram_near_duplicates(case, d, device, rng):
     _, name, params_fn = case
     params = params_fn(d)
     x, y, xx = _near_duplicates(rng, 40, d, device)
-    K = gram_into_nan(x, y, name, **params)
-    ref = reference(name, params, x, y)
-    assert rel_fro(K, ref) <= 1e-6
-    check_values(K, ref, "float32", name, params, x, y)
-    Ks = gram_into_nan(xx, None, name, **params)
-    ref_s = reference(name, params, xx)
-    assert rel_fro(Ks, ref_s) <= 1e-6
-    check_values(Ks, ref_s, "float32", name, params, xx)
+    check_float32_gram(x, y, name, params)
+    check_float32_gram(xx, None, name, params)
 
 
 def test_direct_recompute_is_what_saves_near_duplicates(device, rng, monkeypatch):
@@ -239,8 +218,8 @@ def _candidate_configs(name, d, precision="accurate"):
     if gram_module.uses_mma(plan, d):
         kd = -(-d // gram_module.PAD_K) * gram_module.PAD_K
         split = precision == "accurate"
-        return gram_module.mma_configs(kd, split, 4)
-    return gram_module.direct_configs(d, plan.pairwise)
+        return gram_configs.mma_configs(kd, split, 4)
+    return gram_configs.direct_configs(d, plan.pairwise)
 
 
 @pytest.mark.parametrize("symmetric", [False, True], ids=["xy", "xx"])
@@ -289,25 +268,8 @@ def test_store_and_order_variants(precision, variant, device, rng):
 def test_triton_launcher_runs(device, rng, monkeypatch):
     """Spies on the Triton kernel objects: gram() launches the tensor-core kernel (with its
     preparation and fix-up) for rbf at D = 20 and the direct kernel for laplacian."""
-    calls = []
-
-    def spy(name):
-        real = getattr(gram_module, name)
-
-        class Spy:
-            def __getitem__(self, grid):
-                launch = real[grid]
-
-                def run(*args, **kwargs):
-                    calls.append((name, kwargs))
-                    return launch(*args, **kwargs)
-
-                return run
-
-        monkeypatch.setattr(gram_module, name, Spy())
-
-    for name in ("_gram_prep_kernel", "_gram_mma_kernel", "_gram_fix_kernel", "_gram_direct_kernel"):
-        spy(name)
+    names = ("_gram_prep_kernel", "_gram_mma_kernel", "_gram_fix_kernel", "_gram_direct_kernel")
+    calls = spy_kernels(monkeypatch, gram_module, {name: name for name in names})
     x = randn(rng, (50, 20), torch.float32, device)
     kernelkit_gpu.gram(x, kernel="rbf")
     kernelkit_gpu.gram(x, x[:7], kernel="laplacian")

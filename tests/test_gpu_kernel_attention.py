@@ -14,38 +14,20 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit_gpu import _prepare
 from kernelkit_gpu.attention_naive import (
     kernel_attention_naive, smoother_rows, softmax_attention_naive,
 )
 from kernelkit_math.registry import kernel_names
-from tests.gpu_cases import CASE_IDS, GPU_CASES
-from tests.test_gpu_softmax_attention import (
-    DTYPES, FLOOR_GRAD, check_rule, f64, max_err, np64,
+from tests.gpu_cases import (
+    ATTN_DTYPES, CASE_IDS, FLOOR_GRAD, GPU_CASES, check_rule, f64, max_err, spy_calls, to_numpy64,
 )
 
 ka = importlib.import_module("kernelkit_gpu.kernel_attention")
 sa = importlib.import_module("kernelkit_gpu.softmax_attention")
 CASES = dict((c[0], c) for c in GPU_CASES)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _triton_can_run(device):
-    if device == "cpu" and not _prepare.INTERPRET:
-        pytest.fail(
-            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
-            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
-            pytrace=False,
-        )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_config_per_key():
-    """No autotuning inside the suite (compilation time): the first config that fits."""
-    saved = sa.AUTOTUNE
-    sa.AUTOTUNE = False
-    yield
-    sa.AUTOTUNE = saved
+# no autotuning inside the suite (compilation time): the first config that fits
+pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 
 
 def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False, offset=1.0):
@@ -61,34 +43,14 @@ def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False, of
 def reference(q, k, v, name, params, causal, eps):
     from kernelkit_math.attention import kernel_smoother
 
-    return kernel_smoother(np64(q), np64(k), np64(v), name, causal=causal, eps=eps, **params)
-
-
-@pytest.fixture
-def poisoned_outputs(monkeypatch):
-    def alloc(shape, dtype, device):
-        return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
-
-    monkeypatch.setattr(ka, "_alloc", alloc)
-    monkeypatch.setattr(sa, "_alloc", alloc)
+    q, k, v = (to_numpy64(t) for t in (q, k, v))
+    return kernel_smoother(q, k, v, name, causal=causal, eps=eps, **params)
 
 
 @pytest.fixture
 def launch_spy(monkeypatch):
-    calls = {"kattn": 0, "softmax": 0}
-    kf, sf = ka.kattn_fwd, sa.attn_fwd
-
-    def spy_k(*a, **kw):
-        calls["kattn"] += 1
-        return kf(*a, **kw)
-
-    def spy_s(*a, **kw):
-        calls["softmax"] += 1
-        return sf(*a, **kw)
-
-    monkeypatch.setattr(ka, "kattn_fwd", spy_k)
-    monkeypatch.setattr(sa, "attn_fwd", spy_s)
-    return calls
+    """The launches of the kernel-smoother and softmax forward launchers, in order."""
+    return spy_calls(monkeypatch, [(ka, "kattn_fwd", "kattn"), (sa, "attn_fwd", "softmax")])
 
 
 def test_every_registry_kernel_is_covered():
@@ -105,7 +67,7 @@ def test_naive_float64_matches_kernelkit_math(case, causal, rng):
     q, k, v = make_qkv(rng, 2, 4, 2, 7, 9, 5, 3, torch.float64, "cpu")
     out = kernel_attention_naive(q, k, v, name, is_causal=causal, enable_gqa=True, eps=1e-6, **params)
     ref = reference(q, k, v, name, params, causal, 1e-6)
-    np.testing.assert_allclose(np64(out), ref, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(to_numpy64(out), ref, rtol=1e-10, atol=1e-10)
 
 
 def test_naive_exponential_is_softmax(rng):
@@ -113,7 +75,7 @@ def test_naive_exponential_is_softmax(rng):
     q, k, v = make_qkv(rng, 1, 2, 2, 6, 8, 4, 3, torch.float64, "cpu", offset=0.0)
     a = kernel_attention_naive(q, k, v, "exponential", scale=0.7, eps=0.0)
     b = softmax_attention_naive(q, k, v, scale=0.7)
-    np.testing.assert_allclose(np64(a), np64(b), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(to_numpy64(a), to_numpy64(b), rtol=1e-13, atol=1e-13)
 
 
 # ------------------------------------------------------------------------------- forward
@@ -145,10 +107,7 @@ def test_forward_float32_matches_reference(fwd_case, device, rng, poisoned_outpu
     h, hkv = (4, 2) if device == "cuda" else (2, 1)
     q, k, v = make_qkv(rng, 1, h, hkv, t, s, d, 24, torch.float32, device)
     out = ka.kernel_attention(q, k, v, name, is_causal=causal, enable_gqa=True, **params)
-    if name == "exponential":
-        assert launch_spy == {"kattn": 0, "softmax": 1}
-    else:
-        assert launch_spy == {"kattn": 1, "softmax": 0}
+    assert launch_spy == (["softmax"] if name == "exponential" else ["kattn"])
     assert out.shape == (1, h, t, 24) and out.dtype == torch.float32
     ref = reference(q, k, v, name, params, causal, 1e-6)
     naive = kernel_attention_naive(q, k, v, name, is_causal=causal, enable_gqa=True, **params)
@@ -164,9 +123,9 @@ def test_forward_16bit_matches_reference(cid, dt, device, rng, poisoned_outputs)
     _, name, params_fn = CASES[cid]
     d = 32
     params = params_fn(d)
-    q, k, v = make_qkv(rng, 1, 2, 2, 70, 45, d, 16, DTYPES[dt], device)
+    q, k, v = make_qkv(rng, 1, 2, 2, 70, 45, d, 16, ATTN_DTYPES[dt], device)
     out = ka.kernel_attention(q, k, v, name, is_causal=True, **params)
-    assert out.dtype == DTYPES[dt]
+    assert out.dtype == ATTN_DTYPES[dt]
     ref = reference(q, k, v, name, params, True, 1e-6)
     naive = kernel_attention_naive(q, k, v, name, is_causal=True, **params)
     check_rule(out, naive, ref, dt, f"{name} out")
@@ -182,7 +141,7 @@ def test_gradients_match_float64_autograd(dt, cid, device, rng):
     _, name, params_fn = CASES[cid]
     d = 16
     params = params_fn(d)
-    dtype = DTYPES[dt]
+    dtype = ATTN_DTYPES[dt]
     q, k, v = make_qkv(rng, 1, 4, 2, 37, 29, d, 8, dtype, device, requires_grad=True)
     kw = dict(is_causal=True, enable_gqa=True, eps=1e-6, **params)
     out = ka.kernel_attention(q, k, v, name, **kw)
@@ -192,7 +151,7 @@ def test_gradients_match_float64_autograd(dt, cid, device, rng):
     n_grads = torch.autograd.grad(naive, (q, k, v), g.to(dtype))
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
     o64 = kernel_attention_naive(q64, k64, v64, name, **kw)
-    np.testing.assert_allclose(np64(o64), reference(q, k, v, name, params, True, 1e-6),
+    np.testing.assert_allclose(to_numpy64(o64), reference(q, k, v, name, params, True, 1e-6),
                                rtol=1e-10, atol=1e-10)
     ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g)
     for gname, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
@@ -210,7 +169,7 @@ def test_exponential_eps_guard_and_gradient(device, rng, launch_spy):
     eps = 25.0  # den = sum_j exp(0.05 q.k) is about S = 20 < eps: the guard is active
     out = ka.kernel_attention(q, k, v, "exponential", scale=0.05, eps=eps, is_causal=True,
                               enable_gqa=True)
-    assert launch_spy["softmax"] == 1 and launch_spy["kattn"] == 0
+    assert launch_spy == ["softmax"]
     ref = reference(q, k, v, "exponential", dict(scale=0.05), True, eps)
     naive = kernel_attention_naive(q, k, v, "exponential", scale=0.05, eps=eps, is_causal=True,
                                    enable_gqa=True)
@@ -222,7 +181,7 @@ def test_exponential_eps_guard_and_gradient(device, rng, launch_spy):
     plan = kernel_plan("exponential", 16, dict(scale=0.05))
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
     o64 = smoother_rows(q64, k64, v64, plan, is_causal=True, eps=eps, group=2)
-    np.testing.assert_allclose(np64(o64), ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_numpy64(o64), ref, rtol=1e-12, atol=1e-12)
     ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g.double())
     for gname, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
         check_rule(a, b, r, "float32", gname, FLOOR_GRAD)
@@ -248,7 +207,7 @@ def test_no_keys_and_empty(device, rng, poisoned_outputs):
     q, k, v = make_qkv(rng, 1, 2, 2, 5, 0, 16, 8, torch.float32, device, requires_grad=True)
     out = ka.kernel_attention(q, k, v, "rbf", is_causal=True)
     assert out.shape == (1, 2, 5, 8) and torch.all(out == 0)
-    np.testing.assert_array_equal(np64(out), reference(q, k, v, "rbf", {}, True, 1e-6))
+    np.testing.assert_array_equal(to_numpy64(out), reference(q, k, v, "rbf", {}, True, 1e-6))
     dq, = torch.autograd.grad(out.sum(), (q,))
     assert torch.all(dq == 0)
     q, k, v = make_qkv(rng, 1, 2, 2, 0, 7, 16, 8, torch.float32, device)

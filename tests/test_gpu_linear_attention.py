@@ -20,35 +20,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernelkit_gpu import _launch
 from kernelkit_gpu.linear_attention import linear_attention
 from kernelkit_gpu.linear_attention_naive import linear_attention_naive
 from tests.conftest import TOL
+from tests.gpu_cases import ATTN_DTYPES, UNIT, spy_calls, to_numpy64
 
-# the modules themselves (a package-level export of the function would shadow the submodule name)
-LA = importlib.import_module("kernelkit_gpu.linear_attention")
+# the module itself (a package-level export of the function would shadow the submodule name)
 LC = importlib.import_module("kernelkit_gpu.linear_attention_chunk")
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-#: Unit roundoff of each dtype (2^-p, p = significand bits): the output-rounding floor.
-UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _triton_can_run(device):
-    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
-    if device == "cpu" and not LC.INTERPRET:
-        pytest.fail(
-            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
-            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
-            pytrace=False,
-        )
+pytestmark = pytest.mark.usefixtures("triton_can_run")
 
 
 # ------------------------------------------------------------------------------------ helpers
-def to64(t):
-    return t.detach().cpu().to(torch.float64).numpy()
-
-
 def make_inputs(rng, B, H, T, S, D, Dv, dtype, device, feature_map="elu+1", state=False):
     """q, k, v (and a positive initial state); identity / pre-mapped features are positive so
     the normalised attention is well conditioned (denominators bounded away from 0)."""
@@ -72,9 +56,10 @@ def reference(q, k, v, feature_map="elu+1", *, causal, normalize=True, eps=1e-6,
     """Float64 reference on the (rounded) inputs: (out, S_final, z_final) as NumPy arrays."""
     from kernelkit_math.attention import linear_attention as ref_la
 
-    init = None if initial_state is None else tuple(to64(t) for t in initial_state)
-    out, (Sf, zf) = ref_la(to64(q), to64(k), to64(v), feature_map or "identity", causal=causal,
-                           normalize=normalize, eps=eps, initial_state=init, return_state=True)
+    init = None if initial_state is None else tuple(to_numpy64(t) for t in initial_state)
+    q, k, v = (to_numpy64(t) for t in (q, k, v))
+    out, (Sf, zf) = ref_la(q, k, v, feature_map or "identity", causal=causal, normalize=normalize,
+                           eps=eps, initial_state=init, return_state=True)
     return out, Sf, zf
 
 
@@ -138,8 +123,8 @@ def check_rule(ours, pt, ref, dtype_name, what, scale=None, term_scale=0.0):
     T = 1, still carries float32 rounding of the size of its terms: every dtype forms and
     subtracts them in float32), states sqrt(S) max|ref| (a float32 sum of S terms, in any order,
     is exact to ~sqrt(S) u)."""
-    o = to64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
-    p = to64(pt) if isinstance(pt, torch.Tensor) else np.asarray(pt)
+    o = to_numpy64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
+    p = to_numpy64(pt) if isinstance(pt, torch.Tensor) else np.asarray(pt)
     ref = np.asarray(ref)
     assert o.shape == ref.shape, f"{what}: shape {o.shape} != {ref.shape}"
     assert np.isfinite(o).all(), f"{what}: non-finite values (unwritten or overflow)"
@@ -175,7 +160,7 @@ def gradient_term_scale(q, k, v, dout, feature_map, *, causal, normalize=True, e
     missing term (an error of the size of a term) still fails by a factor of about 1 / (2u).
     """
     fm = feature_map or "identity"
-    qn, kn, vn, dn = (to64(t) for t in (q, k, v, dout))
+    qn, kn, vn, dn = (to_numpy64(t) for t in (q, k, v, dout))
     if fm == "elu+1":
         phi = lambda x: np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))  # noqa: E731
         dphi = lambda x: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))  # noqa: E731
@@ -205,8 +190,8 @@ def gradient_term_scale(q, k, v, dout, feature_map, *, causal, normalize=True, e
 
 def check_close(ours, ref, what, rtol=2e-5, atol=2e-5):
     """Float32 agreement of two float32 results computed by the kernels along different paths."""
-    o = to64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
-    r = to64(ref) if isinstance(ref, torch.Tensor) else np.asarray(ref)
+    o = to_numpy64(ours) if isinstance(ours, torch.Tensor) else np.asarray(ours)
+    r = to_numpy64(ref) if isinstance(ref, torch.Tensor) else np.asarray(ref)
     assert np.isfinite(o).all(), f"{what}: non-finite values"
     np.testing.assert_allclose(o, r, rtol=rtol, atol=atol * max(1.0, np.abs(r).max()), err_msg=what)
 
@@ -216,7 +201,7 @@ def run_and_check(rng, device, *, T, S=None, D=16, Dv=None, causal, normalize=Tr
                   eps=1e-6):
     S = T if S is None else S
     Dv = D if Dv is None else Dv
-    dtype = DTYPES[dtype_name]
+    dtype = ATTN_DTYPES[dtype_name]
     q, k, v = make_inputs(rng, B, H, T, S, D, Dv, dtype, device, feature_map)
     ref, Sf_ref, zf_ref = reference(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
     pt, Sf_pt, zf_pt = torch_same_dtype(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
@@ -351,13 +336,14 @@ def test_float16_long_state_does_not_overflow(device, rng):
     ref, _, zf_ref = reference(q, k, v, causal=True)
     assert zf_ref.max() > 65504
     pt16 = torch_same_dtype(q, k, v, causal=True)[0]
-    assert not torch.isfinite(pt16).all() or np.abs(to64(pt16) - ref).max() > 0.1 * np.abs(ref).max()
+    assert (not torch.isfinite(pt16).all()
+            or np.abs(to_numpy64(pt16) - ref).max() > 0.1 * np.abs(ref).max())
     assert torch.isfinite(out).all() and torch.isfinite(Sf).all()
     # phi(k) enters the sums rounded to float16 (as the tensor-core operands): 2^-11 relative
-    np.testing.assert_allclose(to64(zf), zf_ref, rtol=2.0**-11)
+    np.testing.assert_allclose(to_numpy64(zf), zf_ref, rtol=2.0**-11)
     # phi(q), phi(k), the scores and the output are each rounded once to float16 (2^-11): the
     # error stays within a few such roundings of the output's scale
-    err = np.abs(to64(out) - ref).max()
+    err = np.abs(to_numpy64(out) - ref).max()
     assert err <= 8 * UNIT["float16"] * np.abs(ref).max(), err
 
 
@@ -460,12 +446,8 @@ def test_empty_sequence(device):
     assert out.shape == (1, 2, 0, 8) and Sf.shape == (1, 2, 16, 8) and (Sf == 0).all()
 
 
-def test_outputs_poisoned_none_unwritten(monkeypatch, device, rng):
+def test_outputs_poisoned_none_unwritten(device, rng, poisoned_outputs):
     """Every kernel-written buffer (out, den, states, dden, dq, dk, dv) starts as NaN."""
-    def poisoned(shape, dtype, device):
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
-    monkeypatch.setattr(LA, "_empty", poisoned)
     q, k, v, (S0, z0) = make_inputs(rng, 1, 2, 75, 75, 24, 40, torch.float32, device, state=True)
     for causal in (False, True):
         for normalize in (True, False):
@@ -485,15 +467,8 @@ def test_outputs_poisoned_none_unwritten(monkeypatch, device, rng):
 def test_triton_launchers_ran(monkeypatch, device, rng):
     """A spy on the launchers: the forward runs the segment sums and one chunk sweep, the
     backward the row kernel, the reverse segment sums and three sweeps (dV, dK, dQ)."""
-    calls = []
-    for name in ("state_sums", "chunk_sweep", "dden_rows"):
-        real = getattr(LC, name)
-
-        def spy(*args, _real=real, _name=name, **kwargs):
-            calls.append(_name)
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(LC, name, spy)
+    calls = spy_calls(monkeypatch, [(LC, name, name) for name in ("state_sums", "chunk_sweep",
+                                                                  "dden_rows")])
     q, k, v = (t.requires_grad_() for t in make_inputs(rng, 1, 1, 40, 40, 16, 16, torch.float32, device))
     for causal in (False, True):
         calls.clear()
@@ -505,7 +480,7 @@ def test_triton_launchers_ran(monkeypatch, device, rng):
 
 
 def test_cpu_without_interpreter_is_refused(monkeypatch):
-    monkeypatch.setattr(LC, "INTERPRET", False)
+    monkeypatch.setattr(_launch, "INTERPRET", False)
     x = torch.randn(1, 1, 4, 16)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         linear_attention(x, x, x)

@@ -5,34 +5,23 @@ unchanged, on a GPU with ``pytest --device cuda``.
 """
 
 import importlib
-import os
-
-os.environ.setdefault("KERNELKIT_GPU_AUTOTUNE", "0")  # see tests/test_gpu_gram.py
 
 import numpy as np
 import pytest
 import torch
 
 import kernelkit_gpu
-from kernelkit_gpu import _epilogues, _prepare
+from kernelkit_gpu import _epilogues, _launch, _prepare
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, dot_slope, randn, reference, to_numpy64,
+    CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, dot_slope, randn, reference,
+    spy_kernels, to_numpy64,
 )
 
 matvec_module = importlib.import_module("kernelkit_gpu.matvec")
 MV = kernelkit_gpu.kernel_matvec
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _triton_can_run(device):
-    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
-    if device == "cpu" and not _prepare.INTERPRET:
-        pytest.fail(
-            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
-            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
-            pytrace=False,
-        )
+pytestmark = pytest.mark.usefixtures("triton_can_run")
 
 
 def check_matvec(out, K_ref, V, dtype_name, name, params, x, y):
@@ -146,28 +135,12 @@ def test_matvec_launcher_runs(device, rng, monkeypatch):
     """Spies on the Triton kernel and both autotuned launchers: R == 1 takes the elementwise
     path, R > 1 tl.dot; without KERNELKIT_GPU_AUTOTUNE=1 the kernel is launched directly with
     its default config (no autotuner)."""
-    calls = []
-
-    def spy(real, tag):
-        class Spy:
-            def __getitem__(self, grid):
-                launch = real[grid]
-
-                def run(*args, **kwargs):
-                    calls.append((tag, kwargs))
-                    return launch(*args, **kwargs)
-
-                return run
-
-        return Spy()
-
-    monkeypatch.setattr(matvec_module, "_matvec_vec", spy(matvec_module._matvec_vec, "vec"))
-    monkeypatch.setattr(matvec_module, "_matvec_block", spy(matvec_module._matvec_block, "block"))
-    monkeypatch.setattr(matvec_module, "_matvec_kernel", spy(matvec_module._matvec_kernel, "kernel"))
+    calls = spy_kernels(monkeypatch, matvec_module,
+                        {"_matvec_vec": "vec", "_matvec_block": "block", "_matvec_kernel": "kernel"})
     x = randn(rng, (30, 3), torch.float32, device)
     kernelkit_gpu.kernel_matvec(x, x, torch.ones(30, device=device), "rbf")
     kernelkit_gpu.kernel_matvec(x, x, torch.ones((30, 4), device=device), "laplacian")
-    expected = ["vec", "block"] if _prepare.autotuning() else ["kernel", "kernel"]
+    expected = ["vec", "block"] if _launch.autotuning() else ["kernel", "kernel"]
     assert [c[0] for c in calls] == expected
     assert calls[0][1]["VEC"] and calls[0][1]["KIND"] == _epilogues.K_RBF.value
     assert not calls[1][1]["VEC"] and calls[1][1]["MODE"] == _epilogues.MODE_DIRECT.value

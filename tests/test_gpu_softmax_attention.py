@@ -5,7 +5,7 @@ the lse, and float64 torch.autograd through ``kernelkit_gpu.attention_naive`` fo
 naive version is itself checked against the reference first). Tolerances follow the FlashAttention
 rule: on the same (rounded) inputs, our error against the float64 reference must be at most twice
 the error of the eager PyTorch computation in the same dtype (``softmax_attention_naive``), plus a
-floor of a few units in the last place of the output (:func:`check_rule`).
+floor of a few units in the last place of the output (:func:`tests.gpu_cases.check_rule`).
 
 Runs on the CPU under the Triton interpreter (``TRITON_INTERPRET=1``; few, tiny cases) and,
 unchanged, on a GPU with ``pytest --device cuda`` (the full grid of cases, and torch SDPA).
@@ -21,35 +21,14 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit_gpu import _prepare
+from kernelkit_gpu import _attn_configs
 from kernelkit_gpu.attention_naive import softmax_attention_naive
+from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
 
 sa = importlib.import_module("kernelkit_gpu.softmax_attention")
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-#: Unit roundoff of each dtype: the floor of the FlashAttention rule is a few of these.
-UNIT = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _triton_can_run(device):
-    """CPU tensors need the interpreter, switched on before triton was imported; never skip."""
-    if device == "cpu" and not _prepare.INTERPRET:
-        pytest.fail(
-            "Triton kernel tests on the CPU need TRITON_INTERPRET=1 in the environment before "
-            "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
-            pytrace=False,
-        )
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_config_per_key():
-    """No autotuning inside the suite (it would compile every config for every dtype / head dim /
-    mask key); :func:`test_every_config` runs each config of the autotuner's sets instead."""
-    saved = sa.AUTOTUNE
-    sa.AUTOTUNE = False
-    yield
-    sa.AUTOTUNE = saved
+# no autotuning inside the suite: test_every_config runs each config of the autotuner's sets
+pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 
 
 # ------------------------------------------------------------------------------------ cases
@@ -58,7 +37,7 @@ _LENGTHS = [(1, 63), (63, 100), (100, 63)]
 _FULL = [
     (t, s, d, d, 4, 2 if (li + di) % 2 == 0 else 4, causal, dt)
     for (li, (t, s)), (di, d), causal, dt in itertools.product(
-        enumerate(_LENGTHS), enumerate([16, 32, 64]), [False, True], list(DTYPES))
+        enumerate(_LENGTHS), enumerate([16, 32, 64]), [False, True], list(ATTN_DTYPES))
 ] + [
     (100, 63, 24, 40, 4, 2, True, "float32"),   # head dims that are not powers of two
     (63, 100, 128, 128, 2, 1, True, "bfloat16"),
@@ -98,44 +77,6 @@ def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False):
     return [x.requires_grad_(requires_grad) for x in out]
 
 
-def f64(t):
-    return t.detach().to(torch.float64)
-
-
-def np64(t):
-    return t.detach().cpu().to(torch.float64).numpy()
-
-
-def max_err(a, ref):
-    a = np64(a) if isinstance(a, torch.Tensor) else a
-    ref = np64(ref) if isinstance(ref, torch.Tensor) else ref
-    assert np.isfinite(a).all(), "non-finite values (unwritten or poisoned elements?)"
-    return float(np.max(np.abs(a - ref), initial=0.0))
-
-
-#: Floors of the rule in units of the dtype's roundoff times max(1, max |reference|). Gradients get
-#: more: the backward forms delta_i = rowsum(dO_i O_i) - dlse_i in float32 and subtracts it from
-#: dP; where one key carries all the weight (p = 1, e.g. the first causal row) eager autograd
-#: cancels exactly, while the fused form keeps the rounding of that length-Dv sum.
-FLOOR_OUT, FLOOR_GRAD = 2.0, 8.0
-
-
-def check_rule(ours, naive, ref, dtype_name, what, floor_ulps=FLOOR_OUT, term_scale=0.0):
-    """FlashAttention rule: err(ours) <= 2 err(same-dtype eager torch) + a floor of ``floor_ulps``
-    units in the last place of max(1, the largest reference value) (both errors against
-    float64), or, if larger, ``floor_ulps`` float32 units of ``term_scale``: the size of the
-    terms that cancel in float32 arithmetic (gradients pass :func:`gradient_term_scales`;
-    every dtype accumulates and subtracts them in float32, so their rounding is float32's)."""
-    ref = np64(ref) if isinstance(ref, torch.Tensor) else ref
-    e_ours, e_naive = max_err(ours, ref), max_err(naive, ref)
-    scale = max(1.0, float(np.max(np.abs(ref), initial=0.0)))
-    bound = 2.0 * e_naive + floor_ulps * max(UNIT[dtype_name] * scale, UNIT["float32"] * term_scale)
-    assert e_ours <= bound, (
-        f"{what} ({dtype_name}): error {e_ours:.3g} > 2 x eager-torch error {e_naive:.3g} "
-        f"+ floor = {bound:.3g}"
-    )
-
-
 def gradient_term_scales(q, k, v, g_out, g_lse, causal, scale=None):
     """Largest single term summed into dq and into dk (float64): (t_dq, t_dk, 0 for dv).
 
@@ -173,7 +114,8 @@ def reference(q, k, v, causal, scale=None):
     """Float64 kernelkit_math reference (output and natural-log lse) on the rounded inputs."""
     from kernelkit_math.attention import softmax_attention as ref_attention
 
-    return ref_attention(np64(q), np64(k), np64(v), causal=causal, scale=scale, return_lse=True)
+    q, k, v = (to_numpy64(t) for t in (q, k, v))
+    return ref_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
 
 
 def loss_of(out, lse, g_out, g_lse):
@@ -182,32 +124,9 @@ def loss_of(out, lse, g_out, g_lse):
 
 
 @pytest.fixture
-def poisoned_outputs(monkeypatch):
-    """Every buffer the launchers allocate starts as NaN: elements left unwritten show up."""
-
-    def alloc(shape, dtype, device):
-        return torch.full(tuple(shape), float("nan"), dtype=dtype, device=device)
-
-    monkeypatch.setattr(sa, "_alloc", alloc)
-
-
-@pytest.fixture
 def launch_spy(monkeypatch):
-    """Counts launches of the Triton forward and backward launchers."""
-    calls = {"fwd": 0, "bwd": 0}
-    fwd, bwd = sa.attn_fwd, sa.attn_bwd
-
-    def spy_fwd(*a, **kw):
-        calls["fwd"] += 1
-        return fwd(*a, **kw)
-
-    def spy_bwd(*a, **kw):
-        calls["bwd"] += 1
-        return bwd(*a, **kw)
-
-    monkeypatch.setattr(sa, "attn_fwd", spy_fwd)
-    monkeypatch.setattr(sa, "attn_bwd", spy_bwd)
-    return calls
+    """The launches of the Triton forward and backward launchers, in order ("fwd", "bwd")."""
+    return spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd")])
 
 
 # ----------------------------------------------------------------------- references first
@@ -219,8 +138,8 @@ def test_naive_float64_matches_kernelkit_math(t, s, h, hkv, causal, rng):
     out, lse = softmax_attention_naive(q, k, v, is_causal=causal, enable_gqa=hkv != h,
                                        scale=0.3, return_lse=True)
     ref_out, ref_lse = reference(q, k, v, causal, scale=0.3)
-    np.testing.assert_allclose(np64(out), ref_out, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(np64(lse), ref_lse, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_numpy64(out), ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(to_numpy64(lse), ref_lse, rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------- forward + backward
@@ -228,12 +147,12 @@ def test_matches_reference(case, device, rng, poisoned_outputs, launch_spy):
     """Output, lse and the gradients of q, k, v (through out and lse) within the FlashAttention
     rule of the float64 references, every buffer poisoned, the Triton launchers proven to run."""
     t, s, d, dv, h, hkv, causal, dt = case
-    dtype = DTYPES[dt]
+    dtype = ATTN_DTYPES[dt]
     q, k, v = make_qkv(rng, 2 if device == "cuda" else 1, h, hkv, t, s, d, dv, dtype, device,
                        requires_grad=True)
     gqa = hkv != h
     out, lse = sa.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa, return_lse=True)
-    assert launch_spy["fwd"] == 1
+    assert launch_spy.count("fwd") == 1
     assert out.shape == (q.shape[0], h, t, dv) and out.dtype == dtype
     assert lse.shape == (q.shape[0], h, t) and lse.dtype == torch.float32
 
@@ -245,11 +164,11 @@ def test_matches_reference(case, device, rng, poisoned_outputs, launch_spy):
     g_out = torch.from_numpy(rng.standard_normal(out.shape)).to(device)
     g_lse = torch.from_numpy(rng.standard_normal(lse.shape)).to(device)
     grads = torch.autograd.grad(loss_of(out, lse, g_out, g_lse), (q, k, v))
-    assert launch_spy["bwd"] == 1
+    assert launch_spy.count("bwd") == 1
     n_grads = torch.autograd.grad(loss_of(n_out, n_lse, g_out, g_lse), (q, k, v))
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
     o64, l64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=gqa, return_lse=True)
-    np.testing.assert_allclose(np64(o64), ref_out, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(to_numpy64(o64), ref_out, rtol=1e-10, atol=1e-10)
     ref_grads = torch.autograd.grad(loss_of(o64, l64, g_out, g_lse), (q64, k64, v64))
     terms = gradient_term_scales(q, k, v, g_out, g_lse, causal)
     for name, g, gn, gr, ts in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads, terms):
@@ -264,8 +183,8 @@ def test_no_visible_key_and_empty(causal, device, rng, poisoned_outputs):
     out, lse = sa.softmax_attention(q, k, v, is_causal=causal, return_lse=True)
     assert torch.all(out == 0) and torch.all(lse == -float("inf"))
     ref_out, ref_lse = reference(q, k, v, causal)
-    np.testing.assert_array_equal(np64(out), ref_out)
-    np.testing.assert_array_equal(np64(lse), ref_lse)
+    np.testing.assert_array_equal(to_numpy64(out), ref_out)
+    np.testing.assert_array_equal(to_numpy64(lse), ref_lse)
     dq, dk, dv = torch.autograd.grad(out.sum(), (q, k, v))
     assert torch.all(dq == 0) and dk.shape == k.shape and dv.shape == v.shape
 
@@ -303,8 +222,8 @@ def test_large_scores_stay_finite(device, rng):
     out, lse = sa.softmax_attention(q, k, v, scale=1.0, return_lse=True)
     ref_out, ref_lse = reference(q, k, v, False, scale=1.0)
     assert float(np.max(ref_lse)) > 300
-    np.testing.assert_allclose(np64(out), ref_out, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(np64(lse), ref_lse, rtol=1e-6)
+    np.testing.assert_allclose(to_numpy64(out), ref_out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(to_numpy64(lse), ref_lse, rtol=1e-6)
 
 
 def _every_config_cases(device):
@@ -322,7 +241,7 @@ def test_every_config(idx, device, rng):
     if idx >= len(cases):
         pytest.skip("fewer cases on this device")
     dt, d, causal = cases[idx]
-    dtype = DTYPES[dt]
+    dtype = ATTN_DTYPES[dt]
     t, s = (300, 257) if device == "cuda" else (45, 37)
     q, k, v = make_qkv(rng, 1, 4, 2, t, s, d, d, dtype, device)
     scale = d ** -0.5
@@ -333,7 +252,7 @@ def test_every_config(idx, device, rng):
     qn, kn, vn = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
     n_out = softmax_attention_naive(qn, kn, vn, is_causal=causal, enable_gqa=True)
     n_grads = torch.autograd.grad(n_out, (qn, kn, vn), g.to(dtype))
-    cands = sa.candidate_configs(dtype, d, d)
+    cands = _attn_configs.candidate_configs(dtype, d, d)
     for c in cands["fwd"]:
         out, lse2 = sa.attn_fwd(q, k, v, causal=causal, scale=scale, config=c)
         check_rule(out, n_out, o64, dt, f"out with {c}")
@@ -357,7 +276,7 @@ def test_matches_torch_sdpa(t, s, d, gqa, causal, dt, device, rng):
         pytest.skip("compares with torch SDPA on the GPU (the CPU case is covered by the naive rule)")
     import torch.nn.functional as F
 
-    dtype = DTYPES[dt]
+    dtype = ATTN_DTYPES[dt]
     h, hkv = (4, 2) if gqa else (4, 4)
     q, k, v = make_qkv(rng, 2, h, hkv, t, s, d, d, dtype, device, requires_grad=True)
     out = sa.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa)

@@ -1,0 +1,205 @@
+"""Argument validation shared by the Triton ops and their plain-PyTorch twins.
+
+Every check raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong value, shape or
+device) with a message that names the argument and what was expected; nothing here touches the
+data. The generic checks come first, then those of the Gram-matrix family (``x``, ``y``,
+``out``, ``precision``), then those of the attention family (``q``, ``k``, ``v``, ``scale``,
+``eps``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from kernelkit_gpu import _launch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+PRECISIONS = ("accurate", "fast")
+#: Dtypes the Triton attention kernels accept (the naive versions also take float64).
+ATTN_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: Largest head dimension of the Triton attention kernels (D and Dv are padded to a power of two).
+MAX_HEAD_DIM = 256
+
+
+# ------------------------------------------------------------------------------------ generic
+def check_tensor(t, name, shape_doc=None):
+    """``t`` must be a torch tensor (``shape_doc``, e.g. "(B, H, T, D)", goes into the message)."""
+    if not isinstance(t, torch.Tensor):
+        shape = "" if shape_doc is None else f" of shape {shape_doc}"
+        raise TypeError(f"{name} must be a torch.Tensor{shape}; got {type(t).__name__}")
+
+
+def check_ndim(t, name, ndim, shape_doc):
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {shape_doc}; got shape {tuple(t.shape)}")
+
+
+def check_dtype(t, name, dtypes, hint=""):
+    """``t.dtype`` must be one of ``dtypes``; ``hint`` is appended to the message."""
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}{hint}")
+
+
+def check_floating(t, name):
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating tensor; got dtype {t.dtype}")
+
+
+def check_flag(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+
+
+def check_triton_device(t, names="x", fallback="the NumPy path (kernelkit_math / kernelkit) or "
+                        "kernelkit_gpu.naive"):
+    """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only.
+
+    ``names``: the tensors the message speaks of ("x", "q", "q, k and v"); ``fallback``: what
+    to use on the CPU instead.
+    """
+    if t.device.type == "cpu" and not _launch.INTERPRET:
+        subject = f"{names} are CPU tensors" if " and " in names else f"{names} is a CPU tensor"
+        raise ValueError(
+            f"{subject} but the Triton interpreter is off: set the environment variable "
+            "TRITON_INTERPRET=1 before importing kernelkit_gpu (slow; for tests), move the tensors "
+            f"to a CUDA device, or use {fallback} on the CPU"
+        )
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(
+            f"{names} must be on a CUDA device (or the CPU under the interpreter); got {t.device}"
+        )
+
+
+# ------------------------------------------------------------------------------- Gram family
+def check_matrix(t, name):
+    """``t`` must be a 2-D floating torch tensor with at least one feature."""
+    check_tensor(t, name, "(n_samples, n_features)")
+    check_ndim(t, name, 2, "(n_samples, n_features)")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name} must have dtype float32, float64, float16 or bfloat16; got {t.dtype}"
+        )
+    if t.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one feature; got shape {tuple(t.shape)}")
+
+
+def check_pair(x, y, y_name="y"):
+    check_matrix(x, "x")
+    if y is None:
+        return
+    if isinstance(y, str):
+        raise TypeError(
+            f"{y_name} must be a torch.Tensor or None; got the string {y!r} (pass the kernel by "
+            f"keyword: kernel={y!r})"
+        )
+    check_matrix(y, y_name)
+    if y.dtype != x.dtype:
+        raise TypeError(f"x and {y_name} must have the same dtype; got {x.dtype} and {y.dtype}")
+    if y.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"x and {y_name} must have the same number of features; got {x.shape[1]} and {y.shape[1]}"
+        )
+    if y.device != x.device:
+        raise ValueError(f"x and {y_name} must be on the same device; got {x.device} and {y.device}")
+
+
+def check_precision(precision):
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'accurate' or 'fast'; got {precision!r}")
+
+
+def check_out(out, shape, dtype, device, name="out"):
+    check_tensor(out, name)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}; got {tuple(out.shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} for this input; got {out.dtype}")
+    if out.device != device:
+        raise ValueError(f"{name} must be on {device}; got {out.device}")
+
+
+# -------------------------------------------------------------------------- attention family
+def check_qkv(q, k, v, *, is_causal=False, enable_gqa=False, dtypes=ATTN_DTYPES,
+              max_head_dim=None):
+    """Validate attention operands; return ``(B, H, H_kv, T, S, D, Dv)``.
+
+    q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv); one dtype, one device; H_kv == H, or
+    H_kv divides H with ``enable_gqa=True``.
+
+    Raises
+    ------
+    TypeError
+        A non-tensor operand, an unsupported or mixed dtype, a non-bool flag.
+    ValueError
+        Wrong number of dimensions, mismatched batch / heads / lengths / head dims, tensors on
+        different devices, a head dim outside 1..``max_head_dim``.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(t, name, "(B, H, T, D)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_ndim(t, name, 4, "(B, H, T, D)" if name == "q" else "(B, H_kv, S, D)")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_dtype(t, name, dtypes)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype} and {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must be on the same device; got {q.device}, {k.device} and {v.device}"
+        )
+    check_flag(is_causal, "is_causal")
+    check_flag(enable_gqa, "enable_gqa")
+    B, H, T, D = q.shape
+    Bk, H_kv, S, Dk = k.shape
+    Bv, H_v, S_v, Dv = v.shape
+    if Bk != B or Bv != B:
+        raise ValueError(f"q, k and v must have the same batch size; got {B}, {Bk} and {Bv}")
+    if H_v != H_kv:
+        raise ValueError(f"k and v must have the same number of heads; got {H_kv} and {H_v}")
+    if S_v != S:
+        raise ValueError(f"k and v must have the same length S; got {S} and {S_v}")
+    if Dk != D:
+        raise ValueError(f"q and k must have the same head dim; got {D} and {Dk}")
+    if enable_gqa:
+        if H_kv == 0 or H % H_kv != 0:
+            raise ValueError(
+                f"with enable_gqa=True the number of key/value heads must divide the number of "
+                f"query heads; got H={H}, H_kv={H_kv}"
+            )
+    elif H_kv != H:
+        raise ValueError(
+            f"k and v must have as many heads as q (got H={H}, H_kv={H_kv}); pass enable_gqa=True "
+            f"for grouped-query attention"
+        )
+    for name, d in (("q/k head dim D", D), ("v head dim Dv", Dv)):
+        if d < 1:
+            raise ValueError(f"{name} must be at least 1; got {d}")
+        if max_head_dim is not None and d > max_head_dim:
+            raise ValueError(f"{name} must be at most {max_head_dim}; got {d}")
+    return B, H, H_kv, T, S, D, Dv
+
+
+def check_scale(scale, d):
+    """``None`` -> 1 / sqrt(D); otherwise a finite real number > 0 (returned as float)."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a positive number or None; got {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
+    return scale
+
+
+def check_eps(eps, kind="a number >= 0"):
+    """A denominator floor: a finite real number >= 0, not a bool (returned as float); ``kind``
+    words the TypeError."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps must be {kind}; got {eps!r}")
+    eps = float(eps)
+    if not math.isfinite(eps) or eps < 0:
+        raise ValueError(f"eps must be a finite number >= 0; got {eps!r}")
+    return eps
