@@ -132,6 +132,10 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter")
     ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds after which the linear part starts no new shape (default 420)")
+    ap.add_argument("--dims", default=None, help="head dims, e.g. 64,128 (default: both)")
+    ap.add_argument("--lengths", default=None, help="sequence lengths, e.g. 65536,512")
+    ap.add_argument("--fla-dims", default="128",
+                    help="head dims at which fla is timed (default 128; '' for none)")
     ap.add_argument("--markdown", metavar="RESULT.json", default=None,
                     help="print the README tables of a result and exit")
     args = ap.parse_args(argv)
@@ -148,6 +152,10 @@ def main(argv=None):
         with open(args.into) as f:
             result = json.load(f)
     lengths = (65536, 4096) if args.quick else LENGTHS
+    if args.lengths:
+        lengths = tuple(int(t) for t in args.lengths.split(","))
+    dims = tuple(int(d) for d in args.dims.split(",")) if args.dims else None
+    fla_dims = tuple(int(d) for d in args.fla_dims.split(",") if d.strip()) + (32,)
     out = args.out or args.into
     for part in parts:
         if part == "softmax":
@@ -155,7 +163,7 @@ def main(argv=None):
             result["softmax"]["timings"].sort(key=lambda r: (r["D"], r["causal"], r["T"]))
         else:
             result["linear"] = attention_linear.run(args.quick, args.smoke, args.budget, lengths,
-                                                    fla_dims=(128, 32))
+                                                    fla_dims=fla_dims, dims=dims)
         for key in ("device", "versions"):
             result.setdefault(key, result[part][key])
         out = out or default_out("attention", result["device"]["name"])

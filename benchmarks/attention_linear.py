@@ -327,13 +327,13 @@ def main(argv=None):
     return result
 
 
-def run(quick, smoke, budget, lengths=None, fla_dims=None):
+def run(quick, smoke, budget, lengths=None, fla_dims=None, dims=None):
     """Bandwidth, correctness and timings in one process; the result dict of the JSON file."""
     global DEV
     DEV = check_mode("benchmarks/attention_linear.py", smoke)
     t_start = time.perf_counter()
     device = device_facts(DEV)
-    dims = (32,) if smoke else (128,) if quick else DIMS
+    dims = (32,) if smoke else dims or ((128,) if quick else DIMS)
     lengths = (96, 64) if smoke else lengths or ((65536, 4096) if quick else LENGTHS)
     fla_fns = load_fla()
     result = dict(

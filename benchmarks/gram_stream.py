@@ -101,7 +101,8 @@ def main(argv=None):
     result = dict(
         benchmark="benchmarks/gram_stream.py", date=now(), args=vars(args),
         device=device_facts(args.device if args.device == "cuda" else "cpu"), versions=versions(),
-        command=" ".join(cmd[1:]), exit_code=proc.returncode, seconds=seconds,
+        command=" ".join(cmd[1:]), exit_code=proc.returncode, cli_stdout=proc.stdout.strip(),
+        seconds=seconds,
         output_GB=n * n * 4 / 1e9, written_GBps=n * n * 4 / 1e9 / seconds,
         gpu_memory_used_MiB_max=max(samples) if samples else None,
         gpu_memory_used_MiB_samples=len(samples),
