@@ -345,13 +345,14 @@ def _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, strid
 def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M, stride_om,
                  stride_on,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr,
-                 PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
+                 NORM_DIAG: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
                  STATIONARY: tl.constexpr, TSTORE: tl.constexpr, OFF64: tl.constexpr,
                  STORE_CS: tl.constexpr, TMA: tl.constexpr):
     """Epilogue and stores of one tile of the pairwise quantity ``s``.
 
     DIAG (K(X, X), square blocks): tiles on the block diagonal write the diagonal exactly (k(0)
-    for stationary kernels, the epilogue of the row norms ``nx`` for dot-product kernels).
+    for stationary kernels; with NORM_DIAG, the epilogue of the row norms ``nx``, for dot-product
+    kernels of uncentred operands).
     TRIANGLE: each tile is stored at (i, j) and transposed at (j, i); diagonal tiles mirror their
     upper triangle onto the lower one, so K is exactly symmetric.
     Under TRIANGLE N == M; masking rows by M lets the transposed store vectorise too (M is
@@ -369,7 +370,7 @@ def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N,
     if DIAG:
         if pid_m == pid_n:
             on_diag = lm[:, None] == ln[None, :]
-            if PAIRWISE == PW_DOT:
+            if NORM_DIAG:
                 nx = tl.load(nx_ptr + row0 + lm, mask=mask_m, other=0.0)
                 kd = _epilogue(tl.where(on_diag, nx[:, None] + tl.zeros_like(s), s), p0, p1, p2,
                                DEG, KIND)

@@ -59,6 +59,7 @@ class MMAOperands:
     y: torch.Tensor
     nx: torch.Tensor
     ny: torch.Tensor
+    dg: torch.Tensor
     prm: torch.Tensor
     kd: int
     split: bool
@@ -70,6 +71,7 @@ class MMAOperands:
     n: int
     m: int
     d: int
+    bias: bool = False
 
 
 def _round_up(v, q):
@@ -125,20 +127,42 @@ def prepare_mma(x, y, plan, precision, symmetric):
         buf_dtype = acc
     split = buf_dtype == torch.float32 and not sixteen and precision == "accurate"
     dot_prec = "tf32" if (buf_dtype == torch.float32 and not sixteen) else "ieee"
-    mean = x.mean(dim=0, dtype=torch.float64) if (sq and not sixteen) else None
+    # dot products of float32 / float64 data are centred too: x·y = x̃·ỹ + b_x + b_y with
+    # b = x̃·mean + ||mean||² / 2 in float64, so the tensor cores only see the small x̃·ỹ
+    bias = plan.pairwise == E.PW_DOT.value and not sixteen and not plan.cosine
+    mean = x.mean(dim=0, dtype=torch.float64) if ((sq or bias) and not sixteen) else None
     kd = _round_up(d, PAD_K)
     xb, nx = _prep_launch(x, mean, scale, kd, split, buf_dtype, acc)
     if symmetric:
         yb, ny = xb, nx
     else:
         yb, ny = _prep_launch(y, mean, scale, kd, split, buf_dtype, acc)
+    dg = nx  # the diagonal of a dot-product K(X, X): the epilogue of the squared row norms
+    if bias:
+        if symmetric:
+            dg = _padded_like(nx, (x.to(torch.float64) ** 2).sum(dim=1))
+        nx = _padded_like(nx, _dot_offsets(x, mean))
+        ny = nx if symmetric else _padded_like(ny, _dot_offsets(y, mean))
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)  # cosine's diagonal: exactly 1 (0 for zero rows)
     return MMAOperands(
-        x=xb, y=yb, nx=nx, ny=ny, prm=P._params_tensor(plan.prm, acc, dev), kd=kd, split=split,
+        x=xb, y=yb, nx=nx, ny=ny, dg=dg, prm=P._params_tensor(plan.prm, acc, dev), kd=kd,
+        split=split,
         dot_prec=dot_prec, raw_x=x, raw_y=x if symmetric else y,
-        mean=mean if mean is not None else nx, scale=scale, n=n, m=m, d=d,
+        mean=mean if mean is not None else nx, scale=scale, n=n, m=m, d=d, bias=bias,
     )
+
+
+def _dot_offsets(x, mean):
+    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y."""
+    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
+
+
+def _padded_like(like, values):
+    """``values`` rounded once into a zero buffer with the shape and dtype of ``like``."""
+    out = torch.zeros_like(like)
+    out[: values.shape[0]] = values.to(like.dtype)
+    return out
 
 
 # ---------------------------------------------------------------------------------- launchers
@@ -178,14 +202,15 @@ def _launch_mma(ops, plan, out, symmetric, cfg, variant):
     off64 = _off64(out, cfg.block)
     desc = _tma_desc(out, cfg.block, variant)
     _gram_mma_kernel[(nprog,)](
-        ops.x, ops.y, ops.nx, ops.ny, ops.prm, out, desc, flags,
+        ops.x, ops.y, ops.nx, ops.ny, ops.dg, ops.prm, out, desc, flags,
         ops.n, ops.m, ops.kd, plan.deg, group,
         ops.x.stride(0), ops.y.stride(0), out.stride(0), out.stride(1),
         BLOCK_K=cfg.block_k, KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=triangle,
         DIAG=symmetric, STATIONARY=plan.stationary, SPLIT=ops.split, DOT_PREC=ops.dot_prec,
         TAU_=tau, TSTORE=bool(variant.get("tstore", False)), OFF64=off64,
         STORE_CS=bool(variant.get("store_cs", False)), LOAD_EL=bool(variant.get("load_el", False)),
-        TMA=desc is not None, **cfg.kwargs(),
+        TMA=desc is not None, BIAS=ops.bias, NORM_DIAG=plan.pairwise == E.PW_DOT.value,
+        **cfg.kwargs(),
     )
     if tau > 0:
         rx, ry = ops.raw_x, ops.raw_y
@@ -251,7 +276,7 @@ def _launch_direct(ops, plan, out, symmetric, cfg, variant):
         KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=triangle, DIAG=symmetric,
         STATIONARY=plan.stationary, DK=ops.dk, TSTORE=bool(variant.get("tstore", False)),
         OFF64=_off64(out, cfg.block), STORE_CS=bool(variant.get("store_cs", False)),
-        TMA=desc is not None, **cfg.kwargs(),
+        TMA=desc is not None, NORM_DIAG=plan.pairwise == E.PW_DOT.value, **cfg.kwargs(),
     )
     return out
 
@@ -378,9 +403,10 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     fast       offset by 1000 (spread 0.05)                1.6e-5
     =========  ==========================================  ==========  ===========
 
-    Dot-product kernels are not centred, so on data far from the origin their accurate mode
-    keeps the rounding of the tensor-core accumulation of the large uncentred dot products:
-    polynomial at D = 512 on data offset by 1000, 5.6e-6 (eager IEEE float32: 9.1e-7). The tests
+    Dot-product kernels of float32 / float64 data are centred too: x·y = x̃·ỹ + b_x + b_y with
+    per-row offsets b = x̃·x̄ + ||x̄||²/2 formed in float64, so the tensor cores only accumulate the
+    small centred products (before this, polynomial at D = 512 on data offset by 1000 erred by
+    5.6e-6 in accurate mode, eager IEEE float32 by 9.1e-7). The tests
     assert <= 1e-6 in accurate mode for every kernel on standard-normal data, on the GPU
     (``pytest --device cuda``) and under the Triton interpreter (IEEE products);
     ``benchmarks/gram.py`` records the fast mode's error as ``fast_rel_fro``.

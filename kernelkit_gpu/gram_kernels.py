@@ -82,20 +82,23 @@ def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, N, D, KD,
 # ------------------------------------------------------------------------ tensor-core tiles
 @triton.jit(do_not_specialize=["N", "DEG", "group"])
 def _gram_mma_kernel(
-    x_ptr, y_ptr, nx_ptr, ny_ptr, prm_ptr, out_ptr, out_desc, flag_ptr,
+    x_ptr, y_ptr, nx_ptr, ny_ptr, dg_ptr, prm_ptr, out_ptr, out_desc, flag_ptr,
     N, M, KD, DEG, group,
     stride_xm, stride_ym, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
     STATIONARY: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr, TAU_: tl.constexpr,
     TSTORE: tl.constexpr, OFF64: tl.constexpr, STORE_CS: tl.constexpr, LOAD_EL: tl.constexpr,
-    TMA: tl.constexpr,
+    TMA: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr,
 ):
     """One tile of K from padded operands (``_gram_prep_kernel``) with tl.dot over KD features.
 
     x / y: (rows, KD) or, SPLIT, (rows, 2 KD) = [hi | lo]; KD is a multiple of 16 (specialised
     on divisibility: 16-byte loads, one compiled kernel for every D); nx / ny: squared norms
-    (squared distances; nx also for the diagonal of dot-product kernels). Squared distances are
+    (squared distances; nx also for the diagonal of dot-product kernels). BIAS (dot products of
+    centred operands): nx / ny hold per-row offsets b with x·y = x̃·ỹ + b_x + b_y, added to the
+    tile. NORM_DIAG: the diagonal of K(X, X) is the epilogue of ``dg`` (the squared row norms of
+    the caller's data), not of the tile. Squared distances are
     ||x||² + ||y||² - 2 x·y clamped at 0; with TAU_ > 0 each tile stores in ``flag_ptr[tile]``
     whether a pair is closer than TAU_ times its norms (the expansion cancels there:
     ``_gram_fix_kernel`` recomputes that tile). LOAD_EL: operand loads marked evict-last.
@@ -135,11 +138,13 @@ def _gram_mma_kernel(
                 if DIAG:
                     need = need & (lm[:, None] + row0 != ln[None, :] + col0)
                 tl.store(flag_ptr + t, tl.max(tl.max(need.to(tl.int32), axis=1), axis=0))
+        elif BIAS:
+            s = acc + (tl.load(nx_ptr + row0 + lm)[:, None] + tl.load(ny_ptr + col0 + ln)[None, :])
         else:
             s = acc
         p0, p1, p2 = _load_params(prm_ptr)
-        _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
-                     stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, PAIRWISE, TRIANGLE, DIAG,
+        _finish_tile(s, dg_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
+                     stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE, DIAG,
                      STATIONARY, TSTORE, OFF64, STORE_CS, TMA)
     else:
         if PAIRWISE == E.PW_SQEUCLIDEAN and TAU_ > 0:
@@ -196,7 +201,7 @@ def _gram_fix_kernel(
                     yp += stride_yk
                 p0, p1, p2 = _load_params(prm_ptr)
                 _finish_tile(s, prm_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
-                             stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, E.PW_SQEUCLIDEAN,
+                             stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, False,
                              TRIANGLE, DIAG, True, False, OFF64, False, TMA)
 
 
@@ -209,6 +214,7 @@ def _gram_direct_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr, PAIRWISE: tl.constexpr,
     TRIANGLE: tl.constexpr, DIAG: tl.constexpr, STATIONARY: tl.constexpr, DK: tl.constexpr,
     TSTORE: tl.constexpr, OFF64: tl.constexpr, STORE_CS: tl.constexpr, TMA: tl.constexpr,
+    NORM_DIAG: tl.constexpr,
 ):
     """One tile of K from one feature at a time (feature-major, row-padded x / y from
     ``_gram_prep_kernel``: coalesced, unmasked loads).
@@ -233,5 +239,5 @@ def _gram_direct_kernel(
                          BLOCK_M, BLOCK_N, PAIRWISE, DK, True, ACC)
         p0, p1, p2 = _load_params(prm_ptr)
         _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
-                     stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, PAIRWISE, TRIANGLE, DIAG,
-                     STATIONARY, TSTORE, OFF64, STORE_CS, TMA)
+                     stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE,
+                     DIAG, STATIONARY, TSTORE, OFF64, STORE_CS, TMA)
