@@ -54,6 +54,8 @@ def kernel_params(name, d):
         return dict(gamma=1.0 / d)
     if name == "polynomial":
         return dict(gamma=1.0 / d, degree=3, coef0=1.0)
+    if name == "linear":
+        return {}
     if name == "laplacian":
         return dict(gamma=1.0 / d)
     if name == "matern":
@@ -81,6 +83,8 @@ def eager_gram(name, x, p):
     if name == "polynomial":
         c = torch.full((x.shape[0], x.shape[0]), p["coef0"], dtype=x.dtype, device=x.device)
         return torch.addmm(c, x, x.T, alpha=p["gamma"]).pow_(p["degree"])
+    if name == "linear":
+        return x @ x.T
     if name == "laplacian":
         return torch.cdist(x, x, p=1.0).mul_(-p["gamma"]).exp_()
     n2 = (x * x).sum(dim=1)

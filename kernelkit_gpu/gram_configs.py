@@ -46,13 +46,18 @@ def _pow2_divisor(kd, cap):
     return b
 
 
-def mma_configs(kd, split, elem_size):
-    """Candidate configs of the tensor-core kernel for KD padded features (autotuning and tests)."""
+def mma_configs(kd, split, elem_size, sliced=False):
+    """Candidate configs of the tensor-core kernel for KD padded features (autotuning and tests).
+
+    ``sliced`` (accurate dot-product kernels): a second accumulator per tile, 16-feature slices.
+    """
     if _launch.INTERPRET:
         return [_INTERP_CONFIG]
     bk = _pow2_divisor(kd, 32 if split else 64)
     if elem_size == 8:
         return [GramConfig(64, min(bk, 32), 4, 2), GramConfig(64, min(bk, 16), 4, 3)]
+    if sliced:
+        return [GramConfig(64, 16, 4, 3), GramConfig(128, 16, 8, 2)]
     return [
         GramConfig(128, bk, 8, 2 if kd <= bk else 3),
         GramConfig(128, bk, 8, 1),
@@ -60,9 +65,9 @@ def mma_configs(kd, split, elem_size):
     ]
 
 
-def mma_default_config(kd, split, elem_size):
+def mma_default_config(kd, split, elem_size, sliced=False):
     """The heuristic config (KERNELKIT_GPU_AUTOTUNE unset): see benchmarks/results/gram-tuning-notes.md."""
-    return mma_configs(kd, split, elem_size)[0]
+    return mma_configs(kd, split, elem_size, sliced)[0]
 
 
 def direct_configs(d, pairwise):

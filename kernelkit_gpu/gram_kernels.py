@@ -89,7 +89,7 @@ def _gram_mma_kernel(
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
     STATIONARY: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr, TAU_: tl.constexpr,
     TSTORE: tl.constexpr, OFF64: tl.constexpr, STORE_CS: tl.constexpr, LOAD_EL: tl.constexpr,
-    TMA: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr,
+    TMA: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr, SLICED: tl.constexpr,
 ):
     """One tile of K from padded operands (``_gram_prep_kernel``) with tl.dot over KD features.
 
@@ -97,7 +97,9 @@ def _gram_mma_kernel(
     on divisibility: 16-byte loads, one compiled kernel for every D); nx / ny: squared norms
     (squared distances; nx also for the diagonal of dot-product kernels). BIAS (dot products of
     centred operands): nx / ny hold per-row offsets b with x·y = x̃·ỹ + b_x + b_y, added to the
-    tile. NORM_DIAG: the diagonal of K(X, X) is the epilogue of ``dg`` (the squared row norms of
+    tile. SLICED: each BLOCK_K slice of the features is multiplied into a fresh accumulator and
+    added to the running sum with IEEE float32 adds (tensor cores accumulate with truncation, which
+    over hundreds of features costs dot products that cancel several digits). NORM_DIAG: the diagonal of K(X, X) is the epilogue of ``dg`` (the squared row norms of
     the caller's data), not of the tile. Squared distances are
     ||x||² + ||y||² - 2 x·y clamped at 0; with TAU_ > 0 each tile stores in ``flag_ptr[tile]``
     whether a pair is closer than TAU_ times its norms (the expansion cancels there:
@@ -120,12 +122,14 @@ def _gram_mma_kernel(
         for k0 in range(0, KD, BLOCK_K):
             a = tl.load(xa, eviction_policy=EV)
             b = tl.load(yb, eviction_policy=EV)
+            part = tl.zeros((BLOCK_M, BLOCK_N), ACC) if SLICED else acc
             if SPLIT:  # 3xTF32: small terms first
-                acc = tl.dot(tl.load(xa + KD, eviction_policy=EV), b, acc,
-                             input_precision=DOT_PREC, out_dtype=ACC)
-                acc = tl.dot(a, tl.load(yb + KD, eviction_policy=EV), acc,
-                             input_precision=DOT_PREC, out_dtype=ACC)
-            acc = tl.dot(a, b, acc, input_precision=DOT_PREC, out_dtype=ACC)
+                part = tl.dot(tl.load(xa + KD, eviction_policy=EV), b, part,
+                              input_precision=DOT_PREC, out_dtype=ACC)
+                part = tl.dot(a, tl.load(yb + KD, eviction_policy=EV), part,
+                              input_precision=DOT_PREC, out_dtype=ACC)
+            part = tl.dot(a, b, part, input_precision=DOT_PREC, out_dtype=ACC)
+            acc = acc + part if SLICED else part
             xa += BLOCK_K
             yb += BLOCK_K
         if PAIRWISE == E.PW_SQEUCLIDEAN:
