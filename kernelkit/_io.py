@@ -207,6 +207,29 @@ def _remove_quietly(path):
         os.remove(path)
 
 
+@contextlib.contextmanager
+def atomic_path(path):
+    """Context manager: yields a temporary file name beside ``path`` to write; on success the
+    file is ``os.replace``-d onto ``path``, on any error it is removed and ``path`` is untouched."""
+    tmp = _temp_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+
+
+def write_text_atomic(path, text):
+    """Write ``text`` (UTF-8) to ``path`` atomically, flushed to disk first."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    return path
+
+
 def save_npy_atomic(path, array):
     """Save ``array`` to the ``.npy`` file ``path`` atomically.
 
@@ -228,16 +251,11 @@ def save_npy_atomic(path, array):
     """
     path = check_npy_path(path, "path")
     array = np.asanyarray(array)
-    tmp = _temp_name(path)
-    try:
+    with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, array, allow_pickle=False)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
     return path
 
 

@@ -20,9 +20,8 @@ path (``kernelkit_gpu.*_naive``). Float64 references live in :mod:`kernelkit_mat
 
 from __future__ import annotations
 
-import os
-
-__all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS"]
+__all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
+           "compare", "sweep"]
 
 #: Feature maps applied inside the linear-attention kernels; others run as their own torch op.
 FUSED_FEATURE_MAPS = ("identity", "elu+1", "relu")
@@ -34,7 +33,11 @@ def _use_triton(t):
 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor of shape (B, H, T, D); got {type(t).__name__}")
-    return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    if t.is_cuda:
+        return True
+    from kernelkit_gpu import _launch  # the interpreter flag as kernelkit_gpu read it at import
+
+    return _launch.INTERPRET
 
 
 def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False):
@@ -224,3 +227,33 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
     else:
         from kernelkit_gpu.attention_naive import kernel_attention_naive as impl
     return impl(q, k, v, name, is_causal=is_causal, eps=eps, enable_gqa=enable_gqa, **params)
+
+
+def compare(*args, **kwargs):
+    """Errors, speed and memory of attention methods against softmax on given q, k, v.
+
+    The same as :func:`kernelkit.compare.compare` (see there for the parameters); loads
+    :mod:`kernelkit.compare` on first use.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.attention import compare
+    >>> q = k = v = np.random.default_rng(0).standard_normal((16, 8))
+    >>> compare(q, k, v, ["softmax", "elu+1"], measure=False).rows[1]["method"]
+    'elu+1'
+    """
+    from kernelkit.compare import compare as impl
+
+    return impl(*args, **kwargs)
+
+
+def sweep(*args, **kwargs):
+    """Time and peak memory of attention methods against sequence length, with crossovers.
+
+    The same as :func:`kernelkit.compare.sweep` (see there for the parameters); loads
+    :mod:`kernelkit.compare` on first use.
+    """
+    from kernelkit.compare import sweep as impl
+
+    return impl(*args, **kwargs)

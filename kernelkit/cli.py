@@ -1,4 +1,4 @@
-"""The ``kernelkit`` command line: ``kernelkit demo``, ``kernelkit info``, ``kernelkit gram``.
+"""The ``kernelkit`` command line: ``kernelkit demo``, ``info``, ``gram`` and ``attention``.
 
 Installed as the console script ``kernelkit`` (``kernelkit = kernelkit.cli:main``) and runnable
 as ``python -m kernelkit``. Heavy modules (scikit-learn estimators, torch, triton) load only in
@@ -15,6 +15,8 @@ import sys
 import time
 
 import numpy as np
+
+from kernelkit.cli_attention import add_attention_parser, cmd_attention
 
 __all__ = ["main", "build_parser", "parse_param"]
 
@@ -39,6 +41,8 @@ examples:
                                        and GridSearchCV, compared with scikit-learn
   kernelkit info                       versions and available backends
   kernelkit gram X.npy --out K.npy     write the Gram matrix of a data file
+  kernelkit attention compare --qkv qkv.npz --method elu+1 --out cmp/
+                                       linear vs softmax attention: errors, speed, plots
 
 Run 'kernelkit COMMAND --help' for the options of one command."""
 
@@ -155,8 +159,10 @@ def build_parser():
     )
     g.add_argument(
         "--device", default="auto", choices=("auto", "cpu", "cuda"),
-        help="where to compute (default: auto; the GPU backend is not available yet)",
+        help="where to compute (default: auto, the GPU when one is present; cuda streams "
+             "row blocks from the GPU into the .npy file)",
     )
+    add_attention_parser(sub, fmt)
     return parser
 
 
@@ -309,7 +315,7 @@ def cmd_gram(args):
     return 0
 
 
-_COMMANDS = {"demo": cmd_demo, "info": cmd_info, "gram": cmd_gram}
+_COMMANDS = {"demo": cmd_demo, "info": cmd_info, "gram": cmd_gram, "attention": cmd_attention}
 
 
 def _error(message):

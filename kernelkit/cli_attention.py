@@ -1,0 +1,310 @@
+"""``kernelkit attention compare`` and ``kernelkit attention sweep``.
+
+Registered by :mod:`kernelkit.cli` through :func:`add_attention_parser`; :func:`cmd_attention`
+runs the chosen subcommand. The comparison tools (and torch, matplotlib) load only when one runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+__all__ = ["add_attention_parser", "cmd_attention", "parse_lengths"]
+
+_FORMATS = ("png", "svg", "pdf")
+_SYNTHETIC = {"batch": 1, "heads": 4, "length": 256, "dim": 64, "temperature": 1.0,
+              "clusters": None, "seed": 0}
+
+_ATTENTION_EPILOG = """\
+commands:
+  compare    error of linear / kernel attention against softmax on your q, k, v (or synthetic
+             ones), with time, peak memory, context rows and plots
+  sweep      time and peak memory over sequence length, and the crossover length from which a
+             method is faster than softmax
+
+Run 'kernelkit attention COMMAND --help' for the options of one command."""
+
+
+def _method_help():
+    return """\
+methods (--method SPEC, repeatable):
+  softmax                      exact softmax attention (the reference itself)
+  elu+1, relu, identity        linear attention with a deterministic feature map
+  taylor2                      second-order Taylor features of exp (1 + D + D^2 features)
+  favor+:M, favor+orth:M       positive random features of exp (FAVOR+), M features
+  hyp-favor+:M, rff:M          hyperbolic FAVOR+ (2M features), random Fourier features
+  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel, e.g.
+                               kernel:rbf(gamma=0.5)
+  nystrom:M                    Nystrom attention: M landmarks on the exponential (softmax)
+                               kernel, training-free"""
+
+
+_COMPARE_EPILOG = _method_help() + """
+
+input files (--qkv FILE) hold arrays named q, k, v, all of shape (B, H, T, D), (H, T, D) or
+(T, D); k and v share every axis but the last; q shares (B, H) and D with k:
+  .npz          np.savez("qkv.npz", q=q, k=k, v=v)
+  .pt / .pth    torch.save({"q": q, "k": k, "v": v}, "qkv.pt")
+  .safetensors  safetensors.torch.save_file({"q": q, "k": k, "v": v}, "qkv.safetensors")
+Without --qkv, q and k are Gaussian with scaled scores of standard deviation --temperature:
+about 0.5 gives diffuse attention, 4 or more peaky attention. With --clusters C they gather
+around C random centres, so each query attends to the keys of its cluster.
+
+output (--out DIR): report.md (tables), report.json (every number; NaN as null), and
+heatmaps.{png,svg} and error_vs_features.{png,svg}.
+
+examples:
+  kernelkit attention compare --qkv qkv.npz --method softmax --method elu+1 \\
+      --method favor+:256 --out cmp/
+  kernelkit attention compare --length 1024 --temperature 4 --causal --seeds 5 \\
+      --method favor+:64 --method favor+:256 --out peaky/
+  kernelkit attention compare --length 512 --temperature 2 --clusters 16 \\
+      --method softmax --method favor+:64 --method nystrom:64 --out clustered/
+  python -c "import json; print(json.load(open('cmp/report.json'))['rows'][0])\""""
+
+_SWEEP_EPILOG = _method_help() + """
+
+lengths (--lengths): comma-separated (512,1024,4096) or a doubling range (512..65536).
+Default: 512..65536 on a GPU, 128..2048 on the CPU.
+
+output (--out DIR): report.md (time and memory tables, crossover), report.json and
+sweep.{png,svg} (time and memory vs T, log-log, crossover marked).
+
+examples:
+  kernelkit attention sweep --method softmax --method elu+1 --lengths 512..65536 --out sweep/
+  kernelkit attention sweep --method softmax --method favor+:128 --backward --tokens 65536 \\
+      --dim 128 --heads 16 --out sweep-bwd/"""
+
+
+# ------------------------------------------------------------------------------------ parser
+def _add_output_options(p):
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="directory for report.md, report.json and the plots (created if missing)")
+    p.add_argument("--format", action="append", choices=_FORMATS, dest="formats",
+                   help="plot format (repeatable; default: png and svg)")
+    p.add_argument("--no-plot", action="store_true", help="write the reports without plots")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar on stderr (default: when stderr is a terminal)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the methods run and are timed (default: auto, the GPU if present)")
+
+
+def add_attention_parser(subparsers, formatter_class):
+    """Add the ``attention`` command, with ``compare`` and ``sweep``, to ``subparsers``."""
+    fmt = formatter_class
+    att = subparsers.add_parser(
+        "attention", formatter_class=fmt, epilog=_ATTENTION_EPILOG,
+        help="compare linear and softmax attention: errors, speed, memory, plots",
+        description=(
+            "How far linear or kernel attention is from softmax attention on given q, k, v, and\n"
+            "from which sequence length it is faster."
+        ),
+    )
+    sub = att.add_subparsers(dest="attention_command", metavar="COMMAND", title="commands")
+
+    c = sub.add_parser(
+        "compare", formatter_class=fmt, epilog=_COMPARE_EPILOG,
+        help="errors, time and memory of attention methods against softmax",
+        description=(
+            "Compare attention methods with float64 softmax attention on q, k, v from a file or\n"
+            "synthetic ones: output error, total variation and KL divergence of the weights,\n"
+            "non-positive denominators, spread over seeds, context (uniform attention, entropy,\n"
+            "truncated-SVD floor), time and peak memory. Writes report.md, report.json, plots."
+        ),
+    )
+    c.add_argument("--qkv", metavar="FILE", help=".npz, .pt or .safetensors file with q, k, v")
+    synth = c.add_argument_group("synthetic inputs (without --qkv)")
+    synth.add_argument("--batch", type=int, metavar="B",
+                       help=f"batch size (default {_SYNTHETIC['batch']})")
+    synth.add_argument("--heads", type=int, metavar="H",
+                       help=f"heads (default {_SYNTHETIC['heads']})")
+    synth.add_argument("--length", type=int, metavar="T",
+                       help=f"sequence length (default {_SYNTHETIC['length']})")
+    synth.add_argument("--dim", type=int, metavar="D",
+                       help=f"head dimension (default {_SYNTHETIC['dim']})")
+    synth.add_argument("--temperature", type=float, metavar="X",
+                       help="spread of the scaled scores: 0.5 diffuse, 4 peaky (default 1)")
+    synth.add_argument("--clusters", type=int, metavar="C",
+                       help="queries and keys gather around C random centres (structured, "
+                            "near rank-C attention; default: independent entries)")
+    synth.add_argument("--seed", type=int, metavar="S", help="seed of the inputs (default 0)")
+    c.add_argument("--method", action="append", metavar="SPEC", dest="methods",
+                   help="a method (repeatable; default: softmax, elu+1, favor+:256); see below")
+    c.add_argument("--causal", action="store_true",
+                   help="causal attention (query i sees keys j <= i)")
+    c.add_argument("--seeds", type=int, default=3, metavar="N",
+                   help="seeds 0..N-1 of the random feature maps (default 3)")
+    c.add_argument("--plot-index", default="0,0", metavar="B,H",
+                   help="batch and head shown in the heatmaps (default 0,0)")
+    c.add_argument("--no-measure", action="store_true",
+                   help="skip the time and peak-memory measurements")
+    _add_output_options(c)
+
+    s = sub.add_parser(
+        "sweep", formatter_class=fmt, epilog=_SWEEP_EPILOG,
+        help="time and peak memory vs sequence length, and the crossover length",
+        description=(
+            "Time and peak memory of attention methods on synthetic inputs over sequence length\n"
+            "(forward, or forward + backward), and the length from which each method is faster\n"
+            "than softmax. Writes report.md, report.json and sweep.png / sweep.svg."
+        ),
+    )
+    s.add_argument("--method", action="append", metavar="SPEC", dest="methods",
+                   help="a method (repeatable; default: softmax and elu+1); see below")
+    s.add_argument("--lengths", metavar="LIST",
+                   help="sequence lengths, e.g. 512,1024 or 512..65536")
+    s.add_argument("--dim", type=int, default=64, metavar="D", help="head dimension (default 64)")
+    s.add_argument("--heads", type=int, default=8, metavar="H", help="heads (default 8)")
+    size = s.add_mutually_exclusive_group()
+    size.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
+    size.add_argument("--tokens", type=int, metavar="N",
+                      help="keep batch x length at N tokens (batch = N // T) instead of --batch")
+    s.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
+                   help="causal attention (default: causal)")
+    s.add_argument("--backward", action="store_true", help="time forward + backward")
+    s.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                   help="input dtype (default: bfloat16 on a GPU, float32 on the CPU)")
+    s.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="timed calls per measurement, after a warm-up (default 5)")
+    s.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
+    _add_output_options(s)
+    return att
+
+
+# --------------------------------------------------------------------------------- helpers
+def _cli_error(message):
+    from kernelkit.cli import CLIError
+
+    return CLIError(message)
+
+
+def parse_lengths(text):
+    """``"512,1024"`` -> [512, 1024]; ``"512..4096"`` -> [512, 1024, 2048, 4096] (doubling).
+
+    Raises
+    ------
+    ValueError
+        For anything else, naming the text and the accepted forms.
+    """
+    usage = (f"--lengths {text!r}: expected comma-separated ints (512,1024) or a doubling range "
+             "(512..65536)")
+    text = text.strip()
+    try:
+        if ".." in text:
+            lo, hi = (int(part) for part in text.split(".."))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out = [lo]
+            while out[-1] * 2 <= hi:
+                out.append(out[-1] * 2)
+            return out
+        out = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(usage) from None
+    if any(T < 1 for T in out):
+        raise ValueError(usage + "; each length must be at least 1")
+    return out
+
+
+def _plot_index(text):
+    try:
+        b, h = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"--plot-index {text!r}: expected two ints B,H such as 0,0") from None
+    return b, h
+
+
+def _check_count(value, option):
+    if value is not None and value < 1:
+        raise ValueError(f"{option} must be at least 1; got {value}")
+
+
+def _check_out(path):
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"--out {path!r} exists and is not a directory")
+
+
+def _write_outputs(report, args):
+    from kernelkit._io import write_text_atomic
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "report.md", report.to_markdown())
+    report.to_json(out / "report.json")
+    written = [out / "report.md", out / "report.json"]
+    if not args.no_plot:
+        written += report.plot(out, formats=tuple(args.formats or ("png", "svg")))
+    return written
+
+
+def _run(args, build):
+    """Build the report, write it, print it; user errors become one-line CLI errors."""
+    t0 = time.perf_counter()
+    try:
+        _check_out(args.out)  # fail before a long run, not after it
+        if not args.no_plot:
+            from kernelkit.compare.plots import require_matplotlib
+
+            require_matplotlib()
+        report = build(args)
+        written = _write_outputs(report, args)
+    except ImportError as exc:  # matplotlib missing
+        raise _cli_error(f"{exc} (or pass --no-plot)") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _cli_error(str(exc) or type(exc).__name__) from None
+    print(report.to_markdown())
+    names = ", ".join(p.name for p in written)
+    print(f"wrote {names} to {args.out} in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+# -------------------------------------------------------------------------------- commands
+def _compare_report(args):
+    from kernelkit.compare import compare
+    from kernelkit.compare.qkv import load_qkv, synthetic_qkv
+
+    _check_count(args.seeds, "--seeds")
+    plot_index = _plot_index(args.plot_index)
+    given = [name for name in _SYNTHETIC if getattr(args, name) is not None]
+    if args.qkv is not None:
+        if given:
+            raise ValueError(
+                f"--{given[0]} sets up synthetic inputs; it cannot be combined with --qkv"
+            )
+        q, k, v = load_qkv(args.qkv)
+    else:
+        opts = {name: getattr(args, name) if getattr(args, name) is not None else default
+                for name, default in _SYNTHETIC.items()}
+        for name in ("batch", "heads", "length", "dim", "clusters"):
+            _check_count(opts[name], f"--{name}")
+        q, k, v = synthetic_qkv(opts["batch"], opts["heads"], opts["length"], opts["dim"],
+                                temperature=opts["temperature"], clusters=opts["clusters"],
+                                seed=opts["seed"])
+    kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
+    return compare(q, k, v, **kwargs, causal=args.causal, seeds=tuple(range(args.seeds)),
+                   device=args.device, plot_index=plot_index,
+                   measure=not args.no_measure, progress=args.progress)
+
+
+def _sweep_report(args):
+    from kernelkit.compare.sweep import sweep
+
+    kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
+    lengths = None if args.lengths is None else parse_lengths(args.lengths)
+    for name in ("dim", "heads", "batch", "tokens", "repeat"):
+        _check_count(getattr(args, name), f"--{name}")
+    return sweep(**kwargs, lengths=lengths, batch=args.batch, heads=args.heads, d=args.dim,
+                 causal=args.causal, backward=args.backward, dtype=args.dtype,
+                 device=args.device, tokens=args.tokens, repeat=args.repeat,
+                 progress=args.progress, seed=args.seed)
+
+
+def cmd_attention(args):
+    """Run ``kernelkit attention compare`` or ``sweep``; return the exit code."""
+    if args.attention_command is None:
+        raise _cli_error(
+            "kernelkit attention needs a command: compare or sweep (see kernelkit attention --help)"
+        )
+    build = {"compare": _compare_report, "sweep": _sweep_report}[args.attention_command]
+    return _run(args, build)

@@ -1,0 +1,403 @@
+"""Attention methods compared with softmax: parse a spec string into a :class:`Method`.
+
+A method is named by a spec string (whitespace around it is ignored, case matters):
+
+- ``"softmax"``: exact softmax attention, the reference itself;
+- a feature map of :func:`kernelkit_math.random_features.make_feature_map`: ``"elu+1"``,
+  ``"relu"``, ``"identity"``, ``"taylor2"``, ``"favor+:256"``, ``"favor+orth:64"``,
+  ``"hyp-favor+:64"`` (2M features), ``"rff:512"``: normalised linear attention with that map;
+- ``"kernel:<registry name>"``, optionally with parameters, ``"kernel:rbf(gamma=0.5)"``:
+  the exact kernel smoother (no parameter: the registry defaults at the head dim D);
+- ``"nystrom:M"``: Nyström attention with M landmarks on the exponential kernel
+  (:mod:`kernelkit.compare.nystrom`), a training-free approximation of softmax.
+
+A kernelkit kernel object (``kernelkit.RBF(length_scale=2.0)``) or a
+:class:`kernelkit_math.random_features.FeatureMap` object is accepted too; a feature-map object
+keeps its own random weights, so its results do not change with the seed.
+
+Every :class:`Method` computes, for float64 NumPy q, k, v of shape (..., T, D):
+
+- ``weights(q, k, causal=, seed=, scale=)``: the row-normalised weights A (..., T, S) the method
+  implies and the raw denominators (..., T) (to count den <= 0), with the public API's guard
+  max(den, eps), eps = :data:`EPS`;
+- ``output(q, k, v, ...)``: A v in float64, through the ``kernelkit_math`` reference of the
+  method (``linear_attention``, ``kernel_smoother``, ``softmax_attention``);
+- ``run(q, k, v, ...)`` on torch tensors (B, H, T, D): the fast path of :mod:`kernelkit.attention`
+  (Triton on CUDA, and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise), for timing.
+
+Examples
+--------
+>>> from kernelkit.compare.methods import parse_method
+>>> m = parse_method("favor+:64", d=16)
+>>> m.spec, m.family, m.n_features, m.random
+('favor+:64', 'favor+', 64, True)
+>>> parse_method(" kernel:rbf(gamma=0.5) ", d=16).spec
+'kernel:rbf(gamma=0.5)'
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+__all__ = ["Method", "parse_method", "method_names", "EPS"]
+
+#: Denominator guard max(den, eps) of the public linear- and kernel-attention functions.
+EPS = 1e-6
+
+#: Feature maps whose kernel is exp(scale q·k): they take the softmax scale.
+_EXP_MAPS = ("favor+", "favor+orth", "hyp-favor+", "taylor2")
+#: Feature maps fused into the Triton linear-attention kernels.
+_FUSED = ("identity", "elu+1", "relu")
+_SIZED_MAPS = ("favor+", "favor+orth", "hyp-favor+", "rff")
+_KERNEL_SPEC = re.compile(r"kernel:\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?", re.DOTALL)
+
+
+def method_names():
+    """The accepted method spec forms, for help texts and error messages.
+
+    Examples
+    --------
+    >>> "nystrom:M" in method_names()
+    True
+    """
+    return ("softmax", "identity", "elu+1", "relu", "taylor2", "favor+:M", "favor+orth:M",
+            "hyp-favor+:M", "rff:M", "kernel:NAME", "kernel:NAME(param=value, ...)", "nystrom:M")
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _causal_where(W, causal):
+    if not causal:
+        return W
+    T, S = W.shape[-2:]
+    return np.where(np.tri(T, S, dtype=bool), W, 0.0)
+
+
+def _normalise(W):
+    """(W / max(den, EPS), den) with den the row sums."""
+    den = W.sum(axis=-1)
+    return W / np.maximum(den, EPS)[..., None], den
+
+
+def _as64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def _check_d(d):
+    if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1:
+        raise ValueError(f"d (the head dimension D) must be a positive integer; got {d!r}")
+    return int(d)
+
+
+@functools.lru_cache(maxsize=64)
+def _make_map(name, d, seed, scale):
+    """The feature map of a spec; cached so timed runs do not redraw its random weights."""
+    from kernelkit_math.random_features import make_feature_map
+
+    return make_feature_map(name, d, seed=seed, **({} if scale is None else {"scale": scale}))
+
+
+def _format_value(value):
+    arr = np.asarray(value)
+    if arr.ndim:
+        return "[" + ", ".join(_format_value(x) for x in arr.tolist()) + "]"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    return repr(float(value))
+
+
+# ---------------------------------------------------------------------------------- methods
+@dataclass(frozen=True, eq=False)
+class Method:
+    """An attention method compared with softmax.
+
+    Attributes
+    ----------
+    spec : str
+        Canonical spec string (the ``method`` key of report rows).
+    label : str
+        Name for tables and legends.
+    family : str
+        What groups points of an error-vs-feature-count curve: ``"softmax"``, ``"favor+"``,
+        ``"rff"``, ``"elu+1"``, ``"nystrom"``, ``"kernel:rbf"``...
+    n_features : int or None
+        Features (or landmarks) per head: the width of the linear-attention state; None for
+        exact methods (softmax, kernel smoothers).
+    random : bool
+        True when the result depends on the seed.
+    """
+
+    spec: str
+    label: str
+    family: str
+    n_features: Optional[int]
+    random: bool
+
+    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+        """``(A, den)``: weights (..., T, S) and raw denominators (..., T), float64."""
+        raise NotImplementedError
+
+    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+        """The attention output (..., T, Dv) in float64 through the method's reference."""
+        raise NotImplementedError
+
+    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        """The output on torch tensors (B, H, T, D) through the fast path, for timing."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class _Softmax(Method):
+    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+        q, k = _as64(q), _as64(k)
+        s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+        scores = s * (q @ np.swapaxes(k, -1, -2))
+        if causal:
+            scores = np.where(np.tri(*scores.shape[-2:], dtype=bool), scores, -np.inf)
+        p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        den = p.sum(axis=-1)
+        return p / den[..., None], den
+
+    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit_math.attention import softmax_attention
+
+        return softmax_attention(q, k, v, causal=causal, scale=scale)
+
+    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit.attention import softmax_attention
+
+        return softmax_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+@dataclass(frozen=True, eq=False)
+class _FeatureMapAttention(Method):
+    feature_map: object  # a spec string, or a FeatureMap object (fixed weights)
+
+    def _map(self, d, seed, scale):
+        if not isinstance(self.feature_map, str):
+            return self.feature_map
+        return _make_map(self.feature_map, d, seed, scale if self.family in _EXP_MAPS else None)
+
+    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+        q, k = _as64(q), _as64(k)
+        phi = self._map(q.shape[-1], seed, scale)
+        W = np.asarray(phi(q)) @ np.swapaxes(np.asarray(phi(k)), -1, -2)
+        return _normalise(_causal_where(W, causal))
+
+    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit_math.attention import linear_attention
+
+        phi = self._map(np.shape(q)[-1], seed, scale)
+        return linear_attention(q, k, v, phi, causal=causal, eps=EPS)
+
+    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit.attention import linear_attention
+
+        fused = isinstance(self.feature_map, str) and self.feature_map in _FUSED
+        phi = self.feature_map if fused else self._map(q.shape[-1], seed, scale)
+        return linear_attention(q, k, v, phi, causal=causal, eps=EPS, seed=seed)
+
+
+@dataclass(frozen=True, eq=False)
+class _KernelSmoother(Method):
+    kernel: str  # registry name
+    params: dict  # registry parameters, validated
+    kernel_object: object = None  # the kernelkit kernel object it came from, if any
+
+    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+        from kernelkit_math.registry import get_kernel
+
+        q, k = _as64(q), _as64(k)
+        spec = get_kernel(self.kernel)
+        resolved = spec.resolve(q.shape[-1], **self.params)
+        lead = q.shape[:-2]
+        qf = q.reshape((-1,) + q.shape[-2:])
+        kf = k.reshape((-1,) + k.shape[-2:])
+        W = np.stack([spec.value_fn(a, b, **resolved) for a, b in zip(qf, kf)])
+        W = W.reshape(lead + W.shape[-2:])
+        return _normalise(_causal_where(W, causal))
+
+    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit_math.attention import kernel_smoother
+
+        return kernel_smoother(q, k, v, self.kernel, causal=causal, eps=EPS, **self.params)
+
+    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        if self.kernel_object is not None:
+            from kernelkit.attention import kernel_attention
+
+            return kernel_attention(q, k, v, self.kernel_object, is_causal=causal, eps=EPS)
+        from kernelkit.attention import _use_triton
+
+        if _use_triton(q):
+            from kernelkit_gpu.kernel_attention import kernel_attention as impl
+        else:
+            from kernelkit_gpu.attention_naive import kernel_attention_naive as impl
+        return impl(q, k, v, self.kernel, is_causal=causal, eps=EPS, **self.params)
+
+
+@dataclass(frozen=True, eq=False)
+class _Nystrom(Method):
+    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+        from kernelkit.compare.nystrom import nystrom_weights
+
+        return nystrom_weights(q, k, self.n_features, causal=causal, seed=seed, scale=scale,
+                               eps=EPS)
+
+    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+        A, _ = self.weights(q, k, causal=causal, seed=seed, scale=scale)
+        return A @ _as64(v)
+
+    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit.compare.nystrom import nystrom_attention
+
+        return nystrom_attention(q, k, v, self.n_features, causal=causal, seed=seed,
+                                 scale=scale, eps=EPS)
+
+
+# ---------------------------------------------------------------------------------- parsing
+def _unknown(spec, detail=""):
+    forms = ", ".join(repr(f) for f in method_names())
+    from kernelkit_math.registry import kernel_names
+
+    names = ", ".join(kernel_names())
+    return ValueError(f"unknown attention method {spec!r}{detail}; accepted forms: {forms} "
+                      f"(kernel NAME one of {names}), or a kernelkit kernel / FeatureMap object")
+
+
+def _parse_kernel_params(text, spec):
+    if text is None or not text.strip():
+        return {}
+    try:
+        call = ast.parse(f"f({text})", mode="eval").body
+        if call.args or not isinstance(call, ast.Call):
+            raise ValueError
+        params = {}
+        for kw in call.keywords:
+            if kw.arg is None or kw.arg in params:
+                raise ValueError
+            params[kw.arg] = ast.literal_eval(kw.value)
+    except (SyntaxError, ValueError, TypeError):
+        raise ValueError(f"method {spec!r}: kernel parameters must be written "
+                         f"'kernel:NAME(param=value, ...)' with numeric values") from None
+    return params
+
+
+def _kernel_method(name, params, d, spec, kernel_object=None):
+    from kernelkit_math.registry import get_kernel, kernel_names
+
+    if name not in kernel_names():
+        raise _unknown(spec, f" (no registry kernel {name!r})")
+    try:
+        get_kernel(name).resolve(d, **params)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"method {spec!r}: {exc}") from None
+    shown = {key: value for key, value in params.items() if value is not None}
+    inner = ", ".join(f"{key}={_format_value(value)}" for key, value in shown.items())
+    canonical = f"kernel:{name}" + (f"({inner})" if inner else "")
+    label = repr(kernel_object) if kernel_object is not None else canonical
+    return _KernelSmoother(canonical, label, f"kernel:{name}", None, False, name, params,
+                           kernel_object)
+
+
+def _feature_map_method(spec, d):
+    from kernelkit_math.random_features import make_feature_map
+
+    base = spec.partition(":")[0]
+    phi = make_feature_map(spec, d, seed=0)  # validates the size; rebuilt per seed later
+    return _FeatureMapAttention(phi.name, phi.name, base, phi.num_features(d),
+                                phi.seed is not None, phi.name)
+
+
+def _feature_map_object(phi, d):
+    if phi.d is not None and phi.d != d:
+        raise ValueError(f"feature map {phi.name!r} was built for D = {phi.d}, but the head "
+                         f"dim is {d}")
+    family = phi.name.partition(":")[0]
+    spec = phi.name if phi.seed is None else f"{phi.name}(seed={phi.seed})"
+    label = phi.name if phi.seed is None else f"{phi.name} (fixed seed {phi.seed})"
+    return _FeatureMapAttention(spec, label, family, phi.num_features(d), False, phi)
+
+
+def _nystrom_method(spec):
+    size = spec.partition(":")[2].strip()
+    try:
+        m = int(size)
+    except ValueError:
+        m = None
+    if m is None or m < 1 or size != str(m):
+        raise ValueError(f"method {spec!r} needs a number of landmarks M >= 1 after ':', "
+                         f"e.g. 'nystrom:64'")
+    return _Nystrom(f"nystrom:{m}", f"nystrom:{m}", "nystrom", m, True)
+
+
+def parse_method(spec, d):
+    """Build the :class:`Method` for a spec string or object.
+
+    Parameters
+    ----------
+    spec : str, Method, kernelkit kernel object or kernelkit_math FeatureMap
+        See the module docstring for the accepted strings (:func:`method_names`).
+    d : int
+        Head dimension D of the queries and keys (defaults depend on it: gamma = 1 / D,
+        scale = 1 / sqrt(D); elu+1 has D features).
+
+    Returns
+    -------
+    Method
+
+    Raises
+    ------
+    ValueError
+        For an unknown spec (the message lists the accepted forms), a bad size
+        (``"favor+:0"``, ``"nystrom:x"``), a bad kernel parameter, or a feature-map object
+        built for another D.
+    TypeError
+        For a spec of another type, or an unknown kernel parameter name.
+
+    Examples
+    --------
+    >>> import kernelkit
+    >>> parse_method(kernelkit.RBF(length_scale=2.0), d=8).spec
+    'kernel:rbf(gamma=0.125)'
+    >>> parse_method("nystrom:32", d=8).n_features
+    32
+    """
+    from kernelkit_math.random_features import FeatureMap
+
+    d = _check_d(d)
+    if isinstance(spec, Method):
+        return spec
+    if isinstance(spec, FeatureMap):
+        return _feature_map_object(spec, d)
+    from kernelkit.kernels import KERNEL_CLASSES
+
+    if isinstance(spec, tuple(KERNEL_CLASSES.values())):
+        params = spec._registry_params(d)
+        return _kernel_method(spec._registry_name, params, d, repr(spec), kernel_object=spec)
+    if not isinstance(spec, str):
+        raise TypeError(f"a method must be a spec string such as 'favor+:256', a kernelkit "
+                        f"kernel or a FeatureMap object; got {spec!r}")
+    text = spec.strip()
+    if text == "softmax":
+        return _Softmax("softmax", "softmax", "softmax", None, False)
+    if text.startswith("kernel:"):
+        match = _KERNEL_SPEC.fullmatch(text)
+        if match is None:
+            raise _unknown(spec)
+        return _kernel_method(match.group(1), _parse_kernel_params(match.group(2), spec), d,
+                              spec)
+    base = text.partition(":")[0]
+    if base == "nystrom":
+        return _nystrom_method(text)
+    if base in _FUSED + ("taylor2",) + _SIZED_MAPS:
+        return _feature_map_method(text, d)
+    raise _unknown(spec)

@@ -1,0 +1,436 @@
+"""Time and peak memory of attention methods over sequence length, and the crossover length.
+
+:func:`sweep` runs each method's fast path (:meth:`kernelkit.compare.methods.Method.run`, the
+public :mod:`kernelkit.attention` API) on synthetic q, k, v at each length, measures it with
+:func:`kernelkit.compare.measure.measure` and returns a :class:`SweepReport`. The crossover of a
+method is the length from which it is faster than softmax attention (:func:`crossover_lengths`).
+torch is imported only when a sweep runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelkit._io import write_text_atomic
+from kernelkit.compare.report import _encode
+
+__all__ = ["sweep", "SweepReport", "crossover_lengths", "DTYPES"]
+
+#: dtypes a sweep can run in.
+DTYPES = ("float32", "float16", "bfloat16")
+#: Default lengths: 512 ... 65536 on a GPU; small ones on the CPU, where softmax is O(T²) in
+#: plain PyTorch (and far slower under the Triton interpreter).
+GPU_LENGTHS = tuple(2**i for i in range(9, 17))
+CPU_LENGTHS = (128, 256, 512, 1024, 2048)
+BASELINE = "softmax"
+_MIB = 2.0**20
+
+
+# -------------------------------------------------------------------------------- crossover
+def _speed_ratio(row, base):
+    """method time / softmax time at one length; 0 when only the method ran, inf when only
+    softmax ran, None when neither did."""
+    ran, base_ran = row["status"] == "ok", base["status"] == "ok"
+    if ran and base_ran:
+        return row["time_ms"] / base["time_ms"]
+    if ran:
+        return 0.0
+    if base_ran:
+        return math.inf
+    return None
+
+
+def crossover_lengths(rows, baseline=BASELINE):
+    """The sequence length from which each method is faster than ``baseline``.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Sweep rows with keys ``method``, ``T``, ``time_ms`` and ``status`` (``"ok"`` when the
+        method ran; its time is then used). A length where only the method ran counts as
+        faster, one where only the baseline ran as slower; lengths where neither ran are left out.
+    baseline : str, default="softmax"
+        The ``method`` of the reference rows.
+
+    Returns
+    -------
+    dict
+        ``{method: {"measured": T or None, "estimate": float or None}}`` for each method other
+        than the baseline. ``measured`` is the smallest swept T from which the method is
+        strictly faster at every longer swept T (None when it is not faster at the longest).
+        ``estimate`` interpolates time ratio against T on log-log axes between the last slower
+        length and ``measured``, where both methods ran; None when the method was faster from the
+        shortest length (the crossover lies below the swept range) or never crossed. Empty when
+        no row belongs to the baseline.
+
+    Examples
+    --------
+    >>> rows = [dict(method=m, T=T, time_ms=t, status="ok") for m, T, t in [
+    ...     ("softmax", 100, 1.0), ("softmax", 1000, 10.0),
+    ...     ("elu+1", 100, 10.0), ("elu+1", 1000, 1.0)]]
+    >>> crossover_lengths(rows)  # ratio 10 at T=100, 0.1 at T=1000: equal at sqrt(100 * 1000)
+    {'elu+1': {'measured': 1000, 'estimate': 316.22776601683796}}
+    """
+    base = {r["T"]: r for r in rows if r["method"] == baseline}
+    if not base:
+        return {}
+    result = {}
+    for method in dict.fromkeys(r["method"] for r in rows if r["method"] != baseline):
+        points = []
+        for row in sorted((r for r in rows if r["method"] == method), key=lambda r: r["T"]):
+            ratio = _speed_ratio(row, base[row["T"]]) if row["T"] in base else None
+            if ratio is not None:
+                points.append((row["T"], ratio))
+        measured = estimate = None
+        first_fast = len(points)
+        while first_fast > 0 and points[first_fast - 1][1] < 1.0:
+            first_fast -= 1
+        if first_fast < len(points):
+            measured = points[first_fast][0]
+            if first_fast > 0:
+                (t_a, r_a), (t_b, r_b) = points[first_fast - 1], points[first_fast]
+                if 0.0 < r_b and math.isfinite(r_a):  # both methods ran at both lengths
+                    frac = math.log(r_a) / (math.log(r_a) - math.log(r_b))
+                    estimate = math.exp(math.log(t_a) + frac * (math.log(t_b) - math.log(t_a)))
+        result[method] = {"measured": measured, "estimate": estimate}
+    return result
+
+
+# ----------------------------------------------------------------------------------- report
+def _fmt(x):
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.0f}"
+
+
+def _cell(row, key):
+    if row is None:
+        return ""
+    if row["status"] != "ok":
+        return row["status"]
+    return _fmt(row["time_ms"]) if key == "time" else _fmt(row["peak_bytes"] / _MIB)
+
+
+@dataclass(repr=False)
+class SweepReport:
+    """The result of :func:`sweep`: one row per (method, length), the crossovers and the setup.
+
+    Attributes
+    ----------
+    rows : list of dict
+        Keys ``method`` (spec), ``label``, ``T``, ``batch``, ``time_ms`` (median, NaN when it did
+        not run), ``peak_bytes`` (-1 when it did not run), ``status`` (``"ok"``, ``"oom"`` or
+        ``"skipped"``) and ``note`` (why it did not run; empty when it ran).
+    crossover : dict
+        ``{method: {"measured": T or None, "estimate": float or None}}``, see
+        :func:`crossover_lengths`.
+    meta : dict
+        The sweep's settings (methods, lengths, heads, d, causal, backward, dtype, device...),
+        the device name, library versions and a timestamp.
+    """
+
+    rows: list = field(default_factory=list)
+    crossover: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self, path=None):
+        """The report as strict JSON (NaN as null, infinity as ``"inf"``).
+
+        With ``path``, also write it there atomically (a temporary file renamed when complete).
+        """
+        text = json.dumps(
+            _encode({"kind": "sweep", "rows": self.rows, "crossover": self.crossover,
+                     "meta": self.meta}),
+            indent=2, allow_nan=False,
+        )
+        if path is not None:
+            write_text_atomic(os.fspath(path), text + "\n")
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path):
+        """Rebuild a report from :meth:`to_json` output: a JSON string or a file path."""
+        if isinstance(text_or_path, str) and text_or_path.lstrip().startswith("{"):
+            text = text_or_path
+        elif isinstance(text_or_path, (str, os.PathLike)):
+            text = Path(text_or_path).read_text(encoding="utf-8")
+        else:
+            raise TypeError(f"text_or_path must be JSON text or a path; got {text_or_path!r}")
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("kind") != "sweep":
+            raise ValueError("not a sweep report: expected a JSON object with kind 'sweep'")
+        rows = [dict(r, time_ms=math.nan if r["time_ms"] is None else float(r["time_ms"]))
+                for r in data["rows"]]
+        return cls(rows=rows, crossover=data["crossover"], meta=data["meta"])
+
+    def methods(self):
+        """The methods' specs in sweep order, each with its label: ``[(spec, label), ...]``."""
+        return list(dict.fromkeys((r["method"], r["label"]) for r in self.rows))
+
+    def _table(self, key, unit):
+        methods = self.methods()
+        by = {(r["method"], r["T"]): r for r in self.rows}
+        lengths = sorted({(r["T"], r["batch"]) for r in self.rows})
+        head = "| T (tokens) | batch | " + " | ".join(f"{label} ({unit})" for _, label in methods)
+        lines = [head + " |", "|" + "---:|" * (2 + len(methods))]
+        for T, batch in lengths:
+            cells = [_cell(by.get((spec, T)), key) for spec, _ in methods]
+            lines.append(f"| {T} | {batch} | " + " | ".join(cells) + " |")
+        return lines
+
+    def _crossover_lines(self):
+        if not self.crossover:
+            return [f"No crossover: the sweep has no {BASELINE!r} rows to compare with."]
+        labels = dict(self.methods())
+        lengths = sorted({r["T"] for r in self.rows})
+        lines = [f"| method | faster than {BASELINE} from T (measured) | crossover T (log-log "
+                 "estimate) |", "|---|---:|---:|"]
+        for spec, c in self.crossover.items():
+            if c["measured"] is None:
+                measured, estimate = f"not up to T = {lengths[-1]}", "-"
+            elif c["estimate"] is None:
+                measured, estimate = str(c["measured"]), f"≤ {c['measured']} (below the range)"
+            else:
+                measured, estimate = str(c["measured"]), f"{c['estimate']:.0f}"
+            lines.append(f"| {labels.get(spec, spec)} | {measured} | {estimate} |")
+        return lines
+
+    def to_markdown(self):
+        """Markdown: the setup, a time table (ms), a peak-memory table (MiB) and the crossovers."""
+        m = self.meta
+        pass_ = "forward + backward" if m.get("backward") else "forward"
+        setup = (
+            f"Device: {m.get('device_name', m.get('device', '?'))} ({m.get('device', '?')}), "
+            f"{m.get('dtype', '?')}, H = {m.get('heads', '?')}, D = {m.get('d', '?')}, "
+            f"{'causal' if m.get('causal') else 'non-causal'}, {pass_}; "
+            f"median of {m.get('repeat', '?')} runs."
+        )
+        lines = ["## Attention sweep", "", setup, "", "### Time (median)", ""]
+        lines += self._table("time", "ms")
+        lines += ["", "### Peak memory (beyond the inputs)", ""]
+        lines += self._table("memory", "MiB")
+        lines += ["", "### Crossover", ""]
+        lines += self._crossover_lines()
+        return "\n".join(lines) + "\n"
+
+    def plot(self, out_dir, formats=("png", "svg")):
+        """Write the time and memory plots (see :func:`kernelkit.compare.plots.plot_sweep`)."""
+        from kernelkit.compare.plots import plot_sweep
+
+        return plot_sweep(self, out_dir, formats)
+
+    def __str__(self):
+        return self.to_markdown()
+
+    __repr__ = __str__
+
+
+# ------------------------------------------------------------------------------------ sweep
+def _check_int(value, name, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+    return value
+
+
+def _check_lengths(lengths):
+    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__iter__"):
+        raise TypeError(f"lengths must be a sequence of ints; got {lengths!r}")
+    lengths = [_check_int(T, "each length") for T in lengths]
+    if not lengths:
+        raise ValueError("lengths must hold at least one sequence length")
+    if len(set(lengths)) != len(lengths):
+        raise ValueError(f"lengths must not repeat a value; got {lengths}")
+    return sorted(lengths)
+
+
+def _parse_methods(methods, d):
+    from kernelkit.compare.methods import parse_method
+
+    if isinstance(methods, str) or not hasattr(methods, "__iter__"):
+        methods = [methods]
+    parsed = [parse_method(m, d) for m in methods]
+    if not parsed:
+        raise ValueError("methods must hold at least one method, e.g. ('softmax', 'elu+1')")
+    specs = [m.spec for m in parsed]
+    repeated = sorted({s for s in specs if specs.count(s) > 1})
+    if repeated:
+        raise ValueError(f"methods lists {', '.join(map(repr, repeated))} more than once")
+    return parsed
+
+
+def _device_name(device):
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name()
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _inputs(batch, heads, T, d, dtype, device, seed, backward):
+    """Standard-normal q, k, v (scores q·k / sqrt(D) of unit spread) and an output gradient."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    tensors = [torch.randn(batch, heads, T, d, generator=gen).to(device=device, dtype=dtype)
+               for _ in range(4 if backward else 3)]
+    for t in tensors[:3]:
+        t.requires_grad_(backward)
+    return tensors
+
+
+def _runner(method, tensors, causal, seed, backward):
+    import torch
+
+    q, k, v = tensors[:3]
+    if not backward:
+        return lambda: method.run(q, k, v, causal=causal, seed=seed)
+
+    def forward_backward():
+        out = method.run(q, k, v, causal=causal, seed=seed)
+        torch.autograd.grad(out, (q, k, v), tensors[3])
+    return forward_backward
+
+
+def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64, causal=True,
+          backward=False, dtype=None, device="auto", tokens=None, repeat=5, progress=None, seed=0):
+    """Time and peak memory of attention methods over sequence length.
+
+    At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
+    scaled scores have unit spread) and each method's fast path runs under
+    :func:`kernelkit.compare.measure.measure`: the median time over ``repeat`` calls after a
+    warm-up, and the peak memory allocated beyond the inputs. A method that runs out of memory
+    gets status ``"oom"`` and is ``"skipped"`` at longer lengths; one that cannot run the setup
+    (a ValueError or NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
+
+    Parameters
+    ----------
+    methods : sequence of method specs, default=("softmax", "elu+1")
+        Anything :func:`kernelkit.compare.methods.parse_method` accepts. Include ``"softmax"``
+        to get crossover lengths.
+    lengths : sequence of int or None, default=None
+        Sequence lengths T = S. None means 512, 1024, ..., 65536 on a GPU and
+        128, 256, ..., 2048 on the CPU.
+    batch : int, default=1
+        Batch size B at every length (see ``tokens``).
+    heads, d : int, default=8, 64
+        Heads H and head dimension D.
+    causal : bool, default=True
+        Causal (decoder) attention.
+    backward : bool, default=False
+        Time forward + backward (gradients of q, k, v) instead of the forward pass alone.
+    dtype : {"float32", "float16", "bfloat16"} or None, default=None
+        None means bfloat16 on a GPU and float32 on the CPU.
+    device : {"auto", "cpu", "cuda"}, default="auto"
+    tokens : int or None, default=None
+        Keep B·T constant instead of B: at each length B = max(1, tokens // T). Give either
+        ``tokens`` or a ``batch`` other than 1, not both.
+    repeat : int, default=5
+        Timed calls per measurement (after one warm-up call).
+    progress : bool or None, default=None
+        A tqdm progress bar on stderr, one step per (length, method); None shows it only when
+        stderr is a terminal.
+    seed : int, default=0
+        Seed of the inputs and of random feature maps.
+
+    Returns
+    -------
+    SweepReport
+
+    Raises
+    ------
+    ValueError
+        For an unknown method or dtype, bad sizes, repeated methods or lengths, both
+        ``tokens`` and ``batch``, or ``device="cuda"`` without a GPU.
+    TypeError
+        For sizes that are not integers, or flags that are not bools.
+
+    Examples
+    --------
+    >>> from kernelkit.compare.sweep import sweep
+    >>> report = sweep(["softmax", "elu+1"], [32, 64], heads=2, d=16, device="cpu", repeat=2)
+    >>> [(r["method"], r["T"], r["status"]) for r in report.rows][:2]
+    [('softmax', 32, 'ok'), ('elu+1', 32, 'ok')]
+    >>> sorted(report.crossover)
+    ['elu+1']
+    """
+    from kernelkit._device import resolve_device
+
+    for name, value in (("heads", heads), ("d", d), ("batch", batch), ("repeat", repeat)):
+        _check_int(value, name)
+    _check_int(seed, "seed", minimum=0)
+    for name, value in (("causal", causal), ("backward", backward)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False; got {value!r}")
+    if tokens is not None:
+        _check_int(tokens, "tokens")
+        if batch != 1:
+            raise ValueError(f"give tokens or batch, not both; got tokens={tokens}, batch={batch}")
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be True, False or None; got {progress!r}")
+    where = resolve_device(device)
+    lengths = _check_lengths(GPU_LENGTHS if lengths is None and where == "cuda" else
+                             CPU_LENGTHS if lengths is None else lengths)
+    if dtype is None:
+        dtype = "bfloat16" if where == "cuda" else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    parsed = _parse_methods(methods, d)
+
+    import torch
+    from tqdm import tqdm
+
+    from kernelkit.compare.compare import _versions
+    from kernelkit.compare.measure import measure
+
+    torch_dtype = getattr(torch, dtype)
+    rows, failed = [], {}
+    bar = tqdm(total=len(lengths) * len(parsed), desc="sweep", unit="run",
+               disable=(None if progress is None else not progress), leave=False)
+    try:
+        for T in lengths:
+            B = max(1, tokens // T) if tokens is not None else batch
+            try:
+                tensors = _inputs(B, heads, T, d, torch_dtype, where, seed, backward)
+            except (torch.cuda.OutOfMemoryError, MemoryError):
+                tensors = None
+            for method in parsed:
+                bar.set_postfix_str(f"{method.label} T={T}")
+                row = dict(method=method.spec, label=method.label, T=T, batch=B,
+                           time_ms=math.nan, peak_bytes=-1, status="ok", note="")
+                if tensors is None:
+                    row.update(status="oom", note="the inputs do not fit in memory")
+                elif method.spec in failed:
+                    row.update(status="skipped", note=failed[method.spec])
+                else:
+                    try:
+                        fn = _runner(method, tensors, causal, seed, backward)
+                        got = measure(fn, device=where, warmup=1, repeat=repeat)
+                    except (ValueError, NotImplementedError) as exc:
+                        row.update(status="skipped", note=f"{type(exc).__name__}: {exc}")
+                        failed[method.spec] = row["note"]
+                    else:
+                        status = getattr(got, "status", "ok")
+                        row.update(time_ms=float(got.time_ms), peak_bytes=int(got.peak_bytes),
+                                   status=status)
+                        if status == "oom":
+                            row["note"] = "out of memory"
+                            failed[method.spec] = f"out of memory at T = {T}"
+                rows.append(row)
+                bar.update(1)
+            del tensors
+    finally:
+        bar.close()
+    meta = {
+        "methods": [m.spec for m in parsed], "lengths": lengths, "batch": batch, "tokens": tokens,
+        "heads": heads, "d": d, "causal": causal, "backward": backward,
+        "dtype": dtype, "device": where, "device_name": _device_name(where), "repeat": repeat,
+        "seed": seed, "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "versions": _versions(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    return SweepReport(rows=rows, crossover=crossover_lengths(rows), meta=meta)

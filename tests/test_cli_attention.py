@@ -1,0 +1,217 @@
+"""``kernelkit attention compare`` and ``kernelkit attention sweep``, end to end."""
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from kernelkit.cli import main
+from kernelkit.cli_attention import parse_lengths
+from kernelkit.compare.sweep import SweepReport
+
+ROOT = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_main(argv, capsys):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code, err, *fragments):
+    """Exit code 2 and one line 'kernelkit: error: ...' on stderr, no traceback."""
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("kernelkit: error: "), err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def strict_json(path):
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name} in {path}")
+
+    return json.loads(Path(path).read_text(encoding="utf-8"), parse_constant=refuse)
+
+
+def check_png(path):
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    image = matplotlib.image.imread(path)
+    assert image.ndim == 3 and min(image.shape[:2]) >= 200
+    assert np.ptp(image[..., :3]) > 0.5
+
+
+def check_svg(path):
+    assert ET.parse(path).getroot().tag.endswith("svg")
+
+
+# ------------------------------------------------------------------------------- compare
+def test_compare_synthetic_end_to_end(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    code, stdout, err = run_main(
+        ["attention", "compare", "--length", 16, "--dim", 8, "--heads", 2, "--temperature", 3,
+         "--method", "softmax", "--method", "elu+1", "--method", "favor+:8", "--seeds", 2,
+         "--device", "cpu", "--out", out, "--no-measure", "--progress"], capsys)
+    assert code == 0, err
+    assert "elu+1" in stdout and f"to {out}" in stdout
+    assert "compare" in err  # the progress bar
+    names = {p.name for p in out.iterdir()}
+    assert names == {"report.md", "report.json", "heatmaps.png", "heatmaps.svg",
+                     "error_vs_features.png", "error_vs_features.svg"}
+    data = strict_json(out / "report.json")
+    assert [r["method"] for r in data["rows"]] == ["softmax", "elu+1", "favor+:8"]
+    assert data["rows"][2]["seeds"] == [0, 1]
+    assert data["rows"][0]["output_rel_error"] == pytest.approx(0.0, abs=1e-12)
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert md.count("\n|") >= 4 and "favor+" in md
+    for name in ("heatmaps.png", "error_vs_features.png"):
+        check_png(out / name)
+    for name in ("heatmaps.svg", "error_vs_features.svg"):
+        check_svg(out / name)
+
+
+def test_compare_qkv_file(tmp_path, capsys, rng):
+    q = torch.from_numpy(rng.standard_normal((3, 12, 8)).astype(np.float32))
+    k = torch.from_numpy(rng.standard_normal((3, 12, 8)).astype(np.float32))
+    v = torch.from_numpy(rng.standard_normal((3, 12, 5)).astype(np.float32))
+    save_file({"q": q, "k": k, "v": v}, str(tmp_path / "qkv.safetensors"))
+    code, _, err = run_main(
+        ["attention", "compare", "--qkv", tmp_path / "qkv.safetensors", "--method", "softmax",
+         "--method", "relu", "--causal", "--seeds", 1, "--plot-index", "0,2", "--no-measure",
+         "--no-plot", "--device", "cpu", "--out", tmp_path / "o"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["report.json", "report.md"]
+    data = strict_json(tmp_path / "o" / "report.json")
+    assert data["meta"]["causal"] is True
+    assert data["meta"]["shape"] == {"B": 1, "H": 3, "T": 12, "S": 12, "D": 8, "Dv": 5}
+    assert data["heatmaps"]["index"] == [0, 2]
+    assert [r["status"] for r in data["rows"]] == ["not measured"] * 2
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (["--qkv", "{d}/missing.npz"], ["missing.npz", "does not exist"]),
+    (["--qkv", "{d}/bad.npz"], ["bad.npz", "v has shape (1, 7, 4)", "k has shape (1, 6, 4)"]),
+    (["--qkv", "{d}/bad.npz", "--length", "8"], ["--length sets up synthetic inputs"]),
+    (["--seeds", "0"], ["--seeds must be at least 1"]),
+    (["--length", "0"], ["--length must be at least 1"]),
+    (["--plot-index", "1"], ["--plot-index '1': expected two ints B,H"]),
+    (["--method", "no-such-method"], ["no-such-method"]),
+    (["--out", "{d}/file.txt"], ["file.txt", "not a directory"]),
+])
+def test_compare_errors(tmp_path, capsys, extra, fragments):
+    np.savez(tmp_path / "bad.npz", q=np.ones((1, 5, 4)), k=np.ones((1, 6, 4)), v=np.ones((1, 7, 4)))
+    (tmp_path / "file.txt").write_text("x")
+    argv = ["attention", "compare", "--length", "8", "--dim", "4", "--heads", "1",
+            "--device", "cpu", "--no-measure", "--no-plot", "--out", str(tmp_path / "o")]
+    if any(a == "--qkv" for a in extra):
+        argv = [a for a in argv if a not in ("--length", "8", "--dim", "4", "--heads", "1")]
+    argv += [a.format(d=tmp_path) for a in extra]
+    code, _, err = run_main(argv, capsys)
+    assert_clean_error(code, err, *[f.format(d=tmp_path) for f in fragments])
+
+
+def test_missing_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    code, _, err = run_main(
+        ["attention", "sweep", "--method", "softmax", "--lengths", "8", "--dim", "8",
+         "--heads", "1", "--repeat", "1", "--device", "cpu", "--out", tmp_path], capsys)
+    assert_clean_error(code, err, "pip install 'kernelkit[plot]'", "--no-plot")
+
+
+# --------------------------------------------------------------------------------- sweep
+def test_sweep_end_to_end(tmp_path, capsys):
+    code, stdout, err = run_main(
+        ["attention", "sweep", "--method", "softmax", "--method", "elu+1", "--lengths", "16,32",
+         "--dim", 16, "--heads", 1, "--repeat", 1, "--no-causal", "--device", "cpu",
+         "--out", tmp_path, "--progress"], capsys)
+    assert code == 0, err
+    assert "| T (tokens) | batch | softmax (ms) | elu+1 (ms) |" in stdout
+    assert "sweep" in err  # the progress bar
+    assert {p.name for p in tmp_path.iterdir()} == {"report.md", "report.json", "sweep.png",
+                                                    "sweep.svg"}
+    report = SweepReport.from_json(tmp_path / "report.json")
+    strict_json(tmp_path / "report.json")
+    assert [(r["method"], r["T"], r["status"]) for r in report.rows] == [
+        ("softmax", 16, "ok"), ("elu+1", 16, "ok"), ("softmax", 32, "ok"), ("elu+1", 32, "ok")]
+    assert report.meta["causal"] is False and report.meta["dtype"] == "float32"
+    assert (tmp_path / "report.md").read_text(encoding="utf-8") == report.to_markdown()
+    check_png(tmp_path / "sweep.png")
+    check_svg(tmp_path / "sweep.svg")
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    (["--lengths", "a,b"], ["--lengths 'a,b': expected comma-separated ints"]),
+    (["--lengths", "64..8"], ["--lengths '64..8'"]),
+    (["--lengths", "0,8"], ["each length must be at least 1"]),
+    (["--lengths", "8,8"], ["lengths must not repeat"]),
+    (["--tokens", "0"], ["--tokens must be at least 1"]),
+    (["--method", "softmax", "--method", "softmax"], ["'softmax' more than once"]),
+])
+def test_sweep_errors(tmp_path, capsys, extra, fragments):
+    argv = ["attention", "sweep", "--dim", "8", "--heads", "1", "--device", "cpu",
+            "--no-plot", "--out", str(tmp_path)]
+    if "--lengths" not in extra:
+        argv += ["--lengths", "8"]
+    code, _, err = run_main(argv + extra, capsys)
+    assert_clean_error(code, err, *fragments)
+
+
+def test_sweep_batch_and_tokens_are_exclusive(tmp_path, capsys):
+    code, _, err = run_main(["attention", "sweep", "--batch", 2, "--tokens", 64, "--out",
+                             tmp_path], capsys)
+    assert code == 2 and "not allowed with argument" in err
+
+
+def test_attention_without_command(capsys):
+    code, _, err = run_main(["attention"], capsys)
+    assert_clean_error(code, err, "needs a command: compare or sweep")
+
+
+def test_help_lists_the_commands(capsys):
+    assert main(["attention", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "compare" in out and "sweep" in out
+    assert main(["--help"]) == 0
+    assert "kernelkit attention compare" in capsys.readouterr().out
+    assert main(["attention", "compare", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert ".safetensors" in help_text and "favor+:M" in help_text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("512", [512]), ("16, 32,64", [16, 32, 64]), ("512..4096", [512, 1024, 2048, 4096]),
+    ("3..20", [3, 6, 12]), ("8..8", [8]),
+])
+def test_parse_lengths(text, expected):
+    assert parse_lengths(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "a", "1.5", "8..", "..8", "0..8", "16..8", "1..2..4"])
+def test_parse_lengths_rejects(text):
+    with pytest.raises(ValueError, match="expected comma-separated ints"):
+        parse_lengths(text)
+
+
+# ------------------------------------------------------------------------------- example
+def test_example_script_runs(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("TRITON_INTERPRET", None)  # the example runs the plain-PyTorch CPU path, as a user would
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "compare_attention.py"), str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "favor+" in res.stdout and "| softmax" in res.stdout
+    check_png(tmp_path / "heatmaps.png")
+    check_png(tmp_path / "error_vs_features.png")

@@ -1,0 +1,238 @@
+"""Sequence-length sweeps (kernelkit.compare.sweep): crossover logic, report, measurement loop."""
+
+import importlib
+import json
+import math
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from kernelkit.compare.sweep import SweepReport, crossover_lengths, sweep
+
+# the module, not the function kernelkit.compare re-exports under the same name
+MEASURE_MODULE = importlib.import_module("kernelkit.compare.measure")
+
+
+def row(method, T, time_ms, status="ok", batch=1, peak=1024):
+    ran = status == "ok"
+    return dict(method=method, label=method, T=T, batch=batch,
+                time_ms=time_ms if ran else math.nan, peak_bytes=peak if ran else -1,
+                status=status, note="" if ran else status)
+
+
+def rows_from(times):
+    """{method: [time or status per length]} over lengths 256, 512, 1024, 2048."""
+    out = []
+    for method, values in times.items():
+        for T, value in zip((256, 512, 1024, 2048), values):
+            out.append(row(method, T, value) if isinstance(value, float) else
+                       row(method, T, math.nan, status=value))
+    return out
+
+
+# ------------------------------------------------------------------------------- crossover
+def test_crossover_interpolates_on_log_log_axes():
+    # ratios 4, 2, 0.5, 0.125: faster from 1024; log ratio is linear in log T between 512
+    # (log 2) and 1024 (log 0.5), so it crosses zero half way: sqrt(512 * 1024) = 512 sqrt(2).
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "elu+1": [4.0, 4.0, 4.0, 4.0]})
+    got = crossover_lengths(rows)
+    assert got["elu+1"]["measured"] == 1024
+    assert got["elu+1"]["estimate"] == pytest.approx(512 * math.sqrt(2), rel=1e-12)
+
+
+def test_crossover_uneven_bracket():
+    # ratio 3 at T=512, 1/3^3 at T=2048 (log T step of 2 octaves): zero at 1/4 of the way,
+    # T = 512 * 4^(1/4) = 512 sqrt(2).
+    rows = [row("softmax", 512, 1.0), row("softmax", 2048, 27.0),
+            row("m", 512, 3.0), row("m", 2048, 1.0)]
+    assert crossover_lengths(rows)["m"]["estimate"] == pytest.approx(512 * math.sqrt(2), rel=1e-12)
+
+
+@pytest.mark.parametrize("method_times, measured, has_estimate", [
+    ([0.5, 0.5, 0.5, 0.5], 256, False),          # faster everywhere: below the swept range
+    ([2.0, 4.0, 16.0, 64.0], None, False),       # never faster
+    ([0.5, 4.0, 16.0, 1.0], 2048, True),         # faster at 256, slower, then faster again
+    ([2.0, 2.0, 8.0, 32.0], None, False),        # equal time is not faster
+    ([2.0, 2.0, 8.0, 31.0], 2048, True),         # faster only at the last length
+])
+def test_crossover_cases(method_times, measured, has_estimate):
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": method_times})
+    got = crossover_lengths(rows)["m"]
+    assert got["measured"] == measured
+    assert (got["estimate"] is not None) == has_estimate
+    if has_estimate:  # the estimate lies inside its bracket
+        assert measured / 2 <= got["estimate"] < measured
+
+
+def test_crossover_counts_runs_that_only_one_method_finished():
+    # softmax runs out of memory from 1024 on: the method, still running, counts as faster,
+    # but no estimate can be interpolated towards a length softmax did not finish.
+    rows = rows_from({"softmax": [1.0, 2.0, "oom", "oom"], "m": [4.0, 4.0, 4.0, 4.0]})
+    assert crossover_lengths(rows)["m"] == {"measured": 1024, "estimate": None}
+    # the method runs out of memory at the longest length while softmax runs: not faster there
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": [4.0, 4.0, 4.0, "oom"]})
+    assert crossover_lengths(rows)["m"] == {"measured": None, "estimate": None}
+    # neither ran at 2048: that length is left out
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, "oom"], "m": [4.0, 4.0, 4.0, "skipped"]})
+    assert crossover_lengths(rows)["m"]["measured"] == 1024
+
+
+def test_crossover_row_order_and_several_methods():
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "a": [4.0] * 4, "b": [0.1] * 4})
+    random.Random(0).shuffle(rows)
+    got = crossover_lengths(rows)
+    assert set(got) == {"a", "b"}
+    assert got["a"]["measured"] == 1024 and got["b"] == {"measured": 256, "estimate": None}
+    assert crossover_lengths([r for r in rows if r["method"] != "softmax"]) == {}
+    assert set(crossover_lengths(rows, baseline="a")) == {"softmax", "b"}
+
+
+# ---------------------------------------------------------------------------------- report
+def make_report():
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, "oom"], "elu+1": [4.0, 4.0, 4.0, 4.0]})
+    meta = dict(methods=["softmax", "elu+1"], heads=8, d=64, dtype="bfloat16", device="cuda",
+                device_name="Test GPU", causal=True, backward=True, repeat=5, batch=1)
+    return SweepReport(rows=rows, crossover=crossover_lengths(rows), meta=meta)
+
+
+def strict_json(text):
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_report_json_roundtrip_is_strict(tmp_path):
+    report = make_report()
+    data = strict_json(report.to_json())
+    oom = [r for r in data["rows"] if r["status"] == "oom"]
+    assert oom and oom[0]["time_ms"] is None and oom[0]["peak_bytes"] == -1
+    path = tmp_path / "r.json"
+    assert report.to_json(path) == path.read_text().rstrip("\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left
+    for source in (path, str(path), path.read_text()):
+        back = SweepReport.from_json(source)
+        assert back.crossover == report.crossover and back.meta == report.meta
+        assert [r["status"] for r in back.rows] == [r["status"] for r in report.rows]
+        assert math.isnan(back.rows[3]["time_ms"]) and back.rows[0]["time_ms"] == 1.0
+    with pytest.raises(ValueError, match="not a sweep report"):
+        SweepReport.from_json('{"rows": []}')
+
+
+def test_report_markdown():
+    text = make_report().to_markdown()
+    assert "Test GPU (cuda), bfloat16, H = 8, D = 64, causal, forward + backward" in text
+    assert "| T (tokens) | batch | softmax (ms) | elu+1 (ms) |" in text
+    assert "| 2048 | 1 | oom | 4 |" in text                       # time table
+    assert "| 256 | 1 | 0.0009766 | 0.0009766 |" in text          # memory: 1024 B in MiB
+    assert "| elu+1 | 1024 | 724 |" in text                       # crossover sqrt(512 * 1024)
+    assert str(make_report()) == text == repr(make_report())
+
+
+def test_report_markdown_crossover_edge_cases():
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "a": [0.1] * 4, "b": [64.0] * 4})
+    text = SweepReport(rows=rows, crossover=crossover_lengths(rows)).to_markdown()
+    assert "| a | 256 | ≤ 256 (below the range) |" in text
+    assert "| b | not up to T = 2048 | - |" in text
+    no_base = SweepReport(rows=[r for r in rows if r["method"] != "softmax"]).to_markdown()
+    assert "No crossover: the sweep has no 'softmax' rows" in no_base
+
+
+# ------------------------------------------------------------------------------ the sweep
+def test_sweep_runs_methods_on_the_cpu():
+    report = sweep(["softmax", "elu+1"], [32, 16], heads=1, d=16, device="cpu", repeat=1,
+                   progress=False)
+    assert [(r["method"], r["T"]) for r in report.rows] == [
+        ("softmax", 16), ("elu+1", 16), ("softmax", 32), ("elu+1", 32)]
+    for r in report.rows:
+        assert r["status"] == "ok" and r["time_ms"] > 0 and r["peak_bytes"] > 0
+        assert r["batch"] == 1 and r["note"] == ""
+    assert set(report.crossover) == {"elu+1"}
+    m = report.meta
+    assert (m["lengths"], m["dtype"], m["device"], m["causal"]) == ([16, 32], "float32", "cpu", True)
+    assert m["versions"]["torch"] and m["timestamp"]
+
+
+def test_sweep_backward():
+    report = sweep(["softmax"], [16], heads=1, d=16, device="cpu", repeat=1, backward=True,
+                   causal=False, progress=False)
+    assert report.rows[0]["status"] == "ok" and report.meta["backward"] is True
+
+
+class FakeMeasure:
+    """Stands in for kernelkit.compare.measure.measure: runs fn once, times from a table."""
+
+    def __init__(self, table):
+        self.table, self.calls = table, []
+
+    def __call__(self, fn, *, device, warmup=1, repeat=5):
+        self.calls.append((device, warmup, repeat))
+        result = self.table[len(self.calls) - 1]
+        if isinstance(result, Exception):
+            raise result
+        if result == "oom":
+            return SimpleNamespace(time_ms=math.nan, peak_bytes=-1, device=device, status="oom")
+        fn()
+        return SimpleNamespace(time_ms=result, peak_bytes=100, device=device, status="ok")
+
+
+def test_sweep_oom_then_skip_and_unsupported_methods(monkeypatch):
+    # call order: (softmax, elu+1) at 16, then at 32; elu+1 is only measured at 16.
+    fake = FakeMeasure([1.0, NotImplementedError("no such path"), "oom"])
+    monkeypatch.setattr(MEASURE_MODULE, "measure", fake)
+    report = sweep(["softmax", "elu+1"], [16, 32, 64], heads=1, d=8, device="cpu", repeat=3,
+                   progress=False)
+    status = {(r["method"], r["T"]): (r["status"], r["note"]) for r in report.rows}
+    assert status[("softmax", 16)] == ("ok", "")
+    assert status[("elu+1", 16)] == ("skipped", "NotImplementedError: no such path")
+    assert status[("softmax", 32)] == ("oom", "out of memory")
+    assert status[("elu+1", 32)] == ("skipped", "NotImplementedError: no such path")
+    assert status[("softmax", 64)] == ("skipped", "out of memory at T = 32")
+    assert len(fake.calls) == 3 and fake.calls[0] == ("cpu", 1, 3)
+
+
+def test_sweep_tokens_keep_batch_times_length(monkeypatch):
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 3))
+    report = sweep(["softmax"], [16, 32, 128], heads=1, d=8, device="cpu", tokens=64,
+                   progress=False)
+    assert [r["batch"] for r in report.rows] == [4, 2, 1]
+    assert "| 16 | 4 |" in report.to_markdown()
+
+
+def test_progress_bar(monkeypatch, capsys):
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 4))
+    sweep(["softmax", "elu+1"], [16, 32], heads=1, d=8, device="cpu", progress=True)
+    err = capsys.readouterr().err
+    assert "sweep" in err and "/4" in err and "elu+1 T=32" in err
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 4))
+    sweep(["softmax", "elu+1"], [16, 32], heads=1, d=8, device="cpu", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("kwargs, error, fragment", [
+    (dict(tokens=64, batch=2), ValueError, "give tokens or batch, not both"),
+    (dict(dtype="float64"), ValueError, "dtype must be one of float32, float16, bfloat16"),
+    (dict(lengths=[16, 16]), ValueError, "lengths must not repeat"),
+    (dict(lengths=[]), ValueError, "at least one sequence length"),
+    (dict(lengths="16"), TypeError, "lengths must be a sequence of ints"),
+    (dict(lengths=[16, 0]), ValueError, "each length must be at least 1"),
+    (dict(methods=["softmax", "softmax"]), ValueError, "'softmax' more than once"),
+    (dict(methods=[]), ValueError, "at least one method"),
+    (dict(methods=["no-such-method"]), ValueError, "no-such-method"),
+    (dict(heads=0), ValueError, "heads must be at least 1"),
+    (dict(repeat=1.5), TypeError, "repeat must be an int"),
+    (dict(progress="yes"), TypeError, "progress must be True, False or None"),
+    (dict(causal=1), TypeError, "causal must be True or False"),
+    (dict(device="tpu"), ValueError, "device must be one of"),
+])
+def test_sweep_rejects_bad_arguments(kwargs, error, fragment):
+    args = dict(methods=["softmax"], lengths=[16], d=8, device="cpu")
+    args.update(kwargs)
+    with pytest.raises(error, match=fragment):
+        sweep(**args)
+
+
+def test_sweep_cuda_without_gpu(no_gpu):
+    with pytest.raises(ValueError, match="no CUDA GPU is available"):
+        sweep(["softmax"], [16], device="cuda")
