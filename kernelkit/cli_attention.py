@@ -51,7 +51,8 @@ Without --qkv, q and k are Gaussian with scaled scores of standard deviation --t
 about 0.5 gives diffuse attention, 4 or more peaky attention. With --clusters C they gather
 around C random centres, so each query attends to the keys of its cluster.
 
-output (--out DIR): report.md (tables), report.json (every number; NaN as null), and
+output (--out DIR): report.md (tables), report.json (every number; NaN as null),
+heatmaps.npz (the attention weights shown in the heatmaps, one array per method), and
 heatmaps.{png,svg} and error_vs_features.{png,svg}.
 
 examples:
@@ -227,12 +228,17 @@ def _check_out(path):
 
 def _write_outputs(report, args):
     from kernelkit._io import write_text_atomic
+    from kernelkit.compare.report import CompareReport
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / "report.md", report.to_markdown())
-    report.to_json(out / "report.json")
     written = [out / "report.md", out / "report.json"]
+    if isinstance(report, CompareReport):  # the weight maps go to a compact .npz
+        report.to_json(out / "report.json", heatmaps=False)
+        written.append(report.save_heatmaps(out / "heatmaps.npz"))
+    else:
+        report.to_json(out / "report.json")
     if not args.no_plot:
         written += report.plot(out, formats=tuple(args.formats or ("png", "svg")))
     return written

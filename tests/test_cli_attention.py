@@ -66,7 +66,7 @@ def test_compare_synthetic_end_to_end(tmp_path, capsys):
     assert "elu+1" in stdout and f"to {out}" in stdout
     assert "compare" in err  # the progress bar
     names = {p.name for p in out.iterdir()}
-    assert names == {"report.md", "report.json", "heatmaps.png", "heatmaps.svg",
+    assert names == {"report.md", "report.json", "heatmaps.npz", "heatmaps.png", "heatmaps.svg",
                      "error_vs_features.png", "error_vs_features.svg"}
     data = strict_json(out / "report.json")
     assert [r["method"] for r in data["rows"]] == ["softmax", "elu+1", "favor+:8"]
@@ -90,11 +90,16 @@ def test_compare_qkv_file(tmp_path, capsys, rng):
          "--method", "relu", "--causal", "--seeds", 1, "--plot-index", "0,2", "--no-measure",
          "--no-plot", "--device", "cpu", "--out", tmp_path / "o"], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["report.json", "report.md"]
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+        "heatmaps.npz", "report.json", "report.md"]
     data = strict_json(tmp_path / "o" / "report.json")
     assert data["meta"]["causal"] is True
     assert data["meta"]["shape"] == {"B": 1, "H": 3, "T": 12, "S": 12, "D": 8, "Dv": 5}
-    assert data["heatmaps"]["index"] == [0, 2]
+    assert data["heatmaps"] == {"index": [0, 2]}  # the maps themselves are in heatmaps.npz
+    maps = np.load(tmp_path / "o" / "heatmaps.npz")
+    assert sorted(maps.files) == ["index", "relu", "softmax"]
+    assert maps["softmax"].shape == (12, 12) and list(maps["index"]) == [0, 2]
+    np.testing.assert_allclose(maps["softmax"].sum(axis=1), 1.0, rtol=1e-12)
     assert [r["status"] for r in data["rows"]] == ["not measured"] * 2
 
 

@@ -246,6 +246,20 @@ def test_json_round_trip(report, tmp_path):
                                            atol=1e-12)
 
 
+def test_heatmaps_can_live_outside_the_json(report, tmp_path):
+    rep, _ = report
+    back = CompareReport.from_json(rep.to_json(heatmaps=False))
+    assert back.heatmaps == {"index": (0, 1)} and _same(back.rows, rep.rows)
+    rep.save_heatmaps(tmp_path / "maps.npz")
+    assert os.listdir(tmp_path) == ["maps.npz"]  # no temporary file left
+    with np.load(tmp_path / "maps.npz") as maps:
+        assert set(maps.files) == set(rep.heatmaps)
+        for key in rep.heatmaps:
+            np.testing.assert_array_equal(maps[key], np.asarray(rep.heatmaps[key]))
+    paths = back.plot(tmp_path / "plots", formats=("png",))
+    assert [p.name for p in paths] == ["error_vs_features.png"]  # no maps: no heatmap figure
+
+
 def test_json_encodes_nan_and_infinity(report):
     rep, _ = report
     row = dict(rep.rows[1], kl_mean=math.inf, kl_max=-math.inf, time_ms=math.nan)

@@ -115,16 +115,17 @@ def _heatmap_figure(report):
     cbar_label = "weight" + (" (magenta: < 0)" if negative else "")
     b, h = maps.get("index", (0, 0))
     n = max(1, len(specs))
-    height = 3.9 * n + 0.7
+    height = 3.9 * n + 1.0
     # A fixed grid rather than a layout engine (constrained layout costs seconds here):
     # columns softmax | method | colour bar | (space for its labels) | difference | colour bar.
     fig = Figure(figsize=(15, height))
     grid = fig.add_gridspec(n, 6, width_ratios=[1, 1, 0.05, 0.3, 1, 0.05], left=0.05,
-                            right=0.93, bottom=0.6 / height, top=1 - 0.8 / height, wspace=0.16,
+                            right=0.93, bottom=0.6 / height, top=1 - 1.1 / height, wspace=0.16,
                             hspace=0.5 / 3.9 * 1.3)
     fig.suptitle(
         f"Attention weights, batch {b} head {h}: leading {soft.shape[0]} x {soft.shape[1]} "
-        f"block (colour scales clipped at the {100 * CLIP_QUANTILE:g}th percentile of |value|)"
+        f"block (colour scales clipped at the {100 * CLIP_QUANTILE:g}th percentile of |value|)",
+        y=1 - 0.3 / height,
     )
     for row in range(n):
         spec = specs[row] if specs else None
@@ -147,6 +148,8 @@ def _heatmap_figure(report):
             ax.set_title(title)
             if col == 0:
                 ax.set_ylabel("query position i")
+            elif col == 1:
+                ax.tick_params(labelleft=False)  # same rows as the reference beside it
             if row == n - 1:
                 ax.set_xlabel("key position j")
         fig.colorbar(images[1], cax=fig.add_subplot(grid[row, 2]), label=cbar_label,
@@ -260,7 +263,10 @@ def plot_compare(report, out_dir, formats=("png", "svg")):
     formats = _check_formats(formats)
     out_dir = _out_dir(out_dir)
     paths = []
-    for stem, draw in (("heatmaps", _heatmap_figure), ("error_vs_features", _error_figure)):
+    figures = [("error_vs_features", _error_figure)]
+    if "softmax" in report.heatmaps:  # a report read from JSON written without its maps has none
+        figures.insert(0, ("heatmaps", _heatmap_figure))
+    for stem, draw in figures:
         paths += _save(draw(report), out_dir, stem, formats)
     return paths
 

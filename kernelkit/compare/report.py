@@ -118,7 +118,7 @@ class CompareReport:
         self.meta = meta
 
     # ------------------------------------------------------------------------------ JSON
-    def to_json(self, path=None):
+    def to_json(self, path=None, *, heatmaps=True):
         """Strict JSON text of the report; also written atomically to ``path`` when given.
 
         NaN becomes ``null`` and infinities ``"inf"`` / ``"-inf"``; heatmap values keep
@@ -127,19 +127,34 @@ class CompareReport:
         Parameters
         ----------
         path : str, os.PathLike or None
+        heatmaps : bool
+            Include the weight maps (up to 256 x 256 per method: megabytes of text for many
+            methods); False keeps only their ``index`` (:meth:`save_heatmaps` stores them
+            compactly).
 
         Returns
         -------
         str
         """
         maps = {key: (list(value) if key == "index" else _round_heatmap(value))
-                for key, value in self.heatmaps.items()}
+                for key, value in self.heatmaps.items() if heatmaps or key == "index"}
         doc = {"kind": "kernelkit.compare", "rows": self.rows, "context": self.context,
                "heatmaps": maps, "meta": self.meta}
         text = json.dumps(_encode(doc), allow_nan=False, indent=1)
         if path is not None:
             write_text_atomic(os.fspath(path), text)
         return text
+
+    def save_heatmaps(self, path):
+        """Write the weight maps to a compressed ``.npz`` (one array per method spec, plus
+        ``index``), atomically; ``numpy.load(path)`` reads them back."""
+        from kernelkit._io import atomic_path
+
+        arrays = {key: np.asarray(value) for key, value in self.heatmaps.items()}
+        with atomic_path(os.fspath(path)) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, **arrays)
+        return path
 
     @classmethod
     def from_json(cls, text_or_path):
