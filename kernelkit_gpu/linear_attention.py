@@ -53,8 +53,17 @@ def _chunk_multiple(chunk):
     return chunk or 64
 
 
-def _plan_segments(n_pos, bh, dv, device, chunk, waves=4):
-    seg = LC.segment_length(n_pos, bh, triton.cdiv(dv, 64), device, _chunk_multiple(chunk), waves)
+#: Programs per launch, in waves over the SMs, of the segmented state sums and sweeps.
+WAVES = 8
+
+
+def _plan_segments(n_pos, bh, dv, device, chunk):
+    """(positions per segment, segment count): about :data:`WAVES` waves of programs.
+
+    8 waves for the state sums too: on an H200 at B1 H16 T65536 D128 non-causal (forward, elu+1),
+    4 waves for the state sums took 0.83 ms, 8 waves 0.71 ms, 16 waves 0.73 ms (NOTES.md).
+    """
+    seg = LC.segment_length(n_pos, bh, triton.cdiv(dv, 64), device, _chunk_multiple(chunk), WAVES)
     return seg, triton.cdiv(max(n_pos, 1), seg)
 
 
@@ -87,7 +96,7 @@ def linear_attention_fwd(q, k, v, S0, z0, code, causal, normalize, eps, chunk):
     out = _launch.alloc((B, H, T, Dv), q.dtype, dev)
     den = _launch.alloc((bh, T), torch.float32, dev) if normalize else None
     if causal:
-        seg, ns = _plan_segments(max(T, S), bh, Dv, dev, chunk, waves=8)
+        seg, ns = _plan_segments(max(T, S), bh, Dv, dev, chunk)
         s_seg, z_seg = _segment_sums(k, v, ns, seg, code)
         first_s = S0[:, None] if S0 is not None else torch.zeros_like(s_seg[:, :1])
         first_z = z0[:, None] if z0 is not None else torch.zeros_like(z_seg[:, :1])
@@ -102,7 +111,7 @@ def linear_attention_fwd(q, k, v, S0, z0, code, causal, normalize, eps, chunk):
     s_fin, z_fin = s_seg.sum(dim=1), z_seg.sum(dim=1)
     if S0 is not None:
         s_fin, z_fin = s_fin + S0, z_fin + z0
-    seg, ns = _plan_segments(T, bh, Dv, dev, chunk, waves=8)
+    seg, ns = _plan_segments(T, bh, Dv, dev, chunk)
     LC.chunk_sweep(q, q, q, out, s0=_expand_seg(s_fin, ns), seg_len=seg, n_seg=ns, causal=False,
                    chunk=chunk, map_a=code, den_out=den, z0=_expand_seg(z_fin, ns), eps=eps)
     return out, den, (s_fin, z_fin), s_fin, z_fin, None
@@ -154,13 +163,13 @@ def linear_attention_bwd(dout, dSf, dzf, q, k, v, out, den, states, segs, code, 
     seg1, ns1 = _plan_segments(T, bh, Dv, dev, None)
     ds_seg, dz_seg = _segment_sums(q, dout, ns1, seg1, code, den=den_arg, eps=eps, w=dden, wz=wz)
     dS, dz = ds_seg.sum(dim=1) + dSf.float(), dz_seg.sum(dim=1) + dzf.float()
-    segk, nsk = _plan_segments(S, bh, max(Dv, M), dev, chunk, waves=8)
+    segk, nsk = _plan_segments(S, bh, max(Dv, M), dev, chunk)
     LC.chunk_sweep(k, k, k, dv, s0=_expand_seg(dS, nsk), seg_len=segk, n_seg=nsk, causal=False,
                    chunk=chunk, map_a=code)
     LC.chunk_sweep(v, v, v, dk, s0=_expand_seg(dS.transpose(-1, -2), nsk), seg_len=segk,
                    n_seg=nsk, causal=False, chunk=chunk, x=k, dmap=code, rank1=rank1_k,
                    u0=_expand_seg(dz, nsk))
-    segq, nsq = _plan_segments(T, bh, M, dev, chunk, waves=8)
+    segq, nsq = _plan_segments(T, bh, M, dev, chunk)
     LC.chunk_sweep(dout, dout, dout, dq, s0=_expand_seg(s_fin.transpose(-1, -2), nsq),
                    seg_len=segq, n_seg=nsq, causal=False, chunk=chunk, x=q, dmap=code,
                    den=den_arg, scale=scale, eps=eps, w=dden, rank1=scale,
