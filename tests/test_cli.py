@@ -14,8 +14,9 @@ import scipy
 import sklearn
 
 from kernelkit import demo
-from kernelkit.cli import CLIError, main, parse_param
+from kernelkit.cli import CLIError, parse_param
 from kernelkit_math import get_kernel
+from tests.cli_helpers import assert_clean_error, run_main
 from tests.conftest import TOL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,23 +31,6 @@ def files(tmp_path, rng):
     lines = ["a,b,c"] + [",".join(repr(float(v)) for v in row) for row in Y]
     (tmp_path / "Y.csv").write_text("\n".join(lines) + "\n")
     return tmp_path, X, Y
-
-
-def run_main(argv, capsys):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *fragments):
-    """Exit code 2 and one line 'kernelkit: error: ...' on stderr, no traceback."""
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("kernelkit: error: "), err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 # ----------------------------------------------------------------------------- gram command

@@ -16,25 +16,10 @@ from safetensors.torch import save_file
 from kernelkit.cli import main
 from kernelkit.cli_attention import parse_lengths
 from kernelkit.compare.sweep import SweepReport
+from tests.cli_helpers import assert_clean_error, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def run_main(argv, capsys):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_clean_error(code, err, *fragments):
-    """Exit code 2 and one line 'kernelkit: error: ...' on stderr, no traceback."""
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("kernelkit: error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
 
 
 def strict_json(path):
