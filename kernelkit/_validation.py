@@ -29,6 +29,13 @@ def check_data(X, name="X"):
             f"{name} is a torch tensor; this function takes NumPy arrays (use {name}.cpu().numpy())"
         )
     # NumPy arrays and DataFrames (which have .dtypes) go to check_array as they are.
+    if hasattr(X, "dtypes") and not isinstance(X, np.ndarray):
+        bad = _non_numeric_columns(X)
+        if bad:
+            raise TypeError(
+                f"{name} has non-numeric column(s) {bad}; expected real numbers in every column "
+                "(encode text or categories first, e.g. with sklearn.preprocessing.OneHotEncoder)"
+            )
     arr = X if isinstance(X, np.ndarray) or hasattr(X, "dtypes") else np.asarray(X)
     dtype = getattr(arr, "dtype", None)
     if isinstance(dtype, np.dtype):
@@ -53,6 +60,28 @@ def check_data(X, name="X"):
             f"{name} is empty (shape {np.shape(arr)}); need at least one sample and one feature"
         )
     return check_array(arr, dtype=list(FLOAT_DTYPES), ensure_all_finite=True, input_name=name)
+
+
+def _non_numeric_columns(frame):
+    """Names of the columns of a data frame (pandas, polars...) that do not hold real numbers.
+
+    Numeric and boolean columns pass by dtype; object, string and category columns pass only
+    if every value converts to a float.
+    """
+    names = list(getattr(frame, "columns", range(len(frame.dtypes))))
+    bad = []
+    for col, dtype in zip(names, list(frame.dtypes)):
+        kind = getattr(dtype, "kind", "O")
+        if kind in "biuf":
+            continue
+        if kind == "O":
+            try:
+                np.asarray(frame[col], dtype=np.float64)
+                continue
+            except (TypeError, ValueError):
+                pass
+        bad.append(col)
+    return bad
 
 
 def check_pair(X, Y=None):

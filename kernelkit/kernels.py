@@ -180,7 +180,15 @@ class _RegistryKernel(Kernel):
                     raise ValueError(f"{exc}; {self._hints[m.name]}") from None
                 raise
             if (m.coef, m.power) != (1.0, 1.0):
-                converted = m.coef * np.asarray(value, dtype=np.float64) ** m.power
+                with np.errstate(over="ignore", divide="ignore", under="ignore"):
+                    converted = m.coef * np.asarray(value, dtype=np.float64) ** m.power
+                if not (np.isfinite(converted).all() and (converted > 0).all()):
+                    raise ValueError(
+                        f"{kernel}: parameter {m.name!r} = {getattr(self, m.name)!r} is out of "
+                        f"float64 range for this kernel: it gives {m.registry} = "
+                        f"{m.coef:g} * {m.name} ** {m.power:g} = {converted.tolist()}, which must be a "
+                        f"finite number > 0"
+                    )
                 value = float(converted) if converted.ndim == 0 else converted
             out[m.registry] = value
         return spec.resolve(n_features, **out)

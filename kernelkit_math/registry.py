@@ -30,6 +30,17 @@ from kernelkit_math import kernels as _k
 __all__ = ["Param", "KernelSpec", "REGISTRY", "get_kernel", "kernel_names"]
 
 
+def _is_single_number_array(value):
+    """Whether ``value`` is a NumPy array or list holding exactly one real number."""
+    if not isinstance(value, (np.ndarray, list, tuple)):
+        return False
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged nesting
+        return False
+    return arr.ndim > 0 and arr.size == 1 and arr.dtype.kind in "iuf"
+
+
 @dataclass(frozen=True)
 class Param:
     """One kernel parameter.
@@ -82,6 +93,10 @@ class Param:
             For a value outside the valid range, or a per-feature array of the wrong length.
         """
         where = f"{kernel}: parameter {self.name!r}"
+        if not self.integer and _is_single_number_array(value) and not (
+                self.per_feature and n_features == 1):
+            # as scikit-learn, whose formulas broadcast: a one-element array is that number
+            value = np.asarray(value).reshape(())[()]
         if self.integer:
             integral = isinstance(value, numbers.Integral) or (
                 isinstance(value, numbers.Real) and float(value).is_integer()

@@ -615,3 +615,23 @@ def test_device_cuda_without_gpu_is_a_clear_error(no_gpu, X):
     for call in (kernel, kernel.diag, lambda X: kernel(X, eval_gradient=True)):
         with pytest.raises(ValueError, match="device='cuda' but no CUDA GPU is available"):
             call(X)
+
+
+# --------------------------------------------- parameter conversions out of range (issue 9.13)
+@pytest.mark.parametrize("cls, param, value", [
+    (RBF, "length_scale", 1e-155),      # gamma = 1 / (2 l^2) overflows to inf
+    (RBF, "length_scale", 1e200),       # gamma underflows to 0
+    (RBF, "length_scale", [1.0, 1e-160]),
+])
+def test_length_scale_out_of_float64_range_names_length_scale(cls, param, value):
+    X = np.ones((3, 2))
+    with pytest.raises(ValueError, match=rf"parameter '{param}'.*out of float64 range") as info:
+        cls(**{param: value})(X)
+    assert "'gamma'" not in str(info.value).split("gives")[0]
+
+
+def test_data_frame_with_text_column_raises_type_error_in_classes():
+    import pandas as pd  # a test dependency (pyproject [test])
+    frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
+    with pytest.raises(TypeError, match="non-numeric column"):
+        RBF()(frame)

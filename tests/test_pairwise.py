@@ -600,3 +600,34 @@ def test_property_positive_semidefinite(fn, X):
 def test_sigmoid_is_not_psd_so_it_is_left_out():
     assert not REGISTRY["sigmoid"].psd
     assert "sigmoid_kernel" not in [p.values[0] for p in PSD_CALLS]
+
+
+# ------------------------------------------------------- scikit-learn broadcasting (issue 9.12)
+@pytest.mark.parametrize("fname", ["rbf_kernel", "laplacian_kernel", "polynomial_kernel",
+                                   "sigmoid_kernel"])
+@pytest.mark.parametrize("gamma", [np.array([0.3]), np.array([[0.3]]), [0.3]],
+                         ids=["1-elem", "1x1", "list"])
+def test_one_element_gamma_broadcasts_like_sklearn(rng, fname, gamma):
+    """scikit-learn's formulas broadcast a one-element gamma over every feature (its
+    PairwiseKernel passes gamma as such an array); kernelkit treats it as that number."""
+    X, Y = rng.normal(size=(5, 3)), rng.normal(size=(4, 3))
+    want = getattr(skp, fname)(X, Y, gamma=np.asarray(gamma))
+    np.testing.assert_allclose(getattr(kp, fname)(X, Y, gamma=gamma), want, **F64)
+
+
+# ---------------------------------------------------------- data frames with text (issue 9.13)
+def test_data_frame_with_text_column_raises_type_error():
+    import pandas as pd  # a test dependency (pyproject [test])
+    frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
+    with pytest.raises(TypeError, match=r"X has non-numeric column\(s\) \['label'\]"):
+        kp.rbf_kernel(frame)
+    with pytest.raises(TypeError, match=r"Y has non-numeric column"):
+        kp.linear_kernel(np.ones((2, 2)), frame)
+
+
+def test_data_frame_with_numeric_and_boolean_columns_is_accepted():
+    import pandas as pd
+    frame = pd.DataFrame({"a": [1.0, 2.0, 0.5], "flag": [True, False, True],
+                          "n": pd.Series([1, 2, 3], dtype="category")})
+    want = skp.rbf_kernel(frame.to_numpy(dtype=np.float64), gamma=0.5)
+    np.testing.assert_allclose(kp.rbf_kernel(frame, gamma=0.5), want, **F64)
