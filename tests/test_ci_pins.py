@@ -1,0 +1,64 @@
+"""CI is reproducible: .ci/run installs every dependency at the version pinned in
+.ci/constraints.txt, so a green run means the same thing on every machine (issue 9.15)."""
+
+import os
+import re
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins():
+    pins = {}
+    for line in (ROOT / ".ci" / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            (spec,) = req.specifier
+            assert spec.operator == "==", f"{line!r} is not an exact pin"
+            pins[req.name.lower()] = spec.version
+    return pins
+
+
+def _declared_dependencies():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = [Requirement(r).name.lower() for r in project["dependencies"]]
+    for extra in ("test", "plot"):
+        names += [Requirement(r).name.lower() for r in project["optional-dependencies"][extra]]
+    return names
+
+
+def test_every_declared_dependency_is_pinned():
+    pins = _pins()
+    missing = [name for name in _declared_dependencies() if name not in pins]
+    assert not missing, f"pin these in .ci/constraints.txt: {missing}"
+
+
+def test_ci_run_installs_with_the_constraints():
+    script = (ROOT / ".ci" / "run").read_text()
+    installs = [line for line in script.splitlines()
+                if re.match(r"\s*python -m pip install", line)]
+    assert installs, ".ci/run installs nothing"
+    for line in installs:
+        assert "-c .ci/constraints.txt" in line, f"unpinned install in .ci/run: {line.strip()}"
+
+
+def test_installed_versions_are_the_pins_on_ci():
+    """Under CI (CI=true, set by .ci/run) the installed versions are exactly the pins. Elsewhere
+    (the GPU machine's image, a developer's environment) other versions are expected."""
+    if os.environ.get("CI") != "true":
+        pytest.skip("checks the CI environment only (CI=true)")
+    wrong = {}
+    for name, version in _pins().items():
+        try:
+            installed = metadata.version(name).split("+")[0]
+        except metadata.PackageNotFoundError:
+            continue  # pinned for when it is pulled in (e.g. a transitive dependency)
+        if installed != version:
+            wrong[name] = (installed, version)
+    assert not wrong, f"installed != pinned: {wrong}"
