@@ -280,6 +280,10 @@ def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=Tr
     computation of the same quantity in that dtype (table in
     :mod:`kernelkit_gpu.linear_attention_chunk`).
 
+    NaN is never hidden: a NaN in q_t makes row t NaN, one in k_s every row that sees key s and
+    the final state, as in the float64 reference (the fused maps and the denominator guard keep
+    NaN); gradient rows that such a NaN reaches are NaN.
+
     Examples
     --------
     >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter

@@ -88,6 +88,14 @@ def _bf16_rtne(x):
 
 
 @triton.jit
+def _guarded_rcp(den, EPS):
+    """1 / max(den, eps), and 0 where that is 0 (eps = 0). A NaN den gives NaN, as in the float64
+    reference (``tl.maximum``'s default would turn it into eps; ``!=`` is true for NaN)."""
+    g = tl.maximum(den, EPS, propagate_nan=tl.PropagateNan.ALL)
+    return tl.where(g != 0, tl.math.div_rn(1.0, tl.where(g != 0, g, 1.0)), 0.0)
+
+
+@triton.jit
 def _load_tile(base, rows, rmask, cols, cmask, stride_t, rscale,
                MAP: tl.constexpr, SCALE: tl.constexpr, OPS: tl.constexpr):
     """(rows x cols) tile of a (T, D) matrix with unit column stride, feature-mapped and/or row-
@@ -96,16 +104,18 @@ def _load_tile(base, rows, rmask, cols, cmask, stride_t, rscale,
     operands, which it cannot multiply).
 
     Feature maps (MAP): 0 identity, 1 elu(x) + 1, 2 relu; re-masked after the map, since
-    elu(0) + 1 = 1 would leak from padded rows and columns. (Small helpers are written inline:
-    the interpreter pays milliseconds per nested jit call.)"""
+    elu(0) + 1 = 1 would leak from padded rows and columns. Both maps keep NaN (min / max
+    with ``propagate_nan``; the default min / max would map NaN to 1 / 0 and hide it).
+    (Small helpers are written inline: the interpreter pays milliseconds per nested jit call.)"""
     m2 = rmask[:, None] & cmask[None, :]
     x = tl.load(base + rows.to(tl.int64)[:, None] * stride_t + cols[None, :], mask=m2, other=0.0)
     if MAP != 0 or SCALE or OPS != 0:
         xf = x.to(tl.float32)
         if MAP == 1:
-            xf = tl.where(m2 & (xf > 0), xf + 1.0, tl.where(m2, tl.exp(tl.minimum(xf, 0.0)), 0.0))
+            neg = tl.exp(tl.minimum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL))
+            xf = tl.where(m2 & (xf > 0), xf + 1.0, tl.where(m2, neg, 0.0))
         elif MAP == 2:
-            xf = tl.maximum(xf, 0.0)
+            xf = tl.maximum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL)
         if SCALE:
             xf = xf * rscale[:, None]
         if OPS == 0:
@@ -154,8 +164,7 @@ def _la_state_kernel(
         rm = rows < end
         rg = tl.zeros((BLOCK_T,), tl.float32)
         if SCALE_C:
-            g = tl.maximum(tl.load(den_ptr + row_base + rows, mask=rm, other=1.0), EPS)
-            rg = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
+            rg = _guarded_rcp(tl.load(den_ptr + row_base + rows, mask=rm, other=1.0), EPS)
         b = _load_tile(b_base, rows, rm, offs_ab, m_ab, sbt, rg, MAP_B, False, OPS)
         c = _load_tile(c_base, rows, rm, offs_c, m_c, sct, rg, MAP_C, SCALE_C, OPS)
         acc = tl.dot(tl.trans(b), c, acc, input_precision=DOT_PREC)
@@ -249,11 +258,9 @@ def _la_chunk_kernel(
         rga = tl.zeros((CHUNK,), tl.float32)
         rgb = tl.zeros((CHUNK,), tl.float32)
         if SCALE == 1:
-            g = tl.maximum(tl.load(den_ptr + ra_base + rows, mask=ma, other=1.0), EPS)
-            rga = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
+            rga = _guarded_rcp(tl.load(den_ptr + ra_base + rows, mask=ma, other=1.0), EPS)
         if SCALE == 2 or SCALE == 3:
-            g = tl.maximum(tl.load(den_ptr + rb_base + rows, mask=mb, other=1.0), EPS)
-            rgb = tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)
+            rgb = _guarded_rcp(tl.load(den_ptr + rb_base + rows, mask=mb, other=1.0), EPS)
         a = _load_tile(a_base, rows, ma, offs_ab, m_ab, sat, rga, MAP_A, SCALE == 1, OPS)
         # inter-chunk part: a_t^T S (+ alpha_t u)
         if STATE_F32:
@@ -300,18 +307,19 @@ def _la_chunk_kernel(
             if DEN:
                 z += tl.sum(b.to(tl.float32), axis=0)
         if DEN:
-            g = tl.maximum(den, EPS)
-            acc = acc * tl.where(g > 0, tl.math.div_rn(1.0, tl.where(g > 0, g, 1.0)), 0.0)[:, None]
+            acc = acc * _guarded_rcp(den, EPS)[:, None]
             tl.store(den_out_ptr + ra_base + rows, den, mask=ma & ((ar * 0 + pid_c) == 0))
         m_out = ma[:, None] & m_c[None, :]
         if DMAP != 0:
             x = tl.load(x_base + rows.to(tl.int64)[:, None] * sxt + offs_c[None, :], mask=m_out,
                         other=0.0)
             xf = x.to(tl.float32)
+            # phi'(NaN) is NaN: the gradient of a NaN input stays NaN, as in torch autograd
             if DMAP == 1:
-                acc = acc * tl.where(xf > 0, 1.0, tl.exp(tl.minimum(xf, 0.0)))
+                acc = acc * tl.where(xf > 0, 1.0,
+                                     tl.exp(tl.minimum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL)))
             else:
-                acc = tl.where(xf > 0, acc, 0.0)
+                acc = tl.where(xf <= 0, 0.0, acc)
         if OPS == 2:
             acc = _bf16_rtne(acc)  # so that the store's (truncating, in the interpreter) cast is exact
         tl.store(o_base + rows.to(tl.int64)[:, None] * sot + offs_c[None, :],

@@ -108,10 +108,14 @@ def apply_feature_map(x, code):
 
 
 def guarded_divide(num, den, eps):
-    """num / max(den, eps)[..., None], and 0 where the guarded denominator is 0 (eps = 0)."""
+    """num / max(den, eps)[..., None], and 0 where the guarded denominator is 0 (eps = 0).
+
+    A NaN denominator gives NaN rows, as in the float64 reference (``clamp_min`` keeps NaN and
+    ``!=`` is true for it; a ``> 0`` test would turn those rows into zeros)."""
     g = torch.clamp_min(den, eps)
-    pos = g > 0
-    return torch.where(pos[..., None], num / torch.where(pos, g, torch.ones_like(g))[..., None],
+    nonzero = g != 0
+    return torch.where(nonzero[..., None],
+                       num / torch.where(nonzero, g, torch.ones_like(g))[..., None],
                        torch.zeros_like(num))
 
 
@@ -152,6 +156,11 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normal
     state : (S_final (B, H, M, Dv), z_final (B, H, M)), float32 (float64 for float64 input);
         only with ``return_state``.
 
+    Notes
+    -----
+    NaN in q or k propagates as in the float64 reference: row t for q_t, every row that sees
+    key s (and the final state) for k_s.
+
     Examples
     --------
     >>> import torch
@@ -187,7 +196,9 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normal
         Qc = pad(Q).reshape(B, H, NC, C, M)
         Kc = pad(K).reshape(B, H, NC, C, M)
         Vc = pad(V).reshape(B, H, NC, C, Dv)
-        A = (Qc @ Kc.transpose(-1, -2)) * torch.ones(C, C, dtype=cdt, device=q.device).tril()
+        # where, not a product with the 0/1 mask: NaN scores of later keys (0 * NaN) must not leak
+        tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+        A = torch.where(tril, Qc @ Kc.transpose(-1, -2), 0.0)
         Sc = Kc.transpose(-1, -2) @ Vc                          # (B, H, NC, M, Dv)
         zc = Kc.sum(dim=-2)                                     # (B, H, NC, M)
         S_prev = torch.cat([S0[:, :, None], Sc[:, :, :-1]], dim=2).cumsum(dim=2)

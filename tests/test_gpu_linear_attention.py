@@ -425,6 +425,50 @@ def test_zero_denominators_and_eps_zero(device, rng):
                 assert torch.isfinite(leaf.grad).all()
 
 
+@pytest.mark.parametrize("where", ["q", "k"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("feature_map", ["elu+1", "relu"])
+def test_nan_input_propagates_as_in_float64(feature_map, causal, where, device, rng):
+    """One NaN in q or k gives NaN exactly where the float64 reference does (row t for q_t;
+    every row that sees key s, and the final state, for k_s), on the Triton and the PyTorch
+    paths, and the other entries keep their values. (The maps' default min / max and a
+    ``den > 0`` guard used to turn the NaN into finite values or zeros.) Three chunks of 16: the
+    NaN at position 21 must reach later chunks through the state, and only them.
+
+    Gradients: every row of dq, dk, dv that the NaN reaches holds NaN, and entries that are
+    finite both here and in the float64 autograd of the PyTorch path agree with it. (Where the
+    NaN does not reach, either may still show NaN from 0 * NaN in a masked product.)"""
+    B, H, T, D, t0 = 1, 2, 40, 16, 21
+    q, k, v = make_inputs(rng, B, H, T, T, D, D, torch.float32, device, feature_map)
+    (q if where == "q" else k)[0, 1, t0, 3] = float("nan")
+    ref, Sf_ref, zf_ref = reference(q, k, v, feature_map, causal=causal)
+    dout = torch.from_numpy(rng.standard_normal((B, H, T, D))).float().to(device)
+    grads_ref = naive64_grads(q, k, v, dout, feature_map, causal=causal)
+    vis = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    queries = np.arange(T) == t0 if where == "q" else vis[:, t0]  # the query rows made NaN
+    reached = {"dq": queries, "dk": vis[queries].any(0), "dv": vis[queries].any(0)}
+    assert np.isnan(ref[0, 1]).any(1).tolist() == queries.tolist()
+    for impl in (linear_attention, linear_attention_naive):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, (Sf, zf) = impl(*leaves, feature_map=feature_map, causal=causal, return_state=True,
+                             chunk_size=16)
+        out.backward(dout)
+        for what, got, want in (("out", out, ref), ("S_final", Sf, Sf_ref), ("z_final", zf, zf_ref)):
+            got, msg = to_numpy64(got), f"{impl.__name__}, {what}"
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{msg}: NaN")
+            # float32 against float64, as check_close: rtol 2e-5, atol 2e-5 max|ref|
+            scale = max(1.0, np.nanmax(np.abs(want), initial=0.0))
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * scale, err_msg=msg)
+        for what, leaf, want in zip(("dq", "dk", "dv"), leaves, grads_ref):
+            got, msg = to_numpy64(leaf.grad), f"{impl.__name__}, {what}"
+            rows_nan = np.isnan(got[0, 1]).any(1)
+            assert rows_nan[reached[what]].all(), f"{msg}: rows the NaN reaches must hold NaN"
+            both = np.isfinite(got) & np.isfinite(want)
+            scale = max(1.0, np.abs(want[both]).max())
+            np.testing.assert_allclose(got[both], want[both], rtol=2e-5, atol=2e-5 * scale,
+                                       err_msg=msg)
+
+
 def test_strided_inputs_used_in_place(device, rng):
     """(B, T, H, D) tensors passed as .transpose(1, 2) (unit last stride, no copy)."""
     q, k, v = make_inputs(rng, 2, 3, 50, 50, 16, 16, torch.float32, device)
