@@ -13,9 +13,13 @@ r"""Attention as a kernel smoother: softmax, linear (feature-map) and exact kern
 
 Shapes follow one legend: q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv), the layout of
 ``torch.nn.functional.scaled_dot_product_attention``. Everything is differentiable with torch
-autograd. CUDA tensors run the Triton kernels; CPU tensors run the same Triton code under the
-interpreter when ``TRITON_INTERPRET=1`` was set before import, else the plain-PyTorch reference
-path (``kernelkit_gpu.*_naive``). Float64 references live in :mod:`kernelkit_math.attention`.
+autograd.
+
+Which path runs: float16, bfloat16 and float32 tensors run the Triton kernels on CUDA, and on the
+CPU when ``TRITON_INTERPRET=1`` was set before import (the interpreter), else the plain-PyTorch
+path (``kernelkit_gpu.*_naive``). float64 tensors always run the plain-PyTorch path, in float64,
+on their device (CPU or CUDA): the Triton kernels take 16- and 32-bit floats only. Float64
+references live in :mod:`kernelkit_math.attention`.
 """
 
 from __future__ import annotations
@@ -28,16 +32,18 @@ FUSED_FEATURE_MAPS = ("identity", "elu+1", "relu")
 
 
 def _use_triton(t):
-    """Triton for CUDA tensors, and for CPU tensors when the interpreter is on."""
+    """Triton for the dtypes its kernels take (float16, bfloat16, float32) on CUDA tensors, and
+    on CPU tensors when the interpreter is on; the plain-PyTorch path otherwise (float64 on any
+    device; other dtypes get their TypeError from the PyTorch path's checks)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor of shape (B, H, T, D); got {type(t).__name__}")
-    if t.is_cuda:
-        return True
-    from kernelkit_gpu import _launch  # the interpreter flag as kernelkit_gpu read it at import
+    from kernelkit_gpu import _checks, _launch  # the interpreter flag as read at import
 
-    return _launch.INTERPRET
+    if t.dtype not in _checks.ATTN_DTYPES:
+        return False
+    return t.is_cuda or _launch.INTERPRET
 
 
 def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False):
@@ -52,7 +58,10 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     q : torch.Tensor of shape (B, H, T, D)
     k : torch.Tensor of shape (B, H_kv, S, D)
     v : torch.Tensor of shape (B, H_kv, S, Dv)
-        float16, bfloat16 or float32, on one device. H_kv == H, or divides H with ``enable_gqa``.
+        One dtype, one device; H_kv == H, or divides H with ``enable_gqa``. float16, bfloat16
+        and float32 run the FlashAttention-style Triton kernels (CUDA, or the CPU under
+        ``TRITON_INTERPRET=1``; else the plain-PyTorch path); float64 runs the plain-PyTorch path
+        in float64 on any device (it materialises the (T, S) scores).
     is_causal : bool
         Query i sees keys j <= i (top-left aligned, as SDPA).
     scale : float or None
@@ -65,7 +74,8 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     Returns
     -------
     out : torch.Tensor of shape (B, H, T, Dv), the dtype of q
-    lse : torch.Tensor of shape (B, H, T), only with ``return_lse``
+    lse : torch.Tensor of shape (B, H, T), only with ``return_lse``; float32 (float64 for
+        float64 input)
 
     Raises
     ------
@@ -126,6 +136,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
     ----------
     q, k : torch.Tensor of shape (B, H, T, D) and (B, H, S, D)
     v : torch.Tensor of shape (B, H, S, Dv)
+        One dtype, one device. float16, bfloat16 and float32 run the chunked Triton kernels
+        (CUDA, or the CPU under ``TRITON_INTERPRET=1``; else the plain-PyTorch path) when the
+        map has at most 256 features and Dv <= 256, the chunked PyTorch path otherwise; float64
+        always runs the PyTorch path, in float64, on any device.
     feature_map : str or kernelkit_math.random_features.FeatureMap
         ``"identity"``, ``"elu+1"``, ``"relu"`` (fused into the kernels), a random map with its
         size (``"favor+:256"``, ``"favor+orth:256"``, ``"hyp-favor+:128"``, ``"rff:512"``),
@@ -138,9 +152,11 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
     eps : float
         Denominator guard: max(den, eps).
     initial_state : tuple (S0, z0) or None
-        S0 (B, H, M, Dv) and z0 (B, H, M), float32: continue from an earlier call.
+        S0 (B, H, M, Dv) and z0 (B, H, M), float32 (float64 with float64 input): continue from
+        an earlier call.
     return_state : bool
-        Also return the final (S, z) so decoding can continue.
+        Also return the final (S, z), float32 (float64 with float64 input), so decoding can
+        continue.
     seed : int
         Seed of a random feature map given by name.
 
@@ -153,6 +169,11 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
     ------
     ValueError, TypeError
         For an unknown feature map, mismatched shapes, dtypes or devices.
+
+    Notes
+    -----
+    NaN is never hidden: a NaN in q_t makes output row t NaN, one in k_s every row that sees key
+    s and the final state, on every path, as in :func:`kernelkit_math.attention.linear_attention`.
 
     Examples
     --------
@@ -186,7 +207,9 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
     Parameters
     ----------
     q, k, v : torch.Tensor
-        Shapes as :func:`softmax_attention`.
+        Shapes as :func:`softmax_attention`. float16, bfloat16 and float32 run the Triton kernel
+        (CUDA, or the CPU under ``TRITON_INTERPRET=1``; else the plain-PyTorch path); float64
+        runs the plain-PyTorch path in float64 on any device.
     kernel : kernelkit kernel object
         ``kernelkit.RBF(length_scale=4.0)``, ``kernelkit.Polynomial(degree=2)``...; its parameters
         are converted to the registry's (for RBF, gamma = 1 / (2 length_scale²)).

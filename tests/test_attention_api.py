@@ -1,9 +1,13 @@
 """kernelkit.attention, the public API, against the float64 references in kernelkit_math.
 
 Each test runs twice on the CPU: through the Triton kernels (interpreter, as CI sets
-TRITON_INTERPRET=1) and through the plain-PyTorch path (interpreter switched off at call time);
-on ``--device cuda`` the Triton path is the compiled kernels.
+TRITON_INTERPRET=1) and through the plain-PyTorch path (the interpreter flag that dispatch reads,
+``kernelkit_gpu._launch.INTERPRET``, switched off for the test); on ``--device cuda`` the Triton
+path is the compiled kernels. Spies on the Triton entry points and on the plain-PyTorch functions
+prove which path ran.
 """
+
+import importlib
 
 import numpy as np
 import pytest
@@ -14,18 +18,57 @@ from kernelkit import attention as ka
 from kernelkit_math import attention as ref
 from kernelkit_math.random_features import make_feature_map
 from tests.conftest import TOL
+from tests.gpu_cases import spy_calls
+
+#: (module, function) of each path's entry points, as ``kernelkit.attention`` imports them.
+ENTRY_POINTS = {
+    "triton": [("kernelkit_gpu.softmax_attention", "softmax_attention"),
+               ("kernelkit_gpu.linear_attention", "linear_attention"),
+               ("kernelkit_gpu.kernel_attention", "kernel_attention")],
+    "torch": [("kernelkit_gpu.attention_naive", "softmax_attention_naive"),
+              ("kernelkit_gpu.attention_naive", "kernel_attention_naive"),
+              ("kernelkit_gpu.linear_attention_naive", "linear_attention_naive")],
+}
+
+
+class Ran:
+    """The entry points called during a test, as (path, function name) pairs, and the path the
+    test expects (``expected``, which a test may change where dispatch must fall back)."""
+
+    def __init__(self, expected, calls):
+        self.expected, self.calls = expected, calls
+
+    def paths(self):
+        return {p for p, _ in self.calls}
+
+
+def spy_entry_points(monkeypatch):
+    """Spy on every entry point of both paths; returns the list the calls are appended to."""
+    return spy_calls(monkeypatch, [(importlib.import_module(mod), name, (path, name))
+                                   for path, targets in ENTRY_POINTS.items()
+                                   for mod, name in targets])
 
 
 @pytest.fixture(params=["triton", "torch"])
 def path(request, device, monkeypatch):
-    """Which implementation runs: the Triton kernels or (CPU only) the plain-PyTorch path."""
+    """Which implementation runs: the Triton kernels or (CPU only) the plain-PyTorch path.
+
+    Dispatch reads ``kernelkit_gpu._launch.INTERPRET`` (what Triton saw at import), so the torch
+    case switches that flag off; the environment variable is read by nobody at call time. After
+    the test, the spies must show that every call went to the expected path.
+    """
+    from kernelkit_gpu import _launch
+
     if request.param == "torch":
         if device == "cuda":
-            pytest.skip("the plain-PyTorch path is the CPU fallback; CUDA always runs Triton")
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    elif device == "cpu" and __import__("os").environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the plain-PyTorch path is the CPU fallback; CUDA runs Triton")
+        monkeypatch.setattr(_launch, "INTERPRET", False)
+    elif device == "cpu" and not _launch.INTERPRET:
         pytest.fail("CPU Triton tests need TRITON_INTERPRET=1 exported before Python starts")
-    return request.param
+    ran = Ran(request.param, spy_entry_points(monkeypatch))
+    yield ran
+    assert ran.calls and ran.paths() == {ran.expected}, (
+        f"expected only the {ran.expected} path to run; entry points called: {ran.calls}")
 
 
 def qkv(rng, device, T=9, S=9, D=16, H=2, Hkv=2, dtype=torch.float32):
@@ -51,12 +94,31 @@ def test_softmax_attention_matches_reference(rng, device, path, causal):
 def test_linear_attention_matches_reference(rng, device, path, feature_map, causal):
     q, k, v = qkv(rng, device, T=11, S=11)
     fmap = make_feature_map("hyp-favor+:8", 16, seed=5) if feature_map == "object" else feature_map
+    if feature_map == "taylor2":  # 1 + 16 + 16² = 273 features > 256: the chunked PyTorch path
+        path.expected = "torch"
     out, (S, z) = ka.linear_attention(q, k, v, fmap, causal=causal, return_state=True, seed=2)
     want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=fmap, causal=causal,
                                                return_state=True, seed=2)
     np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(S.double().cpu().numpy(), S_ref, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(z.double().cpu().numpy(), z_ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("where", ["q", "k"])
+@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "favor+:16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_linear_attention_nan_where_float64_has_nan(rng, device, path, feature_map, causal, where):
+    """A NaN in q or k is not hidden: the output and the final state are NaN exactly where the
+    float64 reference's are, and agree with it elsewhere (equal_nan compares the NaN pattern)."""
+    q, k, v = qkv(rng, device, T=11, S=11)
+    (q if where == "q" else k)[0, 1, 5, 3] = float("nan")
+    out, (S, z) = ka.linear_attention(q, k, v, feature_map, causal=causal, return_state=True, seed=2)
+    want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=feature_map,
+                                               causal=causal, return_state=True, seed=2)
+    assert np.isnan(want).any()
+    for got, expected in ((out, want), (S, S_ref), (z, z_ref)):
+        np.testing.assert_allclose(got.double().cpu().numpy(), expected, rtol=1e-4, atol=1e-5,
+                                   equal_nan=True)
 
 
 def test_linear_attention_state_continues_decoding(rng, device, path):
@@ -100,6 +162,26 @@ def test_gradients_flow_through_every_api(rng, device, path):
     loss.backward()
     for t in (q, k, v):
         assert t.grad is not None and bool(torch.isfinite(t.grad).all()) and t.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("op", ["softmax", "elu+1", "favor+:8", "rbf"])
+def test_float64_runs_the_torch_path_in_float64(rng, device, path, op):
+    """The Triton kernels take float16 / bfloat16 / float32; float64 goes to the plain-PyTorch
+    path on either setting (and on CUDA), computed in float64 (it used to raise TypeError on the
+    Triton path)."""
+    path.expected = "torch"
+    q, k, v = qkv(rng, device, T=7, S=10, dtype=torch.float64)
+    if op == "softmax":
+        out = ka.softmax_attention(q, k, v, is_causal=True)
+        want = ref.softmax_attention(*as64(q, k, v), causal=True)
+    elif op == "rbf":
+        out = ka.kernel_attention(q, k, v, kernelkit.RBF(length_scale=3.0))
+        want = ref.kernel_smoother(*as64(q, k, v), kernel="rbf", eps=1e-6, gamma=1 / 18)
+    else:
+        out = ka.linear_attention(q, k, v, op, causal=True, seed=2)
+        want = ref.linear_attention(*as64(q, k, v), feature_map=op, causal=True, seed=2)
+    assert out.dtype == torch.float64 and out.device == q.device
+    np.testing.assert_allclose(out.cpu().numpy(), want, **TOL["float64"])
 
 
 def test_bad_arguments_are_clear(rng, device):
