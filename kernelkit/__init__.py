@@ -28,6 +28,7 @@ from kernelkit.pairwise import (
     rbf_kernel,
     sigmoid_kernel,
 )
+from kernelkit.solvers import KernelRidge
 
 __version__ = "0.1.0"
 
@@ -35,6 +36,6 @@ __all__ = [
     "Linear", "Polynomial", "RBF", "Laplacian", "Matern", "RationalQuadratic", "Cosine",
     "Sigmoid", "Exponential",
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
-    "cosine_similarity", "pairwise_kernels",
+    "cosine_similarity", "pairwise_kernels", "KernelRidge",
     "__version__",
 ]

@@ -1,0 +1,97 @@
+"""Memory planning for the solvers: estimate before allocating, refuse clearly, size the blocks.
+
+A fit keeps a few arrays for its whole duration (the data in operand form, the CG vectors, the
+M x M landmark matrices) and streams kernel values in row blocks. :func:`plan_blocks` adds up
+the former, compares the total with the memory available (free GPU memory on CUDA, available
+RAM on the CPU), raises a ``ValueError`` that lists the parts when it does not fit, and returns
+the bytes one kernel block may use.
+"""
+
+from __future__ import annotations
+
+import os
+
+from kernelkit.solvers import _kernel_op
+
+__all__ = ["available_bytes", "plan_blocks", "GPU_BLOCK_SHARE", "GPU_BLOCK_BYTES_MAX"]
+
+GIB = 2**30
+#: Share of the GPU memory left after the persistent arrays that one kernel block may take.
+GPU_BLOCK_SHARE = 0.5
+#: Largest kernel block on the GPU (larger blocks are no faster).
+GPU_BLOCK_BYTES_MAX = 4 * GIB
+#: Largest share of the available memory the persistent arrays and one block may take.
+USABLE_SHARE = 0.9
+#: Float64 vectors of the CG length the solvers keep at once (solution, residual, preconditioned
+#: residual, direction, product, right-hand side and the preconditioner's temporaries).
+CG_VECTORS = 10
+
+
+def available_bytes(where):
+    """Free memory on ``where`` ("cpu" or "cuda") in bytes, or None when it cannot be read."""
+    if where == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not Linux: no figure to check against
+        return None
+
+
+def _round16(d):
+    return -(-d // 16) * 16
+
+
+def persistent_bytes(*, n, d, k, m, solver, triton):
+    """Named byte counts of what a fit keeps for its whole duration.
+
+    ``solver`` is "cg" (m = 0 without a preconditioner) or "nystrom".
+    """
+    parts = {}
+    if triton:
+        parts["data (float32)"] = 4 * n * d
+        if solver == "cg":
+            # kernel_matvec's prepared operands: centred, padded, split copies of X twice
+            parts["matrix-free product workspace"] = 16 * n * _round16(d)
+    else:
+        parts["data (float64)"] = 8 * n * d
+    length = n if solver == "cg" else m
+    parts[f"CG vectors ({CG_VECTORS} x {length} x {k} float64)"] = CG_VECTORS * 8 * length * k
+    if solver == "nystrom":
+        parts["targets and K_Mn y (float64)"] = 8 * (n + m) * k
+    if m:
+        parts[f"landmark matrices (4 x {m} x {m} float64)"] = 4 * 8 * m * m
+    return parts
+
+
+def _gib(b):
+    return f"{b / GIB:.3g} GiB"
+
+
+def plan_blocks(op, *, n, d, k, m, solver):
+    """Check that a fit with operator ``op`` fits in memory; return the bytes of one row block.
+
+    Raises
+    ------
+    ValueError
+        When the persistent arrays plus one block row need more than 90% of the available
+        memory; the message lists each part and what to reduce.
+    """
+    where = op.device.type
+    parts = persistent_bytes(n=n, d=d, k=k, m=m, solver=solver, triton=op.triton)
+    min_block = op.bytes_per_value * (m if m else n)
+    need = sum(parts.values()) + min_block
+    avail = available_bytes(where)
+    if avail is not None and need > USABLE_SHARE * avail:
+        listing = "; ".join(f"{name}: {_gib(b)}" for name, b in parts.items())
+        raise ValueError(
+            f"KernelRidge: this fit needs about {_gib(need)} of {where} memory ({listing}; one "
+            f"kernel block row: {_gib(min_block)}) but {_gib(avail)} is available (at most "
+            f"{USABLE_SHARE:.0%} is used). Reduce n_components (M x M matrices), use "
+            f"solver='nystrom' (CG vectors of length M instead of n), or fit on fewer samples."
+        )
+    if where == "cuda":
+        spare = (avail - sum(parts.values())) if avail is not None else GPU_BLOCK_BYTES_MAX
+        return int(max(min_block, min(GPU_BLOCK_BYTES_MAX, GPU_BLOCK_SHARE * spare)))
+    return max(min_block, _kernel_op.CPU_BLOCK_BYTES)
