@@ -5,18 +5,39 @@
 - :func:`save_npy_atomic` and :func:`open_npy_memmap_atomic` write a ``.npy`` file into a
   temporary file in the same directory and ``os.replace`` it onto the final name only when the
   write succeeded, so no partial or corrupt file is ever left under the final name.
+
+Rules of every atomic write (:func:`atomic_path`):
+
+- a symbolic link is followed: the file it points to is replaced and the link stays a link;
+- a replaced file keeps its permission bits;
+- :func:`check_npy_path` refuses an output that is one of the inputs (same path after symbolic
+  links, or the same file through a hard link);
+- the temporary file is removed on any error, on Ctrl-C (``KeyboardInterrupt``) and on SIGTERM
+  (see :func:`atomic_path`);
+- :func:`open_npy_memmap_atomic` checks the free disk space first and allocates the file's
+  blocks before writing, so a full disk is a clear ``OSError`` (ENOSPC), never a SIGBUS.
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import os
 import secrets
+import shutil
+import signal
+import stat
+import threading
 
 import numpy as np
 
-__all__ = ["load_matrix", "save_npy_atomic", "open_npy_memmap_atomic", "check_npy_path"]
+__all__ = ["load_matrix", "save_npy_atomic", "open_npy_memmap_atomic", "check_npy_path",
+           "atomic_path", "free_bytes"]
+
+#: Free disk space :func:`open_npy_memmap_atomic` keeps beyond the file itself: 1 % of the file,
+#: at least this many bytes (file-system metadata, other writers).
+FREE_SPACE_MARGIN = 2**20
 
 def _check_path_type(path, name):
     if not isinstance(path, (str, os.PathLike)):
@@ -161,15 +182,37 @@ def _load_csv(path, where):
 
 
 # ----------------------------------------------------------------------------- atomic writes
-def check_npy_path(path, name="out"):
+def _same_file(a, b):
+    """True when paths ``a`` and ``b`` name one file: equal after resolving symbolic links, or
+    the same inode (a hard link)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return False
+
+
+def check_npy_path(path, name="out", inputs=()):
     """Validate an output path for a ``.npy`` file and return it as a ``str``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The output path. A symbolic link is allowed: the file it points to will be replaced.
+    name : str, default="out"
+        The argument name used in error messages.
+    inputs : sequence of (str, path), default=()
+        ``(label, path)`` of the files the result is computed from. ``path`` must name none of
+        them, neither directly, through a symbolic link nor through a hard link: writing the
+        result there would destroy the input.
 
     Raises
     ------
     TypeError
         If ``path`` is not a ``str`` or ``os.PathLike``.
     ValueError
-        If it does not end in ``.npy`` or names an existing directory.
+        If it does not end in ``.npy``, names an existing directory or is one of the inputs.
     FileNotFoundError
         If its directory does not exist.
     """
@@ -178,7 +221,13 @@ def check_npy_path(path, name="out"):
         raise ValueError(f"{name} {path!r} is a directory; give a file name ending in .npy")
     if not path.lower().endswith(".npy"):
         raise ValueError(f"{name} must be a path ending in .npy; got {path!r}")
-    parent = os.path.dirname(os.path.abspath(path))
+    for label, source in inputs:
+        if _same_file(path, os.fspath(source)):
+            raise ValueError(
+                f"{name} {path!r} is the input {label} ({os.fspath(source)!r}); writing the "
+                "result there would destroy the input: choose another output file"
+            )
+    parent = os.path.dirname(os.path.realpath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"{name}: directory {parent!r} does not exist (for {path!r})")
     return path
@@ -208,16 +257,53 @@ def _remove_quietly(path):
 
 
 @contextlib.contextmanager
+def _sigterm_raises_system_exit():
+    """While active, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM, the status a shell
+    reports for it) so ``except``/``finally`` clean-ups run; the default action is restored
+    afterwards.
+
+    Only where SIGTERM has its default action (which would kill the process without any
+    clean-up) and only in the main thread (the only one that may set handlers): a handler the
+    program installed itself, or SIG_IGN, is left alone.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGTERM) is handler:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
 def atomic_path(path):
     """Context manager: yields a temporary file name beside ``path`` to write; on success the
-    file is ``os.replace``-d onto ``path``, on any error it is removed and ``path`` is untouched."""
-    tmp = _temp_name(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+    file is ``os.replace``-d onto ``path``, on any error it is removed and ``path`` is untouched.
+
+    A symbolic link ``path`` is followed: the file it points to is replaced (beside which the
+    temporary file is made) and the link itself is kept. A replaced file keeps its permission
+    bits. The temporary file is also removed on ``KeyboardInterrupt`` and, in the main thread
+    of a program that has not set its own SIGTERM handler, on SIGTERM, which then ends the
+    program with exit status 143 (``SystemExit``).
+    """
+    target = os.path.realpath(path)
+    with _sigterm_raises_system_exit():
+        tmp = _temp_name(target)
+        try:
+            yield tmp
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+            os.replace(tmp, target)
+        except BaseException:
+            _remove_quietly(tmp)
+            raise
 
 
 def write_text_atomic(path, text):
@@ -235,7 +321,8 @@ def save_npy_atomic(path, array):
 
     The data are written to a temporary file in the same directory, flushed to disk and
     ``os.replace``-d onto ``path``; on any error the temporary file is removed and ``path`` is
-    left as it was (absent, or the previous complete file).
+    left as it was (absent, or the previous complete file). The rules of :func:`atomic_path`
+    apply (symbolic links followed, permissions kept).
 
     Parameters
     ----------
@@ -259,6 +346,48 @@ def save_npy_atomic(path, array):
     return path
 
 
+def free_bytes(directory):
+    """Free disk space in ``directory`` for an unprivileged user, in bytes."""
+    return shutil.disk_usage(directory).free
+
+
+def _no_space(path, nbytes, needed, available, directory):
+    return OSError(
+        errno.ENOSPC,
+        f"not enough free disk space for {path!r}: the file needs {nbytes} bytes "
+        f"({nbytes / 2**30:.2f} GiB; {needed} bytes with the margin kept free), but {available} "
+        f"bytes ({available / 2**30:.2f} GiB) are available in {directory!r}; free some space "
+        "or write to another disk",
+    )
+
+
+def _check_free_space(path, nbytes):
+    """Raise ``OSError(ENOSPC)`` unless the directory of ``path`` has room for ``nbytes``."""
+    directory = os.path.dirname(os.path.realpath(path))
+    needed = nbytes + max(nbytes // 100, FREE_SPACE_MARGIN)
+    available = free_bytes(directory)
+    if available < needed:
+        raise _no_space(path, nbytes, needed, available, directory)
+
+
+def _allocate(tmp, path):
+    """Allocate every block of the file ``tmp`` now, so writing through a memory map later
+    cannot hit a full disk (which would be a SIGBUS). A file system without ``fallocate``
+    keeps the file sparse: the free-space check is then the only guard."""
+    if not hasattr(os, "posix_fallocate"):
+        return
+    with open(tmp, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        try:
+            os.posix_fallocate(f.fileno(), 0, size)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                directory = os.path.dirname(tmp)
+                raise _no_space(path, size, size, free_bytes(directory), directory) from None
+            if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+
+
 @contextlib.contextmanager
 def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     """Context manager: a writable ``.npy`` memmap that appears at ``path`` only on success.
@@ -266,7 +395,13 @@ def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     Yields a :func:`numpy.lib.format.open_memmap` array backed by a temporary file in the same
     directory as ``path``. When the ``with`` block ends normally the map is flushed and the file
     is ``os.replace``-d onto ``path``; when it raises, the temporary file is removed and
-    ``path`` is untouched. No partial file is ever visible under ``path``.
+    ``path`` is untouched. No partial file is ever visible under ``path``. The rules of
+    :func:`atomic_path` apply (symbolic links followed, permissions kept, clean-up on SIGTERM).
+
+    Before anything is written the free space of the directory is checked (the array's bytes
+    plus 1 %, at least :data:`FREE_SPACE_MARGIN`) and the file's blocks are allocated
+    (``posix_fallocate``), so a full disk raises ``OSError`` (errno ENOSPC) up front instead of
+    killing the process with SIGBUS half-way.
 
     Parameters
     ----------
@@ -281,6 +416,12 @@ def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     numpy.memmap
         Uninitialised: the caller writes every element.
 
+    Raises
+    ------
+    OSError
+        errno ENOSPC when the disk has too little free space; the message names ``path``, the
+        bytes needed and the bytes available.
+
     Examples
     --------
     >>> import numpy as np, tempfile, os
@@ -291,12 +432,10 @@ def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     4.0
     """
     path = check_npy_path(path, "path")
-    tmp = _temp_name(path)
-    try:
-        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=tuple(shape))
+    shape = tuple(int(n) for n in shape)
+    _check_free_space(path, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
+    with atomic_path(path) as tmp:
+        mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        _allocate(tmp, path)
         yield mm
         mm.flush()
-        os.replace(tmp, path)
-    except BaseException:
-        _remove_quietly(tmp)
-        raise

@@ -82,7 +82,10 @@ input files:
   .csv  comma-separated numbers, one sample per line; an optional header line is skipped
 
 The output is a .npy file (float32 when every input is float32, else float64), written to a
-temporary file beside it and renamed when complete: an error never leaves a partial file.
+temporary file beside it and renamed when complete: an error, Ctrl-C or SIGTERM never leaves a
+partial or temporary file. The free disk space is checked before any work. --out may not be an
+input file (also through a symbolic or hard link); a symbolic link is followed (the file it
+points to is replaced, the link kept) and a replaced file keeps its permissions.
 
 examples:
   kernelkit gram X.npy --kernel rbf --param gamma=0.5 --out K.npy
@@ -292,7 +295,8 @@ def cmd_gram(args):
 
     params = _params(args.param)
     try:
-        check_npy_path(args.out, "--out")  # fail before reading large inputs
+        inputs = [("X", args.X)] + ([] if args.Y is None else [("--y", args.Y)])
+        check_npy_path(args.out, "--out", inputs=inputs)  # fail before reading large inputs
         X = load_matrix(args.X, "X")
         Y = None if args.Y is None else load_matrix(args.Y, "Y")
         t0 = time.perf_counter()

@@ -259,6 +259,10 @@ def _run(args, build):
         raise _cli_error(f"{exc} (or pass --no-plot)") from None
     except (OSError, ValueError, TypeError) as exc:
         raise _cli_error(str(exc) or type(exc).__name__) from None
+    except MemoryError as exc:  # an allocation the up-front estimate did not foresee
+        raise _cli_error(
+            f"out of memory ({exc or 'MemoryError'}); try shorter sequences or fewer heads"
+        ) from None
     print(report.to_markdown())
     names = ", ".join(p.name for p in written)
     print(f"wrote {names} to {args.out} in {time.perf_counter() - t0:.1f} s")

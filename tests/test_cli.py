@@ -149,6 +149,38 @@ def test_gram_file_errors_exit_2(tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("how", ["same path", "relative path", "symbolic link", "hard link"])
+def test_gram_refuses_to_overwrite_an_input(tmp_path, capsys, monkeypatch, how):
+    X = np.arange(12.0).reshape(6, 2)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "Y.npy", X[:3])
+    before = {name: (tmp_path / name).read_bytes() for name in ("X.npy", "Y.npy")}
+    out = {"same path": tmp_path / "X.npy", "relative path": "./sub/../X.npy",
+           "symbolic link": tmp_path / "link.npy", "hard link": tmp_path / "hard.npy"}[how]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.npy").symlink_to(tmp_path / "X.npy")
+    os.link(tmp_path / "X.npy", tmp_path / "hard.npy")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(["gram", tmp_path / "X.npy", "--out", out], capsys)
+    assert_clean_error(code, err, "--out", "is the input X", "choose another output file")
+    code, _, err = run_main(["gram", "Y.npy", "--y", tmp_path / "X.npy", "--out", out], capsys)
+    assert_clean_error(code, err, "is the input --y")
+    for name, data in before.items():
+        assert (tmp_path / name).read_bytes() == data, f"{name} must be untouched"
+    assert sorted(os.listdir(tmp_path)) == ["X.npy", "Y.npy", "hard.npy", "link.npy", "sub"]
+
+
+def test_gram_too_little_disk_space_exit_2(files, capsys, monkeypatch):
+    from kernelkit import _io
+
+    d, _, _ = files
+    monkeypatch.setattr(_io, "free_bytes", lambda directory: 1000)
+    code, _, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy"], capsys)
+    assert_clean_error(code, err, "[Errno 28]", "not enough free disk space", "K.npy",
+                       "1000 bytes")
+    assert sorted(os.listdir(d)) == ["X.npy", "Y.csv"], "no output or temporary file may remain"
+
+
 def test_usage_errors_exit_2(capsys, tmp_path):
     code, _, err = run_main(["gram", tmp_path / "X.npy"], capsys)  # --out missing
     assert code == 2 and "--out" in err and "Traceback" not in err
@@ -358,7 +390,8 @@ def test_readme_test_command_is_what_ci_runs():
     assert command in _readme_blocks("bash")[1]
     ci = (ROOT / ".ci" / "run").read_text()
     assert f"\n{command}\n" in ci
-    assert "pip install torch==2.13.0\n" in ci and "set -euo pipefail" in ci
+    assert "pip install -c .ci/constraints.txt torch==2.13.0\n" in ci
+    assert "set -euo pipefail" in ci
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
 
 

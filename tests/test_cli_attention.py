@@ -1,10 +1,13 @@
 """``kernelkit attention compare`` and ``kernelkit attention sweep``, end to end."""
 
+import importlib
+import io
 import json
 import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import matplotlib.image
@@ -108,6 +111,62 @@ def test_compare_errors(tmp_path, capsys, extra, fragments):
     argv += [a.format(d=tmp_path) for a in extra]
     code, _, err = run_main(argv, capsys)
     assert_clean_error(code, err, *[f.format(d=tmp_path) for f in fragments])
+
+
+def _npz_with_header(path, shape):
+    """An .npz whose q, k, v .npy headers declare ``shape`` but hold 64 bytes of data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in "qkv":
+            archive.writestr(f"{name}.npy", header.getvalue() + bytes(64))
+    return path
+
+
+def _truncated_npz(path):
+    np.savez(path, q=np.ones((8, 4)), k=np.ones((8, 4)), v=np.ones((8, 4)))
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    return path
+
+
+def _long_qkv(path):
+    x = np.ones((30000, 1))
+    np.savez(path, q=x, k=x, v=x)
+    return path
+
+
+@pytest.mark.parametrize("make, fragments", [
+    (_truncated_npz, ["qkv.npz", "is not a valid .npz archive"]),
+    (lambda p: _npz_with_header(p, (10**6, 10**6)),
+     ["qkv.npz", "'q' declares shape (1000000, 1000000)", "8000000000000 bytes",
+      "holds only 64 bytes"]),
+    (_long_qkv, ["1 x 1 x 30000 x 30000", "GiB", "8.0 GiB of memory is available",
+                 "kernelkit attention sweep"]),
+], ids=["truncated", "huge-header", "T=S=30000"])
+def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, make, fragments):
+    compare_module = importlib.import_module("kernelkit.compare.compare")
+    monkeypatch.setattr(compare_module, "available_memory", lambda: 8 * 2**30)
+    path = make(tmp_path / "qkv.npz")
+    code, _, err = run_main(
+        ["attention", "compare", "--qkv", path, "--method", "softmax", "--no-measure",
+         "--no-plot", "--device", "cpu", "--out", tmp_path / "o"], capsys)
+    assert_clean_error(code, err, *fragments)
+    assert not (tmp_path / "o").exists()
+
+
+def test_compare_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
+    compare_module = importlib.import_module("kernelkit.compare.compare")
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("Unable to allocate 7 GiB")
+
+    monkeypatch.setattr(compare_module.metrics, "entropy", no_memory)
+    code, _, err = run_main(
+        ["attention", "compare", "--length", "8", "--dim", "4", "--heads", "1", "--method",
+         "softmax", "--no-measure", "--no-plot", "--device", "cpu", "--out", tmp_path], capsys)
+    assert_clean_error(code, err, "out of memory", "Unable to allocate 7 GiB")
 
 
 def test_missing_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):

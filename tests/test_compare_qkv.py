@@ -1,6 +1,8 @@
 """Reading q, k, v from files (kernelkit.compare.qkv.load_qkv) and synthetic inputs."""
 
+import io
 import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -134,6 +136,39 @@ def test_corrupt_file(tmp_path, suffix):
     path = tmp_path / f"qkv{suffix}"
     path.write_bytes(b"this is not a tensor file at all" * 4)
     with pytest.raises(ValueError, match=r"qkv file .* (is not a valid|could not be read)"):
+        load_qkv(path)
+
+
+def test_header_declaring_a_huge_shape_is_refused_before_allocating(tmp_path, monkeypatch):
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (2, 10**7, 10**6)})
+    with zipfile.ZipFile(tmp_path / "qkv.npz", "w") as archive:
+        for name in "qkv":
+            archive.writestr(f"{name}.npy", header.getvalue() + bytes(16))
+
+    def never(*args, **kwargs):
+        raise AssertionError("the array must not be read")
+
+    monkeypatch.setattr(np.lib.format, "read_array", never)
+    with pytest.raises(ValueError, match=r"'q' declares shape \(2, 10000000, 1000000\) of "
+                                         r"float32 \(80000000000000 bytes\) but the file holds "
+                                         r"only 16 bytes"):
+        load_qkv(tmp_path / "qkv.npz")
+
+
+@pytest.mark.parametrize("cut", ["half", "member data"])
+def test_truncated_npz(tmp_path, rng, cut):
+    path = save(tmp_path / "qkv.npz", arrays(rng, 4))
+    data = path.read_bytes()
+    if cut == "half":  # the zip directory at the end is gone
+        path.write_bytes(data[: len(data) // 2])
+        match = "is not a valid .npz archive"
+    else:  # directory intact, the bytes of k damaged
+        start = data.index(b"k.npy") + 200
+        path.write_bytes(data[:start] + bytes(64) + data[start + 64:])
+        match = "array 'k' could not be read; the file is truncated or corrupt"
+    with pytest.raises(ValueError, match=match):
         load_qkv(path)
 
 

@@ -1,6 +1,12 @@
 """kernelkit.gram (block-wise Gram matrices) and kernelkit._io (file reading, atomic writes)."""
 
+import contextlib
+import errno
 import os
+import signal
+import subprocess
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -416,3 +422,236 @@ def test_open_npy_memmap_atomic(tmp_path):
             mm[0] = 1
             1 / 0
     assert sorted(os.listdir(tmp_path)) == ["m.npy"]
+
+
+# --------------------------------------------------- data safety of out= (issue 9, items 6-8)
+def test_out_refuses_the_memory_mapped_input(rng, tmp_path):
+    path = tmp_path / "X.npy"
+    np.save(path, data(rng, 12))
+    before = path.read_bytes()
+    (tmp_path / "link.npy").symlink_to(path)
+    os.link(path, tmp_path / "hard.npy")
+    X = np.load(path, mmap_mode="r")
+    for out in (path, str(path), tmp_path / "link.npy", tmp_path / "hard.npy"):
+        with pytest.raises(ValueError, match=r"out .* is the input X .*destroy the input"):
+            gram(X, kernel="rbf", out=out)
+        with pytest.raises(ValueError, match="is the input Y"):
+            gram(data(rng, 3), X[1:5], kernel="rbf", out=out)  # a view of the map counts too
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["X.npy", "hard.npy", "link.npy"]
+
+
+def test_out_keeps_the_permission_bits_of_a_replaced_file(rng, tmp_path):
+    target = tmp_path / "K.npy"
+    np.save(target, np.zeros(3))
+    os.chmod(target, 0o604)
+    gram(data(rng, 5), kernel="rbf", out=target)
+    assert np.load(target).shape == (5, 5)
+    assert os.stat(target).st_mode & 0o7777 == 0o604
+    os.chmod(target, 0o444)  # read-only: still replaced (as by a rename), still read-only
+    gram(data(rng, 4), kernel="rbf", out=target)
+    assert np.load(target).shape == (4, 4) and os.stat(target).st_mode & 0o7777 == 0o444
+
+
+def test_out_symlink_replaces_its_target_and_stays_a_link(rng, tmp_path):
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "K.npy"
+    np.save(target, np.zeros(3))
+    link = tmp_path / "K.npy"
+    link.symlink_to(target)
+    X = data(rng, 6)
+    assert gram(X, kernel="rbf", out=link) == str(link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    np.testing.assert_array_equal(np.load(target), gram(X, kernel="rbf"))
+    assert sorted(os.listdir(tmp_path / "store")) == ["K.npy"], "the temporary file goes there"
+    dangling = tmp_path / "new.npy"  # a link to a file that does not exist yet
+    dangling.symlink_to(tmp_path / "store" / "new.npy")
+    gram(X, kernel="rbf", out=dangling)
+    assert dangling.is_symlink() and np.load(tmp_path / "store" / "new.npy").shape == (6, 6)
+
+
+def test_out_too_little_disk_space_is_a_clear_oserror(rng, tmp_path, monkeypatch):
+    seen = []
+
+    def probe(directory):
+        seen.append(directory)
+        return 10_000
+
+    monkeypatch.setattr(_io, "free_bytes", probe)
+    target = tmp_path / "K.npy"
+    with pytest.raises(OSError) as info:
+        gram(data(rng, 300), kernel="rbf", out=target)
+    assert info.value.errno == errno.ENOSPC
+    message = str(info.value)
+    assert str(target) in message and "720000 bytes" in message  # 300 * 300 * 8 bytes
+    assert "10000 bytes" in message and "available" in message
+    assert seen == [str(tmp_path)]
+    assert os.listdir(tmp_path) == [], "no temporary file may remain"
+
+
+def test_out_blocks_are_allocated_before_writing(rng, tmp_path, monkeypatch):
+    allocated = []
+    real_value = gram_module._block_value
+
+    def value(*args, **kwargs):  # the temporary file as the first block is computed
+        if not allocated:
+            (tmp,) = [p for p in tmp_path.iterdir() if p.suffix == ".tmp"]
+            allocated.append((os.stat(tmp).st_blocks * 512, os.stat(tmp).st_size))
+        return real_value(*args, **kwargs)
+
+    monkeypatch.setattr(gram_module, "_block_value", value)
+    gram(data(rng, 400), kernel="rbf", out=tmp_path / "K.npy")
+    blocks, size = allocated[0]
+    assert size > 400 * 400 * 8 and blocks >= size, "the file must not be sparse"
+
+
+def test_out_allocation_failure_is_a_clear_oserror(rng, tmp_path, monkeypatch):
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_io.os, "posix_fallocate", full)
+    with pytest.raises(OSError, match="not enough free disk space for .*K.npy") as info:
+        gram(data(rng, 20), kernel="rbf", out=tmp_path / "K.npy")
+    assert info.value.errno == errno.ENOSPC
+    assert os.listdir(tmp_path) == []
+
+
+_SIGTERM_CHILD = """
+import sys, time
+import numpy as np
+from kernelkit import gram as gram_module
+real = gram_module._block_value
+def slow(*args, **kwargs):
+    print("writing", flush=True)
+    time.sleep(0.2)
+    return real(*args, **kwargs)
+gram_module._block_value = slow
+gram_module.gram(np.ones((40, 2)) * np.arange(40.0)[:, None], kernel="rbf", out=sys.argv[1],
+                 block_size=4)
+print("finished", flush=True)
+"""
+
+
+def test_sigterm_mid_write_removes_the_temporary_file(tmp_path):
+    target = tmp_path / "K.npy"
+    np.save(target, np.arange(3.0))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    child = subprocess.Popen([sys.executable, "-c", _SIGTERM_CHILD, str(target)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "writing\n"
+        assert len(os.listdir(tmp_path)) == 2, "the temporary file exists during the write"
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 143, err
+    assert "finished" not in out and "Traceback" not in err
+    assert os.listdir(tmp_path) == ["K.npy"], "no temporary file may remain"
+    np.testing.assert_array_equal(np.load(target), np.arange(3.0))
+
+
+def test_sigterm_handlers_are_restored(rng, tmp_path):
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    gram(data(rng, 5), kernel="rbf", out=tmp_path / "K.npy")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def own(signum, frame):
+        raise AssertionError("not called")
+
+    seen = []
+    real_value = gram_module._block_value
+    signal.signal(signal.SIGTERM, own)
+    try:
+        def value(*args, **kwargs):
+            seen.append(signal.getsignal(signal.SIGTERM))
+            return real_value(*args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(gram_module, "_block_value", value)
+            gram(data(rng, 5), kernel="rbf", out=tmp_path / "K.npy")
+        assert seen and all(h is own for h in seen), "the program's own handler stays in place"
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_out_from_a_worker_thread(rng, tmp_path):
+    """Signal handlers can only be set from the main thread: a worker thread still writes."""
+    X = data(rng, 9)
+    errors = []
+
+    def work():
+        try:
+            gram(X, kernel="rbf", out=tmp_path / "K.npy")
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert errors == []
+    np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), gram(X, kernel="rbf"))
+
+
+class _RowRecorder(np.ndarray):
+    """An array that records the rows each assignment touches."""
+
+    def __setitem__(self, key, value):
+        rows = key[0] if isinstance(key, tuple) else key
+        self.writes.append((rows.start, rows.stop))
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize("block_size", [4, 7, None])
+def test_out_writes_row_blocks_front_to_back(rng, tmp_path, monkeypatch, block_size):
+    recorder = np.full((30, 30), np.nan).view(_RowRecorder)
+    recorder.writes = []
+
+    @contextlib.contextmanager
+    def fake_memmap(path, shape, dtype):
+        yield recorder
+
+    monkeypatch.setattr(gram_module, "open_npy_memmap_atomic", fake_memmap)
+    X = data(rng, 30)
+    gram(X, kernel="rbf", out=tmp_path / "K.npy", block_size=block_size)
+    height = 30 if block_size is None else block_size
+    starts = [start for start, _ in recorder.writes]
+    assert starts == sorted(starts), "row blocks are written in order"
+    for start, stop in recorder.writes:
+        assert stop is not None and stop - start <= height, "no strip across later rows"
+    np.testing.assert_array_equal(np.asarray(recorder), gram(X, kernel="rbf"))
+
+
+@pytest.mark.parametrize("name, params, _id", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("n, block_size", [(1, None), (50, 7), (37, 1)])
+def test_out_symmetric_exact_every_kernel(rng, tmp_path, name, params, _id, n, block_size):
+    X = data(rng, n)
+    K = np.load(gram(X, kernel=name, out=tmp_path / "K.npy", block_size=block_size, **params))
+    assert np.array_equal(K, K.T), "K(X, X) written to a file must be exactly symmetric"
+    assert np.array_equal(np.diag(K), get_kernel(name).diag(X, **params))
+    np.testing.assert_allclose(K, reference(name, X, **params), **TOL["float64"])
+
+
+@pytest.mark.parametrize("name", ["polynomial", "rbf"])
+def test_out_symmetric_exact_after_a_retry_with_a_different_tiling(rng, tmp_path, monkeypatch,
+                                                                  name):
+    """Row block [14, 21) runs out of memory once: blocks of 3 rows follow, and [20, 23) spans
+    two tiles of the 7-wide tiling that the earlier blocks used right of their diagonal."""
+    real = gram_module._block_value
+    diagonal_calls = []
+
+    def once(spec, A, B, *args, **kwargs):
+        if B is None:
+            diagonal_calls.append(len(A))
+            if len(diagonal_calls) == 3:
+                raise MemoryError("simulated")
+        return real(spec, A, B, *args, **kwargs)
+
+    monkeypatch.setattr(gram_module, "_block_value", once)
+    X = data(rng, 33)
+    K = np.load(gram(X, kernel=name, out=tmp_path / "K.npy", block_size=7))
+    assert diagonal_calls[:4] == [7, 7, 7, 3]
+    assert np.array_equal(K, K.T)
+    np.testing.assert_allclose(K, reference(name, X), **TOL["float64"])

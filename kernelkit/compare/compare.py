@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import math
 import numbers
+import os
 import sys
 
 import numpy as np
@@ -28,6 +29,10 @@ __all__ = ["compare", "HEATMAP_SIZE"]
 
 #: Heatmaps keep at most this many leading queries and keys.
 HEATMAP_SIZE = 256
+#: Float64 (B, H, T, S) arrays compare() holds at its peak: the reference weights, one method's
+#: weights, the SVD factors and the temporaries of the metrics (tracemalloc measured 6.8 for
+#: T = S = 1500 with softmax, elu+1, favor+:64 and nystrom:32; 8 leaves a margin).
+WEIGHT_MATRICES_AT_PEAK = 8
 
 _LEGEND = {2: "(T, D)", 3: "(H, T, D)", 4: "(B, H, T, D)"}
 
@@ -153,6 +158,38 @@ def _parse_methods(methods, d):
     if repeated:
         raise ValueError(f"methods must be distinct; repeated: {', '.join(repeated)}")
     return parsed
+
+
+def available_memory():
+    """Memory available to a new allocation in bytes (``MemAvailable`` of /proc/meminfo, else
+    the free physical pages), or None where neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_memory(B, H, T, S):
+    """Refuse sizes whose float64 (B, H, T, S) weight matrices do not fit in available memory,
+    before any of them is allocated."""
+    one = B * H * T * S * 8
+    needed = WEIGHT_MATRICES_AT_PEAK * one
+    available = available_memory()
+    if available is not None and needed > available:
+        raise ValueError(
+            f"comparing B x H x T x S = {B} x {H} x {T} x {S} attention weights needs about "
+            f"{needed / 2**30:.1f} GiB ({WEIGHT_MATRICES_AT_PEAK} float64 arrays of "
+            f"{one / 2**30:.1f} GiB) but {available / 2**30:.1f} GiB of memory is available; "
+            "compare a slice (fewer heads, or the first few thousand positions of q, k, v), or "
+            "use 'kernelkit attention sweep' for time and memory at long sequence lengths"
+        )
 
 
 # ---------------------------------------------------------------------------------- metrics
@@ -301,7 +338,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
         Inputs that are not NumPy arrays / torch tensors of real numbers, a non-bool flag.
     ValueError
         Shapes that do not fit (the message names the array and its shape), NaN or inf input,
-        an unknown method, bad seeds, scale, plot_index, ranks or device.
+        an unknown method, bad seeds, scale, plot_index, ranks or device; or sizes whose
+        float64 weight matrices (about :data:`WEIGHT_MATRICES_AT_PEAK` arrays of B x H x T x S)
+        exceed the available memory, checked before any is allocated.
 
     Examples
     --------
@@ -332,6 +371,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
     parsed = _parse_methods(methods, D)
     ranks = _check_ranks(ranks, parsed, T, S)
     where = resolve_device(device)
+    _check_memory(B, H, T, S)
 
     reference = parse_method("softmax", D)
     A_ref, _ = reference.weights(q4, k4, causal=causal, scale=scale_arg)

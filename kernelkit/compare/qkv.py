@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -25,10 +27,14 @@ _NAMES = ("q", "k", "v")
 _LEGEND = {2: "(T, D)", 3: "(H, T, D)", 4: "(B, H, T, D)"}
 
 
+#: What reading a damaged .npz raises (zip structure, compressed stream, .npy header).
+_NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+
+
 def _read_npz(path, where):
     try:
         archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except _NPZ_ERRORS as exc:
         # np.load calls any file that is neither .npy nor a zip archive "pickled data".
         raise ValueError(
             f"{where} is not a valid .npz archive ({exc}); kernelkit never unpickles files: "
@@ -38,13 +44,45 @@ def _read_npz(path, where):
         raise ValueError(f"{where} holds a single .npy array, not an .npz archive of q, k, v")
     with archive:
         found = list(archive.files)
-        try:
-            return {name: archive[name] for name in _NAMES if name in found}, found
-        except ValueError:  # an object array inside the archive
-            raise ValueError(
-                f"{where} holds pickled object arrays; kernelkit refuses to unpickle data: "
-                "save numeric arrays with np.savez(path, q=q, k=k, v=v)"
-            ) from None
+        arrays = {}
+        for name in _NAMES:
+            if name not in found:
+                continue
+            try:
+                _check_npz_member(archive, name, where)
+                arrays[name] = archive[name]
+            except _NPZ_ERRORS as exc:
+                if "pickle" in str(exc).lower():  # an object array inside the archive
+                    raise ValueError(
+                        f"{where} holds pickled object arrays; kernelkit refuses to unpickle "
+                        "data: save numeric arrays with np.savez(path, q=q, k=k, v=v)"
+                    ) from None
+                if str(exc).startswith(where):  # already names the file
+                    raise
+                raise ValueError(
+                    f"{where}: array {name!r} could not be read; the file is truncated or "
+                    f"corrupt ({type(exc).__name__}: {exc})"
+                ) from None
+        return arrays, found
+
+
+def _check_npz_member(archive, name, where):
+    """Check the bytes that array ``name``'s .npy header declares against the bytes the archive
+    holds for it, before anything is allocated: a header declaring a huge shape is refused."""
+    info = archive.zip.getinfo(name + ".npy")
+    with archive.zip.open(info) as f:
+        version = np.lib.format.read_magic(f)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _fortran_order, dtype = read_header(f)
+        header_bytes = f.tell()
+    declared = math.prod(shape) * dtype.itemsize
+    held = info.file_size - header_bytes
+    if declared > held:
+        raise ValueError(
+            f"{where}: array {name!r} declares shape {shape} of {dtype} ({declared} bytes) but "
+            f"the file holds only {held} bytes of it; the file is truncated or corrupt"
+        )
 
 
 def _tensor_to_numpy(t):
