@@ -1,10 +1,10 @@
 """Argument validation shared by the Triton ops and their plain-PyTorch twins.
 
 Every check raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong value, shape or
-device) with a message that names the argument and what was expected; nothing here touches the
+device) with a message that names the argument and what was expected; nothing here modifies the
 data. The generic checks come first, then those of the Gram-matrix family (``x``, ``y``,
-``out``, ``precision``), then those of the attention family (``q``, ``k``, ``v``, ``scale``,
-``eps``).
+``out``, ``precision``; ``check_finite``, also used by ``kernel_attention`` for ``q``, ``k``,
+``v``), then those of the attention family (``q``, ``k``, ``v``, ``scale``, ``eps``).
 """
 
 from __future__ import annotations
@@ -87,9 +87,26 @@ def check_matrix(t, name):
         raise ValueError(f"{name} must have at least one feature; got shape {tuple(t.shape)}")
 
 
+def check_finite(t, name):
+    """``t`` must hold no NaN or infinity (one reduction over the tensor; an empty one passes).
+
+    The Gram-family kernels centre and normalise their operands with means and norms over rows
+    and columns, so one non-finite value would spread to (or, clamped, hide in) unrelated
+    entries; like scikit-learn's ``check_array``, such input is refused.
+    """
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(
+            f"{name} contains NaN or infinity; kernelkit_gpu kernels take finite values only "
+            f"(remove or impute the non-finite entries first)"
+        )
+
+
 def check_pair(x, y, y_name="y"):
+    """``x`` (and ``y`` unless None) must be finite 2-D floating tensors that match in dtype,
+    number of features and device."""
     check_matrix(x, "x")
     if y is None:
+        check_finite(x, "x")
         return
     if isinstance(y, str):
         raise TypeError(
@@ -105,6 +122,8 @@ def check_pair(x, y, y_name="y"):
         )
     if y.device != x.device:
         raise ValueError(f"x and {y_name} must be on the same device; got {x.device} and {y.device}")
+    check_finite(x, "x")
+    check_finite(y, y_name)
 
 
 def check_precision(precision):

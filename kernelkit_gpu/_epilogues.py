@@ -199,6 +199,24 @@ def _load_params(prm_ptr):
 
 
 @triton.jit
+def _int_power(base, DEG):
+    """base ** DEG for an integer DEG >= 0 by exponentiation by squaring: O(log2 DEG) multiplies
+    (a 10^6 degree takes 20 squarings, not 10^6 products). Only products, so the sign is exact for
+    negative bases (odd DEG negative, even DEG positive) and base ** 0 == 1 (0 ** 0 too, as
+    NumPy); rounding grows like DEG u, as for repeated multiplication."""
+    k = tl.full(base.shape, 1.0, base.dtype)
+    sq = base
+    e = tl.zeros((), tl.int32) + DEG  # a loop-carried int32 even where DEG arrives as a constant
+    while e > 0:
+        if e % 2 == 1:
+            k = k * sq
+        e = e // 2
+        if e > 0:  # the last square is never needed (it could overflow for nothing)
+            sq = sq * sq
+    return k
+
+
+@triton.jit
 def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     """The kernel value from the pairwise quantity ``s`` (elementwise; any shape).
 
@@ -221,10 +239,7 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     if KIND == K_LINEAR:
         k = s
     elif KIND == K_POLYNOMIAL:
-        base = p0 * s + p1
-        k = tl.full(s.shape, 1.0, s.dtype)
-        for _ in range(DEG):  # integer power by repeated multiplication: exact sign, any base
-            k = k * base
+        k = _int_power(p0 * s + p1, DEG)
     elif KIND == K_SIGMOID:
         z = p0 * s + p1
         t = tl.exp2(-p2 * tl.abs(z))  # exp(-2|z|) in (0, 1]: never overflows

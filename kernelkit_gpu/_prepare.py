@@ -130,7 +130,11 @@ def kernel_plan(kernel, n_features, params):
 # ------------------------------------------------------------------------------ operands
 @dataclass
 class Operands:
-    """Tensors and settings handed to a Triton launcher."""
+    """Tensors and settings handed to a Triton launcher.
+
+    ``nx`` / ``ny``: squared row norms (squared distances on tensor cores), or with ``bias`` the
+    per-row offsets of centred dot products (:func:`dot_offsets`), or a dummy.
+    """
 
     x: torch.Tensor
     y: torch.Tensor
@@ -147,6 +151,7 @@ class Operands:
     n: int
     m: int
     d: int
+    bias: bool = False
 
 
 _PRM_CACHE = {}
@@ -163,9 +168,27 @@ def _params_tensor(prm, dtype, device):
 
 
 def _normalize_rows(x):
-    """Rows divided by their Euclidean norm; zero rows stay zero (as sklearn.preprocessing.normalize)."""
-    norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    return x / torch.where(norms == 0, torch.ones_like(norms), norms), (norms[:, 0] > 0).to(x.dtype)
+    """Rows divided by their Euclidean norm; zero rows stay zero (as sklearn.preprocessing.normalize).
+
+    Returns the normalised rows and a vector that is 1 for non-zero rows, 0 for zero rows (the
+    diagonal of the cosine kernel). Each row is first divided by its largest magnitude, so the
+    squares summed for the norm neither underflow (rows of 1e-30 in float32) nor overflow (1e30):
+    rows of any finite scale are normalised to working precision, as the float64 reference does.
+    """
+    peak = x.abs().amax(dim=1, keepdim=True)
+    nonzero = peak > 0
+    xs = x / torch.where(nonzero, peak, torch.ones_like(peak))
+    norms = torch.linalg.vector_norm(xs, dim=1, keepdim=True)  # in [1, sqrt(D)] for non-zero rows
+    return xs / torch.where(nonzero, norms, torch.ones_like(norms)), nonzero[:, 0].to(x.dtype)
+
+
+def dot_offsets(x, mean):
+    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y.
+
+    Centring dot-product kernels: the tensor cores then only accumulate the small centred
+    products, and the large common part is added once, in float64 rounded to the tile's dtype.
+    """
+    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
 
 
 def _row_norms(x, acc):
@@ -196,11 +219,14 @@ def _centred(x, mean, scale):
     return ((x.to(torch.float64) - mean) * scale).to(torch.float32)
 
 
-def prepare(x, y, plan, precision, symmetric, want_diag):
+def prepare(x, y, plan, precision, symmetric, want_diag, centre_dot=False):
     """Centre / scale / normalise / transpose the data for the Triton kernel; return :class:`Operands`.
 
     ``symmetric``: y is x (K(X, X)). ``want_diag``: the launcher needs the row-norm vector of a
-    dot-product kernel to write the exact diagonal.
+    dot-product kernel to write the exact diagonal. ``centre_dot`` (not with ``want_diag``):
+    float32 / float64 data of dot-product kernels (not cosine) on the tensor-core path are centred
+    as :func:`kernelkit_gpu.gram` does, x·y = x̃·ỹ + b_x + b_y with the float64 per-row offsets
+    of :func:`dot_offsets` in ``nx`` / ``ny`` (``bias`` is then True): the kernel must add them.
     """
     acc = acc_dtype(x.dtype)
     dev = x.device
@@ -219,6 +245,8 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         scale = torch.as_tensor(plan.scale, dtype=torch.float64, device=dev)
     mode = E.MODE_DIRECT.value if (plan.pairwise == E.PW_MANHATTAN.value or d <= DIRECT_MAX_D) \
         else E.MODE_MMA.value
+    bias = (centre_dot and mode == E.MODE_MMA.value and plan.pairwise == E.PW_DOT.value
+            and not plan.cosine and x.dtype in (torch.float32, torch.float64))
     if mode == E.MODE_DIRECT.value:
         mean = None if scale is None else x.to(torch.float64).mean(dim=0)
         xk = _feature_major(x, acc, mean, scale)
@@ -245,6 +273,14 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
                 yk = xk if symmetric else _centred(y, mean, scale)
             nx = _row_norms(xk, acc)
             ny = nx if symmetric else _row_norms(yk, acc)
+        elif bias:
+            # the mean rounded to the data's dtype: x - mean is then formed exactly (data near
+            # the mean) and the offsets use the very same mean, so the identity holds
+            mean = x.mean(dim=0, dtype=torch.float64).to(x.dtype).to(torch.float64)
+            xk = _centred(x, mean, None)
+            yk = xk if symmetric else _centred(y, mean, None)
+            nx = dot_offsets(x, mean).to(acc)
+            ny = nx if symmetric else dot_offsets(y, mean).to(acc)
         else:
             xk = x.contiguous()
             yk = xk if symmetric else y.contiguous()
@@ -271,6 +307,6 @@ def prepare(x, y, plan, precision, symmetric, want_diag):
         x=xk, y=yk, stride_x=stride_x, stride_y=stride_y,
         nx=nx if nx is not None else dummy, ny=ny if ny is not None else dummy,
         prm=_params_tensor(plan.prm, acc, dev), mode=mode, dk=dk, d_bucket=d_bucket,
-        dot_prec=dot_prec, acc=acc, n=n, m=m, d=d,
+        dot_prec=dot_prec, acc=acc, n=n, m=m, d=d, bias=bias,
     )
 

@@ -142,8 +142,8 @@ def prepare_mma(x, y, plan, precision, symmetric):
     if bias:
         if symmetric:
             dg = _padded_like(nx, (x.to(torch.float64) ** 2).sum(dim=1))
-        nx = _padded_like(nx, _dot_offsets(x, mean))
-        ny = nx if symmetric else _padded_like(ny, _dot_offsets(y, mean))
+        nx = _padded_like(nx, P.dot_offsets(x, mean))
+        ny = nx if symmetric else _padded_like(ny, P.dot_offsets(y, mean))
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)  # cosine's diagonal: exactly 1 (0 for zero rows)
     return MMAOperands(
@@ -153,11 +153,6 @@ def prepare_mma(x, y, plan, precision, symmetric):
         mean=mean if mean is not None else nx, scale=scale, n=n, m=m, d=d, bias=bias,
         sliced=split and plan.pairwise == E.PW_DOT.value,
     )
-
-
-def _dot_offsets(x, mean):
-    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y."""
-    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
 
 
 def _padded_like(like, values):
@@ -376,7 +371,11 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         parameters of the wrong type.
     ValueError
         Wrong shapes, mismatched devices, a CPU tensor without the interpreter, unknown kernel,
-        parameters out of range, bad ``precision``.
+        parameters out of range (``degree`` above 2**31 - 1 included), bad ``precision``; ``x``
+        or ``y`` containing NaN or infinity ("x contains NaN or infinity; ..."): the data are
+        centred and normalised with means and norms over rows and columns, where one non-finite
+        value would spread to, or be hidden in, unrelated entries, so it is refused as
+        scikit-learn's ``check_array`` does (one ``torch.isfinite`` reduction per tensor).
 
     Notes
     -----
@@ -388,9 +387,12 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     triangle only (in super-tiles that keep the operands in L2) and writes each tile twice.
     16-bit input is not centred (centred values would have to be rounded to 16 bits again); the
     same fallback covers data far from the origin. For D <= 16 and the L1 distance the differences
-    are formed directly, one feature at a time. Dot-product kernels (linear, polynomial, sigmoid,
-    exponential) are not centred. Cosine normalises rows first (zero rows stay zero, like
-    scikit-learn).
+    are formed directly, one feature at a time. Per-feature gamma / length_scale scale the
+    centred data (centred in float64, then scaled, rounded once), so the differences keep their
+    digits at any offset. Cosine normalises rows first, dividing each by its largest magnitude
+    and then by its norm, so rows of any finite scale (1e-30 or 1e30 in float32) are exact to
+    rounding; zero rows stay zero, like scikit-learn. The polynomial power is taken by
+    exponentiation by squaring (O(log degree) multiplies, exact sign).
 
     Measured error of each precision mode: relative Frobenius error
     :math:`\|K - K_{ref}\|_F / \|K_{ref}\|_F` of float32 input against the float64 reference,

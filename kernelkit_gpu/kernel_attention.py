@@ -286,6 +286,12 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     TypeError, ValueError
         As :func:`kernelkit_gpu.softmax_attention.softmax_attention` for the tensors; the registry's
         errors for the kernel name and parameters; ValueError for a negative or non-finite eps.
+    ValueError
+        ``q``, ``k`` or ``v`` contains NaN or infinity ("q contains NaN or infinity; ..."). Unlike
+        softmax attention, whose NaN propagates row by row, the kernel smoother prepares its
+        operands as :func:`kernelkit_gpu.gram` does (centring by a mean over all rows, row
+        normalisation, clamped distances), where one non-finite value would spread to unrelated
+        rows or be hidden; such input is refused for every kernel, ``exponential`` included.
 
     Notes
     -----
@@ -322,6 +328,8 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     eps = _checks.check_eps(eps)
     plan = P.kernel_plan(kernel, D, params)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention_naive")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.check_finite(t, name)
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention(q, k, v, is_causal=is_causal, scale=exponential_scale(plan, D),
                                      enable_gqa=enable_gqa, return_lse=True)

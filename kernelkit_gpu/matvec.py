@@ -56,17 +56,23 @@ def _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
                  VEC: tl.constexpr, RAGGED: tl.constexpr, DOT_PREC: tl.constexpr,
-                 MV_PREC: tl.constexpr, TAU_: tl.constexpr, ACC: tl.constexpr):
-    """acc += K(x_tile, y[n0 : n0 + BLOCK_N]) @ v[n0 : n0 + BLOCK_N, r-chunk]."""
+                 MV_PREC: tl.constexpr, TAU_: tl.constexpr, BIAS: tl.constexpr, ACC: tl.constexpr):
+    """acc += K(x_tile, y[n0 : n0 + BLOCK_N]) @ v[n0 : n0 + BLOCK_N, r-chunk].
+
+    BIAS: x and y are centred dot-product operands and nx / ny their per-row offsets
+    (x·y = x̃·ỹ + b_x + b_y), added to the tile as :func:`kernelkit_gpu.gram` does.
+    """
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < M
-    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+    if (PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA) or BIAS:
         ny = tl.load(ny_ptr + offs_n, mask=mask_n, other=0.0)
     else:
         ny = tl.zeros((BLOCK_N,), ACC)
     s = _pairwise_tile(x_ptr, y_ptr, nx, ny, offs_m, offs_n, mask_m, mask_n, D,
                        stride_xm, stride_xk, stride_ym, stride_yk,
                        BLOCK_M, BLOCK_N, BLOCK_K, PAIRWISE, MODE, DK, DOT_PREC, False, TAU_, True, ACC)
+    if BIAS:
+        s = s + (nx[:, None] + ny[None, :])
     k = _epilogue(s, p0, p1, p2, DEG, KIND)
     if RAGGED:
         k = tl.where(mask_n[None, :], k, 0.0)
@@ -88,7 +94,7 @@ def _matvec_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
     VEC: tl.constexpr, DOT_PREC: tl.constexpr, MV_PREC: tl.constexpr, D_BUCKET: tl.constexpr,
-    TAU_: tl.constexpr,
+    TAU_: tl.constexpr, BIAS: tl.constexpr,
 ):
     """out[rows, r-chunk] = sum over all column tiles of K(x_rows, y_tile) @ v[tile, r-chunk].
 
@@ -103,7 +109,7 @@ def _matvec_kernel(
     mask_m = offs_m < N
     offs_r = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     mask_r = offs_r < R
-    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+    if (PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA) or BIAS:
         nx = tl.load(nx_ptr + offs_m, mask=mask_m, other=0.0)
     else:
         nx = tl.zeros((BLOCK_M,), ACC)
@@ -119,13 +125,13 @@ def _matvec_kernel(
                            offs_m, mask_m, offs_r, mask_r, n0, M, D,
                            stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
                            BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
-                           VEC, False, DOT_PREC, MV_PREC, TAU_, ACC)
+                           VEC, False, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
     if m_full < M:
         acc = _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
                            offs_m, mask_m, offs_r, mask_r, m_full, M, D,
                            stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
                            BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
-                           VEC, True, DOT_PREC, MV_PREC, TAU_, ACC)
+                           VEC, True, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
 
     rows = offs_m.to(tl.int64)
     if VEC:
@@ -141,7 +147,7 @@ def _prune_default_first(configs, named_args, **kwargs):
     return _launch.pick_configs(configs, 0)
 
 
-_KEY = ["D_BUCKET", "KIND", "PAIRWISE", "MODE", "VEC", "BLOCK_R", "DOT_PREC", "MV_PREC"]
+_KEY = ["D_BUCKET", "KIND", "PAIRWISE", "MODE", "VEC", "BLOCK_R", "DOT_PREC", "MV_PREC", "BIAS"]
 _PRUNE = {"early_config_prune": _prune_default_first}
 _matvec_vec = triton.autotune(configs=_vec_configs(), key=_KEY, prune_configs_by=_PRUNE)(
     _matvec_kernel)
@@ -181,7 +187,7 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
         v.stride(0), v.stride(1), out.stride(0), out.stride(1),
         BLOCK_R=block_r, KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, DK=ops.dk,
         VEC=vec, DOT_PREC=ops.dot_prec, MV_PREC=mv_prec, D_BUCKET=ops.d_bucket, TAU_=E.TAU,
-        **extra,
+        BIAS=ops.bias, **extra,
     )
     return out
 
@@ -197,6 +203,7 @@ def check_matvec_args(x, y, v, transpose):
     _checks.check_floating(v, vname)
     if v.device != x.device:
         raise ValueError(f"{vname} must be on the same device as x; got {v.device} and {x.device}")
+    _checks.check_finite(v, vname)
     # K(X, Y).T @ U == K(Y, X) @ U: every registry kernel is a symmetric function of (x, y).
     xe, ye = (y, x) if transpose else (x, y)
     want = ye.shape[0]
@@ -251,12 +258,16 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     Raises
     ------
     TypeError, ValueError
-        As :func:`kernelkit_gpu.gram`, naming the offending argument.
+        As :func:`kernelkit_gpu.gram`, naming the offending argument; ValueError also when
+        ``x``, ``y`` or ``v`` (``u``) contains NaN or infinity ("v contains NaN or infinity; ...").
 
     Notes
     -----
     For D <= 16 each pair costs a few FMAs for the distance, one exp2 and one FMA with v (R = 1);
-    larger D uses tensor-core dot products on centred data as :func:`kernelkit_gpu.gram` does.
+    larger D uses tensor-core dot products on centred data as :func:`kernelkit_gpu.gram` does:
+    squared distances of centred rows, and for the dot-product kernels (linear, polynomial,
+    sigmoid, exponential; float32 / float64) x·y = x̃·ỹ + b_x + b_y with the same float64
+    per-row offsets (:func:`kernelkit_gpu._prepare.dot_offsets`).
 
     Examples
     --------
@@ -279,7 +290,7 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     if m == 0:
         out.zero_()
         return out[:, 0] if squeeze else out
-    ops = P.prepare(xe, ye, plan, precision, symmetric=False, want_diag=False)
+    ops = P.prepare(xe, ye, plan, precision, symmetric=False, want_diag=False, centre_dot=True)
     v2 = v2.to(acc)
     matvec_fwd(ops, plan, v2, out, precision)
     return out[:, 0] if squeeze else out

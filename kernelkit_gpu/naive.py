@@ -118,7 +118,8 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     Equivalent to ``kernelkit_math.registry.get_kernel(kernel).value(X, Y, **params)`` up to dtype
     tolerance (near-duplicate points: float32 accuracy of d² only). With ``y=None`` the result is
     exactly symmetric with the diagonal written exactly (k(0), or the kernel of the row norms).
-    Runs on any device; float16 / bfloat16 are computed in float32.
+    Runs on any device; float16 / bfloat16 are computed in float32. Raises as
+    :func:`kernelkit_gpu.gram` does, non-finite ``x`` / ``y`` included (ValueError).
     """
     _checks.check_pair(x, y)
     _checks.check_precision(precision)
@@ -154,6 +155,8 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
 
     Equivalent to ``get_kernel(kernel).value(X, Y, **params) @ V`` up to dtype tolerance; K is
     materialised one chunk of rows at a time (about 2^27 values), so memory stays bounded.
+    Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` included
+    (ValueError).
     """
     from kernelkit_gpu.matvec import check_matvec_args
 

@@ -57,14 +57,21 @@ def symmetrize_upper(K, diagonal=None):
     return K
 
 
-def _scaled(X, weights, power):
-    """Scale columns by ``weights ** power`` (weights may be a scalar or per-feature)."""
-    if weights is None:
-        return X
-    w = np.asarray(weights, dtype=np.float64)
-    if w.ndim == 0:
-        return X
-    return X * w**power
+def _weighted_cdist(X, Y, metric, weights):
+    """``cdist(X, Y, metric)`` with ``weights`` (None, a scalar or per-feature) on the differences.
+
+    Per-feature weights go to cdist's ``w``, which weights each difference *after* it is formed:
+    scaling the coordinates first would round each of them relative to its offset (data at 1e6
+    with a weight of 1e8 would keep only ~1e-6 of their differences). A scalar weight multiplies
+    the result.
+    """
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if w is not None and w.ndim > 0:
+        return cdist(X, Y, metric, w=w)
+    D = cdist(X, Y, metric)
+    if w is not None:
+        D *= float(w)
+    return D
 
 
 def row_dots(X):
@@ -89,13 +96,11 @@ def sqeuclidean(X, Y=None, weights=None):
     """Weighted squared Euclidean distances ``sum_k w_k (x_k - y_k)**2``.
 
     ``weights`` is None (all ones), a scalar or a per-feature array of shape (n_features,).
-    Computed from direct differences; exact zero diagonal and exact symmetry when ``Y=None``.
+    Computed from direct differences, weighted after subtraction (data far from the origin keep
+    their digits); exact zero diagonal and exact symmetry when ``Y=None``.
     """
     X, Y, same = _pair(X, Y)
-    Xs, Ys = _scaled(X, weights, 0.5), _scaled(Y, weights, 0.5)
-    D = cdist(Xs, Xs if same else Ys, "sqeuclidean")
-    if weights is not None and np.ndim(weights) == 0:
-        D *= float(weights)
+    D = _weighted_cdist(X, Y, "sqeuclidean", weights)
     if same:
         symmetrize_upper(D, 0.0)
     return D
@@ -104,10 +109,7 @@ def sqeuclidean(X, Y=None, weights=None):
 def manhattan(X, Y=None, weights=None):
     """Weighted L1 distances ``sum_k w_k |x_k - y_k|``; weights as in :func:`sqeuclidean`."""
     X, Y, same = _pair(X, Y)
-    Xs, Ys = _scaled(X, weights, 1.0), _scaled(Y, weights, 1.0)
-    D = cdist(Xs, Xs if same else Ys, "cityblock")
-    if weights is not None and np.ndim(weights) == 0:
-        D *= float(weights)
+    D = _weighted_cdist(X, Y, "cityblock", weights)
     if same:
         symmetrize_upper(D, 0.0)
     return D

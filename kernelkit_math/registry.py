@@ -79,7 +79,9 @@ class Param:
             return "one of " + ", ".join(str(c) for c in self.choices)
         kind = "an integer" if self.integer else "a finite number"
         if self.low > -math.inf:
-            return f"{kind} {'>=' if self.low_inclusive else '>'} {self.low:g}"
+            kind = f"{kind} {'>=' if self.low_inclusive else '>'} {self.low:g}"
+        if self.high < math.inf:
+            kind += f" and <= {int(self.high) if self.integer else format(self.high, 'g')}"
         return kind
 
     def check(self, value, n_features=None, kernel="kernel"):
@@ -104,6 +106,11 @@ class Param:
             if isinstance(value, bool) or not integral:
                 raise TypeError(f"{where} must be {self._range_text()}; got {value!r}")
             value = int(value)
+            # compared as Python ints (NumPy would overflow on huge values such as 10**30)
+            low_ok = value >= self.low if self.low_inclusive else value > self.low
+            if not (low_ok and value <= self.high):
+                raise ValueError(f"{where} must be {self._range_text()}; got {value!r}")
+            return value
         elif self.per_feature and np.ndim(value) > 0:
             arr = np.asarray(value)
             if arr.dtype.kind not in "iuf" or arr.ndim != 1:
@@ -235,7 +242,10 @@ REGISTRY = {
         ),
         KernelSpec(
             "polynomial", "(gamma x·y + coef0) ** degree",
-            (_gamma_param(), Param("degree", 3, low=0, low_inclusive=True, integer=True), _COEF0),
+            (_gamma_param(),
+             Param("degree", 3, low=0, low_inclusive=True, high=2**31 - 1, integer=True,
+                   doc="at most 2**31 - 1: the GPU kernels take it as a 32-bit integer"),
+             _COEF0),
             stationary=False, psd=True, pairwise="dot",
             value_fn=_k.polynomial, diag_fn=_k.polynomial_diag, gradient_fn=_k.polynomial_gradient,
             feature_map_fn=_fm.polynomial_features,

@@ -134,6 +134,58 @@ def randn(rng, shape, dtype, device, offset=0.0, spread=1.0):
     return torch.from_numpy(a).to(dtype=dtype, device=device)
 
 
+# ------------------------------------------------------------------- data that test numerics
+#: Row scales of the cosine tests: squares of such rows underflow / overflow the dtype (0: a
+#: zero row). float64 adds scales whose squares leave float64's range.
+ROW_SCALES = {
+    "float32": (1e-30, 1e-20, 1.0, 1e20, 1e30, 0.0),
+    "float64": (1e-30, 1e-20, 1.0, 1e20, 1e30, 0.0, 1e-300, 1e300),
+}
+
+
+def scaled_rows(rng, n, d, dtype_name, device):
+    """Standard-normal rows, row i multiplied by ``ROW_SCALES[dtype_name][i % len]``."""
+    scales = np.array(ROW_SCALES[dtype_name])[np.arange(n) % len(ROW_SCALES[dtype_name])]
+    return torch.from_numpy(rng.standard_normal((n, d)) * scales[:, None]).to(
+        dtype=DTYPES[dtype_name], device=device)
+
+
+#: Per-feature (ARD) kernels far from the origin: (offset, smallest and largest length scale)
+#: per dtype. float64 at 1e6 (spacing 1.2e-10) resolves spreads of 1e-4; float32's spacing at
+#: 1e6 is 0.0625, so float32 data sit at 1e3 (spacing 6.1e-5) with scales from 1e-2.
+ARD_DATA = {"float64": (1e6, 1e-4, 1.0), "float32": (1e3, 1e-2, 1.0)}
+ARD_KERNELS = ("rbf", "laplacian", "matern", "rational_quadratic")
+
+
+def ard_case(rng, name, n, m, d, dtype_name, device):
+    """(x, y, length scales, registry params): data offset by ``ARD_DATA[dtype]`` with feature k
+    spread by its length scale l_k (log-spaced), and per-feature parameters that keep K in (0, 1)."""
+    offset, lo, hi = ARD_DATA[dtype_name]
+    ls = np.logspace(np.log10(lo), np.log10(hi), d)
+    x, y = (torch.from_numpy(offset + ls * rng.standard_normal((k, d))).to(
+        dtype=DTYPES[dtype_name], device=device) for k in (n, m))
+    params = {"rbf": dict(gamma=1.0 / (2 * d * ls**2)), "laplacian": dict(gamma=1.0 / (d * ls)),
+              "matern": dict(length_scale=np.sqrt(d) * ls, nu=1.5),
+              "rational_quadratic": dict(length_scale=np.sqrt(d) * ls, alpha=0.7)}[name]
+    return x, y, params
+
+
+def exact_ard(name, params, x, y):
+    """K from float64 differences formed *before* any weighting (exact for data this close
+    together: Sterbenz), written out here independently of kernelkit_math."""
+    X, Y = to_numpy64(x), to_numpy64(y)
+    diff = X[:, None, :] - Y[None, :, :]
+    if name == "rbf":
+        return np.exp(-(params["gamma"] * diff**2).sum(-1))
+    if name == "laplacian":
+        return np.exp(-(params["gamma"] * np.abs(diff)).sum(-1))
+    r2 = (diff**2 / params["length_scale"] ** 2).sum(-1)
+    if name == "matern":  # nu = 1.5
+        t = np.sqrt(3.0 * r2)
+        return (1.0 + t) * np.exp(-t)
+    return (1.0 + r2 / (2.0 * params["alpha"])) ** -params["alpha"]
+
+
 # --------------------------------------------------------------------------------- spies
 def spy_calls(monkeypatch, targets):
     """Replace each function ``module.name`` of ``targets`` (``(module, name, tag)`` triples) by a

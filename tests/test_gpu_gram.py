@@ -22,8 +22,8 @@ from kernelkit_gpu import _prepare, gram_configs
 from kernelkit_math.registry import get_kernel, kernel_names
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    CASE_IDS, DTYPES, GPU_CASES, STATIONARY_CASES, check_values, poisoned, randn, reference,
-    rel_fro, spy_kernels,
+    ARD_KERNELS, CASE_IDS, DTYPES, GPU_CASES, STATIONARY_CASES, ard_case, check_values,
+    exact_ard, poisoned, randn, reference, rel_fro, scaled_rows, spy_kernels,
 )
 
 gram_module = importlib.import_module("kernelkit_gpu.gram")
@@ -340,6 +340,71 @@ def test_zero_rows_cosine(device):
     x = torch.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 2.0], [0.0, 0.0, 0.0]], device=device)
     K = kernelkit_gpu.gram(x, kernel="cosine")
     np.testing.assert_array_equal(K.cpu().numpy(), get_kernel("cosine").value(x.cpu().double().numpy()))
+
+
+@pytest.mark.parametrize("d", [3, 20])
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+def test_gram_cosine_rows_of_any_scale(dtype_name, d, device, rng):
+    """Rows at 1e-30 ... 1e30 (float64 also 1e-300, 1e300) and zero rows: the squares summed
+    for a row norm underflowed or overflowed (a row at 1e-30 gave 1.6e-30 instead of 0.926).
+    Direct (D = 3) and tensor-core (D = 20) paths, K(X, Y) and K(X, X), the naive twin too."""
+    x = scaled_rows(rng, 13, d, dtype_name, device)
+    y = scaled_rows(rng, 9, d, dtype_name, device).flip(0)
+    for a, b in [(x, y), (x, None)]:
+        ref = reference("cosine", {}, a, b)
+        check_values(gram_into_nan(a, b, "cosine"), ref, dtype_name, "cosine", {}, a, b)
+        check_values(kernelkit_gpu.gram_naive(a, b, "cosine"), ref, dtype_name, "cosine", {}, a, b)
+
+
+@pytest.mark.parametrize("d", [3, 20])
+@pytest.mark.parametrize("dtype_name", ["float64", "float32"])
+@pytest.mark.parametrize("name", ARD_KERNELS)
+def test_gram_per_feature_scales_far_from_origin(name, dtype_name, d, device, rng):
+    """Per-feature gamma / length_scale spanning 1e-4..1 on data at 1e6 (float64; float32: see
+    ``ARD_DATA``): K matches the kernel of exact float64 differences to the dtype's TOL. Scaling
+    coordinates before subtracting lost the differences (RBF(length_scale=[1e-4, 1]) erred by
+    8.7e-6 in the float64 reference); the registry reference must agree too."""
+    x, y, params = ard_case(rng, name, 11, 7, d, dtype_name, device)
+    for a, b in [(x, y), (x, None)]:
+        exact = exact_ard(name, params, a, a if b is None else b)
+        np.testing.assert_allclose(reference(name, params, a, b), exact, **TOL["float64"])
+        check_values(gram_into_nan(a, b, name, **params), exact, dtype_name, name, params, a, b)
+        check_values(kernelkit_gpu.gram_naive(a, b, name, **params), exact, dtype_name, name,
+                     params, a, b)
+
+
+def test_gram_huge_polynomial_degree_is_fast_and_exact(device, rng):
+    """degree 10**6 used to loop 10**6 times in the epilogue (63 s for 8 x 8 under the
+    interpreter); exponentiation by squaring takes 20 squarings. Values: base gamma x·y + coef0
+    near 1 (float64): the base's rounding (u = 2^-53 relative) is amplified degree times, so
+    rtol = 4 degree u. Sign: base exactly -1 (zero data, coef0 = -1) gives exactly (-1)**degree."""
+    import time
+
+    x64 = randn(rng, (8, 3), torch.float64, device, spread=0.1)
+    params = dict(gamma=1e-6, coef0=1.0)
+    gram_into_nan(x64, None, "polynomial", degree=3, **params)  # compile / warm up
+    for degree in (10**6, 10**6 + 1, 2**31 - 1):
+        t0 = time.perf_counter()
+        K = gram_into_nan(x64, None, "polynomial", degree=degree, **params)
+        assert time.perf_counter() - t0 < 10.0, f"degree {degree}: slower than 10 s"
+        ref = reference("polynomial", dict(params, degree=degree), x64)
+        np.testing.assert_allclose(K.cpu().numpy(), ref, rtol=4 * degree * 2.0**-53, atol=0)
+    for dtype in (torch.float32, torch.float64):
+        for d in (3, 20):  # direct and tensor-core paths
+            zero = torch.zeros((5, d), dtype=dtype, device=device)
+            for degree, sign in ((10**6, 1.0), (10**6 + 1, -1.0), (0, 1.0)):
+                K = gram_into_nan(zero, zero[:4], "polynomial", degree=degree, coef0=-1.0)
+                assert (K == sign).all(), (dtype, d, degree)
+
+
+@pytest.mark.parametrize("fn", [kernelkit_gpu.gram, kernelkit_gpu.gram_naive], ids=["triton", "naive"])
+def test_gram_degree_out_of_int32_range_names_degree(fn, device):
+    """degree=10**30 raised numpy's TypeError from np.isfinite on an object array; the kernels
+    take the degree as a 32-bit integer, so the registry bounds it by 2**31 - 1 and says so."""
+    x = torch.ones((4, 3), device=device)
+    for degree in (10**30, 2**31):
+        with pytest.raises(ValueError, match=r"'degree' must be .*<= 2147483647"):
+            fn(x, kernel="polynomial", degree=degree)
 
 
 @pytest.mark.parametrize(

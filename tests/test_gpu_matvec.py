@@ -14,8 +14,8 @@ import kernelkit_gpu
 from kernelkit_gpu import _epilogues, _launch, _prepare
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, dot_slope, randn, reference,
-    spy_kernels, to_numpy64,
+    ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, ard_case, dot_slope,
+    exact_ard, randn, reference, scaled_rows, spy_kernels, to_numpy64,
 )
 
 matvec_module = importlib.import_module("kernelkit_gpu.matvec")
@@ -24,8 +24,32 @@ MV = kernelkit_gpu.kernel_matvec
 pytestmark = pytest.mark.usefixtures("triton_can_run")
 
 
+def dot_error(X, Y, dtype_name):
+    """Bound on the error of the dot products x·y as the kernel forms them (before |dk/ds|).
+
+    float32 / float64: the tensor-core path (D > 16) centres the data, x·y = x̃·ỹ + b_x + b_y:
+    64 u |x̃|·|ỹ| for the centred product (as ``gpu_cases.check_values``: D = 17 accumulation and
+    split tf32x3 products) plus 4 u |x|·|y| for the four roundings of at most u/2 each of b_x,
+    b_y, their sum and the total, each of size <= |x|·|y|. D <= 16 sums the uncentred products
+    one feature at a time in IEEE arithmetic: (D + 1) u |x|·|y|. 16-bit data are not centred
+    (their products are exact in float32): 64 u |x|·|y|. On data far from the origin
+    |x̃|·|ỹ| << |x|·|y|, so this is 16x tighter than 64 u |x|·|y|, which let uncentred tensor-core
+    products (digits lost to truncated accumulation) pass.
+    """
+    u = 2.0**-53 if dtype_name == "float64" else 2.0**-24
+    absdot = np.abs(X) @ np.abs(Y).T
+    d = X.shape[1]
+    if dtype_name not in ("float32", "float64"):
+        return 64 * u * absdot
+    if d <= 16:
+        return (d + 1) * u * absdot
+    mean = X.mean(axis=0)
+    return 64 * u * (np.abs(X - mean) @ np.abs(Y - mean).T) + 4 * u * absdot
+
+
 def check_matvec(out, K_ref, V, dtype_name, name, params, x, y):
-    """|out - K_ref V| <= (rtol + 4 M u) (|K_ref| |V|) + atol (+ the dot-product conditioning term).
+    """|out - K_ref V| <= (rtol + 4 M u) (|K_ref| |V|) + atol (+ the dot-product conditioning
+    term |dk/ds| ``dot_error`` |V|).
 
     A float32 sum of M products is exact only to ~M u times the sum of magnitudes (u = 2^-24);
     4 M u bounds that comfortably, TOL[dtype] covers the kernel values themselves.
@@ -42,7 +66,7 @@ def check_matvec(out, K_ref, V, dtype_name, name, params, x, y):
     bound = (tol["rtol"] + 4 * m * u) * mag + tol["atol"]
     if name in DOT_KINDS:
         X, Y = to_numpy64(x), to_numpy64(y)
-        cond = 64 * u * dot_slope(name, params, X, Y) * (np.abs(X) @ np.abs(Y).T)
+        cond = dot_slope(name, params, X, Y) * dot_error(X, Y, dtype_name)
         bound = bound + cond @ np.abs(V2)
     o2 = o[:, None] if o.ndim == 1 else o
     assert o.shape == (ref.shape[0],) if Vn.ndim == 1 else o.shape == ref.shape
@@ -129,6 +153,119 @@ def test_matvec_offset_and_near_duplicates(case, d, device, rng):
         out = to_numpy64(kernelkit_gpu.kernel_matvec(x, y, v, name, **params))
         ref = reference(name, params, x, y) @ to_numpy64(v)
         assert np.linalg.norm(out - ref) / np.linalg.norm(ref) <= 1e-6
+
+
+#: Dot-product kernels on data at 1000: parameters that keep k finite and not saturated
+#: (x·y ~ 1e6 D; sigmoid's coef0 cancels half of gamma x·y).
+OFFSET_DOT_PARAMS = {
+    "linear": lambda d: {},
+    "polynomial": lambda d: {},
+    "sigmoid": lambda d: dict(gamma=1.0 / (2e6 * d), coef0=-0.3),
+    "exponential": lambda d: dict(scale=1.0 / (1e6 * d)),
+}
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("d", [3, 16, 17, 40])
+@pytest.mark.parametrize("name", DOT_KINDS)
+def test_matvec_offset_1000_dot_kernels(name, d, dtype_name, device, rng):
+    """Dot-product kernels on data at 1000 (spread 0.05): D >= 17 centres as gram does
+    (x·y = x̃·ỹ + b_x + b_y), checked with ``dot_error``'s bound, 16x tighter there than the
+    64 u |x|·|y| that let uncentred products pass; D <= 16: direct products."""
+    params = OFFSET_DOT_PARAMS[name](d)
+    dtype = DTYPES[dtype_name]
+    x = randn(rng, (45, d), dtype, device, offset=1000.0, spread=0.05)
+    y = randn(rng, (37, d), dtype, device, offset=1000.0, spread=0.05)
+    v = torch.from_numpy(rng.uniform(0.5, 1.5, (37, 2))).to(dtype=dtype, device=device)
+    K_ref = reference(name, params, x, y)
+    check_matvec(kernelkit_gpu.kernel_matvec(x, y, v, name, **params), K_ref, v, dtype_name, name,
+                 params, x, y)
+    check_matvec(kernelkit_gpu.kernel_matvec(x, y, v[:, 0], name, **params), K_ref, v[:, 0],
+                 dtype_name, name, params, x, y)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("name", DOT_KINDS)
+def test_matvec_centres_dot_kernels(name, dtype_name, device, rng, monkeypatch):
+    """The tensor-core matvec of a dot-product kernel gets centred operands and the per-row
+    offsets (BIAS), as the docstring says and gram does: it used to get the raw data."""
+    seen = []
+    real = matvec_module._matvec_kernel
+
+    class _Spy:  # records the operands handed to the Triton kernel, then launches it
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                seen.append((to_numpy64(args[0]), to_numpy64(args[2]), kwargs.get("BIAS")))
+                return real[grid](*args, **kwargs)
+            return run
+
+    monkeypatch.setattr(matvec_module, "_matvec_kernel", _Spy())
+    monkeypatch.setattr(_launch, "autotuning", lambda: False)  # the direct launch, spied here
+    dtype = DTYPES[dtype_name]
+    params = OFFSET_DOT_PARAMS[name](20)
+    x = randn(rng, (30, 20), dtype, device, offset=1000.0, spread=0.05)
+    y = randn(rng, (25, 20), dtype, device, offset=1000.0, spread=0.05)
+    v = torch.ones(25, dtype=dtype, device=device)
+    out = kernelkit_gpu.kernel_matvec(x, y, v, name, **params)
+    assert len(seen) == 1
+    xk, nx, bias = seen[0]
+    assert bias is True
+    assert np.abs(xk).max() < 1.0, "x reached the kernel uncentred"
+    X = to_numpy64(x)
+    mean = X.mean(axis=0)
+    # float32 offsets of ~1e7 (the kernel's mean is X's mean rounded to the dtype): rtol 1e-6
+    np.testing.assert_allclose(nx, (X - mean) @ mean + 0.5 * (mean @ mean), rtol=1e-6, atol=0)
+    check_matvec(out, reference(name, params, x, y), v, dtype_name, name, params, x, y)
+
+
+@pytest.mark.parametrize("d", [3, 20])
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+def test_matvec_cosine_rows_of_any_scale(dtype_name, d, device, rng):
+    """Rows at 1e-30 ... 1e30 and zero rows (``gpu_cases.ROW_SCALES``): one such row in y put
+    every output row off, since each sums over all of y. K @ V, K.T @ U and the naive twin."""
+    x = scaled_rows(rng, 13, d, dtype_name, device)
+    y = scaled_rows(rng, 9, d, dtype_name, device).flip(0)
+    v = randn(rng, (9, 2), DTYPES[dtype_name], device)
+    K_ref = reference("cosine", {}, x, y)
+    for fn in (kernelkit_gpu.kernel_matvec, kernelkit_gpu.kernel_matvec_naive):
+        check_matvec(fn(x, y, v, "cosine"), K_ref, v, dtype_name, "cosine", {}, x, y)
+        u = randn(rng, (13,), DTYPES[dtype_name], device)
+        check_matvec(fn(x, y, u, "cosine", transpose=True), K_ref.T, u, dtype_name, "cosine", {},
+                     y, x)
+
+
+@pytest.mark.parametrize("d", [3, 20])
+@pytest.mark.parametrize("dtype_name", ["float64", "float32"])
+@pytest.mark.parametrize("name", ARD_KERNELS)
+def test_matvec_per_feature_scales_far_from_origin(name, dtype_name, d, device, rng):
+    """Per-feature scales spanning 1e-4..1 on data at 1e6 (float64; float32: ``ARD_DATA``)
+    against the kernel of exact float64 differences (see the gram test of the same name)."""
+    x, y, params = ard_case(rng, name, 11, 7, d, dtype_name, device)
+    v = torch.from_numpy(rng.uniform(0.5, 1.5, 7)).to(dtype=DTYPES[dtype_name], device=device)
+    exact = exact_ard(name, params, x, y)
+    for fn in (kernelkit_gpu.kernel_matvec, kernelkit_gpu.kernel_matvec_naive):
+        check_matvec(fn(x, y, v, name, **params), exact, v, dtype_name, name, params, x, y)
+
+
+def test_matvec_huge_polynomial_degree(device, rng):
+    """degree 10**6 (and 10**6 + 1) finishes fast and matches float64 (rtol 4 degree u, see
+    test_gpu_gram.test_gram_huge_polynomial_degree_is_fast_and_exact); degree=10**30 raises a
+    ValueError that names degree."""
+    import time
+
+    x = randn(rng, (8, 20), torch.float64, device, spread=0.1)
+    v = torch.from_numpy(rng.uniform(0.5, 1.5, 8)).to(device)
+    params = dict(gamma=1e-6, coef0=1.0)
+    kernelkit_gpu.kernel_matvec(x, x, v, "polynomial", degree=3, **params)  # compile / warm up
+    for degree in (10**6, 10**6 + 1):
+        t0 = time.perf_counter()
+        out = kernelkit_gpu.kernel_matvec(x, x, v, "polynomial", degree=degree, **params)
+        assert time.perf_counter() - t0 < 10.0, f"degree {degree}: slower than 10 s"
+        ref = reference("polynomial", dict(params, degree=degree), x, x) @ to_numpy64(v)
+        np.testing.assert_allclose(to_numpy64(out), ref, rtol=4 * degree * 2.0**-53, atol=0)
+    for fn in (kernelkit_gpu.kernel_matvec, kernelkit_gpu.kernel_matvec_naive):
+        with pytest.raises(ValueError, match=r"'degree' must be .*<= 2147483647"):
+            fn(x, x, v, "polynomial", degree=10**30)
 
 
 def test_matvec_launcher_runs(device, rng, monkeypatch):

@@ -169,6 +169,43 @@ def test_distances_have_no_cancellation_far_from_origin(rng):
     assert dist.sqeuclidean(near + 1000.0)[0, 1] == 4 * 2.0**-60
 
 
+#: Per-feature parameters of each stationary kernel for length scales ``ls`` (one per feature).
+ARD_PARAMS = {
+    "rbf": lambda ls: dict(gamma=1.0 / (2.0 * ls**2)),
+    "laplacian": lambda ls: dict(gamma=1.0 / ls),
+    "matern": lambda ls: dict(length_scale=ls, nu=2.5),
+    "rational_quadratic": lambda ls: dict(length_scale=ls, alpha=0.7),
+}
+
+
+def _exact_weighted(X, Y, w, power):
+    """sum_k w_k |x_k - y_k| ** power from float64 differences formed first (exact here: the
+    points lie within a factor 2 of each other, so every difference is exact, Sterbenz)."""
+    return (w * np.abs(X[:, None, :] - Y[None, :, :]) ** power).sum(-1)
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["XX", "XY"])
+@pytest.mark.parametrize("name", list(ARD_PARAMS))
+def test_per_feature_parameters_keep_digits_far_from_origin(rng, name, same):
+    """Length scales 1e-4..1 on data at 1e6: weighting coordinates before subtracting rounded
+    each to ~1e-6 of its weighted offset (RBF(length_scale=[1e-4, 1]) erred 8.7e-6, sklearn does
+    the same); the references weight the exact differences. Compared with the exact weighted
+    distances of the same points: float64 TOL, for the values and the K of the gradients."""
+    ls = np.array([1e-4, 1e-2, 1.0])
+    X = 1e6 + ls * rng.normal(size=(9, 3))
+    Y = X if same else 1e6 + ls * rng.normal(size=(6, 3))
+    r2 = _exact_weighted(X, Y, 1.0 / ls**2, 2)
+    r1 = _exact_weighted(X, Y, 1.0 / ls, 1)
+    t = np.sqrt(5.0 * r2)
+    exact = {"rbf": np.exp(-r2 / 2.0), "laplacian": np.exp(-r1),
+             "matern": (1.0 + t + t * t / 3.0) * np.exp(-t),
+             "rational_quadratic": (1.0 + r2 / 1.4) ** -0.7}[name]
+    spec, params = get_kernel(name), ARD_PARAMS[name](ls)
+    np.testing.assert_allclose(spec.value(X, None if same else Y, **params), exact, **TOL["float64"])
+    if same:
+        np.testing.assert_allclose(spec.gradient(X, **params)[0], exact, **TOL["float64"])
+
+
 def test_dot_gram_is_exactly_symmetric_with_row_norm_diagonal(rng):
     X = rng.normal(size=(50, 13))
     S = dist.dot(X)
@@ -207,6 +244,8 @@ def test_references_do_not_modify_inputs(rng):
         ("polynomial", dict(degree=2.5), TypeError, "'degree' must be an integer"),
         ("polynomial", dict(degree=-1), ValueError, "'degree' must be an integer >= 0"),
         ("polynomial", dict(degree=True), TypeError, "'degree'"),
+        ("polynomial", dict(degree=10**30), ValueError, r"'degree' must be .* <= 2147483647"),
+        ("polynomial", dict(degree=2**31), ValueError, r"'degree' must be .* <= 2147483647"),
         ("matern", dict(nu=2.0), ValueError, "'nu' must be one of 0.5, 1.5, 2.5"),
         ("matern", dict(length_scale=0.0), ValueError, "'length_scale'"),
         ("rational_quadratic", dict(alpha=-1.0), ValueError, "'alpha'"),
