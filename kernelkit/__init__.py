@@ -29,6 +29,7 @@ from kernelkit.pairwise import (
     sigmoid_kernel,
 )
 from kernelkit.solvers import KernelRidge
+from kernelkit.gp import GaussianProcessRegressor
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,6 @@ __all__ = [
     "Linear", "Polynomial", "RBF", "Laplacian", "Matern", "RationalQuadratic", "Cosine",
     "Sigmoid", "Exponential",
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
-    "cosine_similarity", "pairwise_kernels", "KernelRidge",
+    "cosine_similarity", "pairwise_kernels", "KernelRidge", "GaussianProcessRegressor",
     "__version__",
 ]
