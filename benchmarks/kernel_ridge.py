@@ -164,8 +164,11 @@ def run_exact(args, device, rows):
         x = torch.tensor(X, device="cuda")
         K = kernelkit_gpu.gram(x, kernel="rbf", gamma=args.gamma)
         K.diagonal().add_(alpha)
+        # In place, no second n x n: K is symmetric, so its transpose view is the same matrix in
+        # the column-major layout the solver works in; passed as ``out`` it is factored where it is
+        # (``out=K`` itself would be copied to column-major first: 2 x 80 GB at n = 1e5).
         info = torch.empty(0, dtype=torch.int32, device="cuda")
-        L, info = torch.linalg.cholesky_ex(K, out=(K, info))  # in place: no second n x n
+        L, info = torch.linalg.cholesky_ex(K.mT, out=(K.mT, info))
         if int(info) != 0:
             raise RuntimeError(f"exact reference: K + alpha I not positive definite (info {int(info)})")
         a = torch.cholesky_solve(torch.tensor(y, device="cuda")[:, None], L)[:, 0]

@@ -181,7 +181,8 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
     ----------
     q, k, v : torch.Tensor
         Shapes (B, H, T, D), (B, H_kv, S, D), (B, H_kv, S, Dv); float16, bfloat16, float32 or
-        float64; any device.
+        float64; any device; finite values only (NaN or infinity raise ValueError, as in the
+        Triton version).
     kernel : str
         A registry kernel name; parameters as keywords, validated by the registry.
     is_causal, enable_gqa : bool
@@ -198,6 +199,8 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
                                           dtypes=_checks.ATTN_DTYPES + (torch.float64,))
     eps = _checks.check_eps(eps)
     plan = P.kernel_plan(kernel, D, params)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.check_finite(t, name)
     group = H // H_kv if H_kv else 1
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention_naive(q, k, v, is_causal=is_causal,

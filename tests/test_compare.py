@@ -291,8 +291,11 @@ def test_markdown(report):
 
 # ---------------------------------------------------------------------- timing, memory
 def test_compare_measures_on_cpu(rng, monkeypatch):
-    # the plain PyTorch CPU path (the Triton interpreter is slow and not what is tested here)
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    # the plain PyTorch CPU path (the Triton interpreter is slow and not what is tested here):
+    # dispatch reads the flag Triton read at import, so that flag is what is switched
+    from kernelkit_gpu import _launch
+
+    monkeypatch.setattr(_launch, "INTERPRET", False)
     q, k, v = small_qkv(rng, T=8, S=8)
     rep = compare(q, k, v, ["softmax", "elu+1", "nystrom:2"], seeds=[0], device="cpu")
     out_bytes = 1 * 2 * 8 * 3 * 4  # the float32 output each run allocates

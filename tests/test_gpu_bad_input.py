@@ -16,6 +16,7 @@ import torch
 
 import kernelkit
 import kernelkit_gpu
+from kernelkit_gpu.attention_naive import kernel_attention_naive
 from kernelkit_gpu.kernel_attention import kernel_attention
 from tests.gpu_cases import randn
 
@@ -98,15 +99,17 @@ def test_matvec_refuses_non_finite(kernel, d, which, naive, device, rng):
         fn(x, y, v, kernel, transpose=transpose)
 
 
+@pytest.mark.parametrize("fn", [kernel_attention, kernel_attention_naive], ids=["triton", "naive"])
 @pytest.mark.parametrize("which", ["q", "k", "v"])
 @pytest.mark.parametrize("kernel", ["rbf", "linear", "exponential"])
-def test_kernel_attention_refuses_non_finite(kernel, which, device, rng):
+def test_kernel_attention_refuses_non_finite(kernel, which, fn, device, rng):
     """kernel_attention prepares q and k as gram does: non-finite q, k or v is refused (every
-    kernel, exponential included, so the rule does not depend on the kernel)."""
+    kernel, exponential included, so the rule does not depend on the kernel); its naive twin
+    applies the same rule."""
     t = {n: randn(rng, (1, 2, 9, 20), torch.float32, device) for n in "qkv"}
     t[which] = _spoil(t[which], float("nan"), (0, 1, 4, 7))
     with pytest.raises(ValueError, match=rf"^{which} contains NaN or infinity"):
-        kernel_attention(t["q"], t["k"], t["v"], kernel, eps=1e-3)
+        fn(t["q"], t["k"], t["v"], kernel, eps=1e-3)
 
 
 def test_kernelkit_torch_path_refuses_non_finite(device, rng):
