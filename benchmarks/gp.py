@@ -12,6 +12,8 @@ Methods (``--parts``):
 - ``ours``: kernelkit.GaussianProcessRegressor (float32 on the GPU, L-BFGS-B);
 - ``sklearn``: scikit-learn's GaussianProcessRegressor with its own RBF (float64, CPU, dense
   Cholesky), for n <= ``--sklearn-max-n``; same L-BFGS-B iteration cap;
+- ``sklearn-kk``: the same scikit-learn estimator given ``kernelkit.RBF(device=...)``: K and its
+  gradient on the GPU in float64 (``eval_gradient=True``), sklearn's dense solves on the CPU;
 - ``gpytorch``: gpytorch ExactGP on the GPU (Adam, ``--gpytorch-steps`` steps, lr 0.1), skipped
   with the reason recorded when gpytorch does not import; errors (e.g. out of memory) recorded.
 
@@ -100,7 +102,8 @@ def run_ours(X, y, Xt, yt, args, device):
                 warnings=sorted({str(w.message)[:200] for w in caught}))
 
 
-def run_sklearn(X, y, Xt, yt, args):
+def run_sklearn(X, y, Xt, yt, args, rbf_class=None):
+    """scikit-learn's GaussianProcessRegressor with ``rbf_class`` (its own RBF by default)."""
     import scipy.optimize
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import RBF
@@ -110,7 +113,8 @@ def run_sklearn(X, y, Xt, yt, args):
                                       bounds=bounds, options={"maxiter": args.opt_iter})
         return res.x, res.fun
 
-    gp = GaussianProcessRegressor(kernel_for(X.shape[1], RBF), optimizer=capped, random_state=0)
+    gp = GaussianProcessRegressor(kernel_for(X.shape[1], rbf_class or RBF), optimizer=capped,
+                                  random_state=0)
     t0 = time.perf_counter()
     gp.fit(X, y)
     fit_s = time.perf_counter() - t0
@@ -196,7 +200,7 @@ def main(argv=None):
     p.add_argument("--d", type=int, default=8, help="features (3..20)")
     p.add_argument("--n-test", type=int, default=1000)
     p.add_argument("--parts", nargs="+", default=["ours", "sklearn", "gpytorch"],
-                   choices=["ours", "sklearn", "gpytorch"])
+                   choices=["ours", "sklearn", "sklearn-kk", "gpytorch"])
     p.add_argument("--opt-iter", type=int, default=5, help="L-BFGS-B iterations (ours, sklearn)")
     p.add_argument("--gpytorch-steps", type=int, default=20)
     p.add_argument("--sklearn-max-n", type=int, default=3000)
@@ -212,6 +216,8 @@ def main(argv=None):
         p.error("--d must be >= 1")
 
     import torch
+
+    import kernelkit
 
     if args.quick:
         device = "cpu"
@@ -248,6 +254,9 @@ def main(argv=None):
             runners.append(("kernelkit", lambda: run_ours(X, y, Xt, yt, args, device)))
         if "sklearn" in args.parts and n <= args.sklearn_max_n:
             runners.append(("sklearn", lambda: run_sklearn(X, y, Xt, yt, args)))
+        if "sklearn-kk" in args.parts and n <= args.sklearn_max_n:
+            runners.append(("sklearn+kk", lambda: run_sklearn(
+                X, y, Xt, yt, args, lambda ls: kernelkit.RBF(ls, device=device))))
         if "gpytorch" in args.parts and gpytorch_reason is None:
             runners.append(("gpytorch", lambda: run_gpytorch(X, y, Xt, yt, args, device)))
         for name, fn in runners:

@@ -15,7 +15,10 @@ import sys
 import numpy as np
 
 from kernelkit._device import check_device, resolve_device
-from kernelkit._validation import check_pair, result_dtype
+from kernelkit._validation import check_data, check_pair, result_dtype
+
+#: Share of the free GPU memory the gradient path may plan to use; beyond it, the CPU reference.
+GPU_MEMORY_SHARE = 0.8
 
 
 def is_tensor(obj):
@@ -115,3 +118,29 @@ def kernel_matrix(spec, X, Y, params_fn, device, always_float64=False):
     K = numpy_kernel_matrix(spec, X, Y, params_fn(X.shape[1]), where)
     dtype = np.float64 if always_float64 else result_dtype(X, Y)
     return np.require(K, dtype, ["W"])
+
+
+def kernel_gradient(spec, X, params_fn, device):
+    """K(X, X) and its log-hyperparameter gradient for array-like X, as float64 NumPy.
+
+    The registry's layout (:meth:`kernelkit_math.registry.KernelSpec.gradient`). On the GPU
+    (:func:`kernelkit_gpu.gradient.gram_log_gradient`, float64) when ``device`` resolves to CUDA
+    and K, dK and the temporaries fit in :data:`GPU_MEMORY_SHARE` of the free GPU memory;
+    otherwise by the float64 reference on the CPU, which needs the same host memory as the GPU
+    path's result.
+    """
+    where = resolve_device(device)
+    X = np.asarray(check_data(X, "X"), dtype=np.float64)
+    params = params_fn(X.shape[1])
+    if where == "cuda":
+        import torch
+
+        from kernelkit_gpu.gradient import gram_log_gradient, log_gradient_bytes
+
+        n_columns = sum(1 if params[p.name] is None else int(np.size(params[p.name]))
+                        for p in spec.hyperparameters)
+        need = log_gradient_bytes(X.shape[0], n_columns)
+        if need <= GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
+            K, dK = gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)
+            return K.cpu().numpy(), dK.cpu().numpy()
+    return spec.gradient_fn(X, **params)

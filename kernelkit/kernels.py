@@ -32,7 +32,7 @@ from collections import namedtuple
 import numpy as np
 from sklearn.gaussian_process.kernels import Hyperparameter, Kernel
 
-from kernelkit._compute import kernel_matrix
+from kernelkit._compute import kernel_gradient, kernel_matrix
 from kernelkit._device import resolve_device
 from kernelkit._validation import check_data
 from kernelkit_math.registry import get_kernel
@@ -244,11 +244,9 @@ class _RegistryKernel(Kernel):
             return kernel_matrix(
                 self._spec, X, Y, self._registry_params, self.device, always_float64=True
             )
-        # Gradients are evaluated by the float64 reference on the CPU, wherever K would run.
-        resolve_device(self.device)
         X = np.asarray(check_data(X, "X"), dtype=np.float64)
         params = self._registry_params(X.shape[1])
-        K, dK = self._spec.gradient_fn(X, **params)
+        K, dK = kernel_gradient(self._spec, X, lambda _: params, self.device)
         return np.require(K, np.float64, ["W"]), self._log_gradient(dK, params)
 
     def diag(self, X):
@@ -323,7 +321,8 @@ class Linear(_RegistryKernel):
     ----------
     device : {"auto", "cpu", "cuda"}, default="auto"
         Where the Gram matrix is computed: "auto" is the GPU when one is present (float64 there
-        too), else the CPU. Gradients and ``diag`` always use the float64 CPU reference.
+        too), else the CPU. ``eval_gradient=True`` runs on the GPU too (float64) when K and its
+        gradient fit in GPU memory, else on the CPU; ``diag`` always uses the CPU reference.
 
     Attributes
     ----------

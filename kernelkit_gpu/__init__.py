@@ -13,6 +13,9 @@ kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", *
     Matrix-free K(X, Y) @ V (:mod:`kernelkit_gpu.matvec`).
 gram_naive, kernel_matvec_naive
     Plain-PyTorch versions with the same signatures (:mod:`kernelkit_gpu.naive`).
+gram_log_gradient(x, kernel="rbf", **params)
+    K(X, X) and its gradient with respect to the log hyperparameters, float64
+    (:mod:`kernelkit_gpu.gradient`; what scikit-learn's ``kernel(X, eval_gradient=True)`` returns).
 softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False)
     FlashAttention-style online-softmax attention, forward and backward
     (:mod:`kernelkit_gpu.softmax_attention`).
@@ -30,12 +33,13 @@ with the functions exported here; reach the modules through ``sys.modules`` or `
 from kernelkit_gpu.gram import gram
 from kernelkit_gpu.matvec import kernel_matvec
 from kernelkit_gpu.naive import gram_naive, kernel_matvec_naive
+from kernelkit_gpu.gradient import gram_log_gradient
 from kernelkit_gpu.feature_maps import apply_feature_map
 from kernelkit_gpu.kernel_attention import kernel_attention
 from kernelkit_gpu.linear_attention import linear_attention
 from kernelkit_gpu.softmax_attention import softmax_attention
 
 __all__ = [
-    "gram", "kernel_matvec", "gram_naive", "kernel_matvec_naive", "softmax_attention",
+    "gram", "kernel_matvec", "gram_naive", "kernel_matvec_naive", "gram_log_gradient", "softmax_attention",
     "kernel_attention", "linear_attention", "apply_feature_map",
 ]

@@ -69,62 +69,69 @@ def kernel_plan(kernel, n_features, params):
     """
     spec = get_kernel(kernel)
     resolved = spec.resolve(n_features, **{k: _as_param(v) for k, v in params.items()})
-    d = n_features
     name = spec.name
-    deg, scale, prm = 0, None, (0.0, 0.0, 0.0)
     pairwise = {"dot": E.PW_DOT, "cosine": E.PW_DOT, "sqeuclidean": E.PW_SQEUCLIDEAN,
                 "manhattan": E.PW_MANHATTAN}[spec.pairwise].value
-
-    def per_feature(v):
-        return np.ndim(v) > 0
-
     if name in ("linear", "cosine"):
         kind = E.K_LINEAR
-    elif name == "polynomial":
-        kind = E.K_POLYNOMIAL
-        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
-        prm, deg = (gamma, resolved["coef0"], 0.0), resolved["degree"]
+    elif name in ("rbf", "laplacian", "polynomial", "sigmoid", "exponential", "rational_quadratic"):
+        kind = getattr(E, "K_" + name.upper())
+    elif name == "matern":
+        kind = {0.5: E.K_MATERN05, 1.5: E.K_MATERN15, 2.5: E.K_MATERN25}[resolved["nu"]]
+    else:  # pragma: no cover - a registry entry without a GPU epilogue
+        raise NotImplementedError(f"kernel {name!r} has no GPU epilogue yet")
+    prm, scale = plan_numbers(name, spec.explicit(n_features, resolved))
+    return KernelPlan(
+        name=name, kind=int(kind.value), pairwise=int(pairwise), prm=tuple(float(p) for p in prm),
+        deg=int(resolved.get("degree", 0)),
+        scale=None if scale is None else np.asarray(scale, dtype=np.float64),
+        stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
+    )
+
+
+def plan_numbers(name, params):
+    """The epilogue's (p0, p1, p2) and the per-column data scale (or None) of a registry kernel.
+
+    ``params``: the registry's parameters with defaults made explicit
+    (:meth:`~kernelkit_math.registry.KernelSpec.explicit`). Plain arithmetic only, so the values
+    may be floats, NumPy arrays or torch tensors: :mod:`kernelkit_gpu.gradient` differentiates
+    through this very function.
+    """
+    scale, prm = None, (0.0, 0.0, 0.0)
+
+    def per_feature(v):
+        return len(getattr(v, "shape", ())) > 0
+
+    if name == "polynomial":
+        prm = (params["gamma"], params["coef0"], 0.0)
     elif name == "sigmoid":
-        kind = E.K_SIGMOID
-        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
-        prm = (gamma, resolved["coef0"], 2.0 * LOG2E)
+        prm = (params["gamma"], params["coef0"], 2.0 * LOG2E)
     elif name == "exponential":
-        kind = E.K_EXPONENTIAL
-        s = 1.0 / math.sqrt(d) if resolved["scale"] is None else resolved["scale"]
-        prm = (s * LOG2E, 0.0, 0.0)
+        prm = (params["scale"] * LOG2E, 0.0, 0.0)
     elif name in ("rbf", "laplacian"):
-        kind = E.K_RBF if name == "rbf" else E.K_LAPLACIAN
-        gamma = 1.0 / d if resolved["gamma"] is None else resolved["gamma"]
+        gamma = params["gamma"]
         if per_feature(gamma):
             # sum_k g_k (x_k - y_k)^2 = ||sqrt(g) x - sqrt(g) y||^2;  sum_k g_k |x_k - y_k| = |g x - g y|_1
-            scale = np.sqrt(gamma) if name == "rbf" else np.asarray(gamma, dtype=np.float64)
+            scale = gamma**0.5 if name == "rbf" else gamma
             prm = (LOG2E, 0.0, 0.0)
         else:
             prm = (gamma * LOG2E, 0.0, 0.0)
     elif name == "matern":
-        nu, ls = resolved["nu"], resolved["length_scale"]
-        kind = {0.5: E.K_MATERN05, 1.5: E.K_MATERN15, 2.5: E.K_MATERN25}[nu]
-        c = {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[nu]
+        ls = params["length_scale"]
+        c = {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[params["nu"]]
         if per_feature(ls):
-            scale, p0 = 1.0 / np.asarray(ls, dtype=np.float64), c
+            scale, p0 = 1.0 / ls, c
         else:
             p0 = c / (ls * ls)
         prm = (p0, LOG2E, 1.0 / 3.0)
     elif name == "rational_quadratic":
-        kind = E.K_RATIONAL_QUADRATIC
-        alpha, ls = resolved["alpha"], resolved["length_scale"]
+        alpha, ls = params["alpha"], params["length_scale"]
         if per_feature(ls):
-            scale, p0 = 1.0 / np.asarray(ls, dtype=np.float64), 1.0 / (2.0 * alpha)
+            scale, p0 = 1.0 / ls, 1.0 / (2.0 * alpha)
         else:
             p0 = 1.0 / (2.0 * alpha * ls * ls)
         prm = (p0, alpha, LOG2E)
-    else:  # pragma: no cover - a registry entry without a GPU epilogue
-        raise NotImplementedError(f"kernel {name!r} has no GPU epilogue yet")
-    kind = int(kind.value) if hasattr(kind, "value") else int(kind)
-    return KernelPlan(
-        name=name, kind=kind, pairwise=int(pairwise), prm=tuple(float(p) for p in prm), deg=int(deg),
-        scale=scale, stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
-    )
+    return prm, scale
 
 
 # ------------------------------------------------------------------------------ operands

@@ -53,7 +53,9 @@ def epilogue_torch(s, plan):
     if kind in (E.K_RBF.value, E.K_LAPLACIAN.value):
         return torch.exp2(-p0 * s)
     if kind in (E.K_MATERN05.value, E.K_MATERN15.value, E.K_MATERN25.value):
-        t = torch.sqrt(p0 * s)
+        u = p0 * s
+        positive = u > 0  # sqrt only where positive: its derivative at 0 would give 0 * inf
+        t = torch.where(positive, torch.sqrt(torch.where(positive, u, 1.0)), 0.0)
         e = torch.exp(-t)
         if kind == E.K_MATERN05.value:
             return e
@@ -68,7 +70,10 @@ def epilogue_torch(s, plan):
 class _Prepared:
     """Data transformed once for all chunks: centred / scaled / normalised as the kernel needs."""
 
-    def __init__(self, x, y, plan, symmetric):
+    def __init__(self, x, y, plan, symmetric, direct=False):
+        # direct: distances by direct differences, one feature at a time (exact for
+        # near-duplicates, and forward-mode differentiable, which torch.cdist is not)
+        self.direct = direct
         acc = P.acc_dtype(x.dtype)
         x = x.to(acc)
         y = x if symmetric else y.to(acc)
@@ -99,6 +104,11 @@ class _Prepared:
         pw = self.plan.pairwise
         if pw == E.PW_DOT.value:
             return xi @ self.y.T
+        if self.direct:
+            diffs = (xi[:, k, None] - self.y[None, :, k] for k in range(xi.shape[1]))
+            if pw == E.PW_SQEUCLIDEAN.value:
+                return sum(t * t for t in diffs)
+            return sum(t.abs() for t in diffs)
         if pw == E.PW_SQEUCLIDEAN.value:
             base = self.nx[lo:hi, None] + self.ny[None, :]
             return torch.clamp_min(torch.addmm(base, xi, self.y.T, alpha=-2.0), 0.0)
@@ -110,6 +120,25 @@ class _Prepared:
 
 def _chunk_rows(m):
     return max(1, CHUNK_ELEMENTS // max(1, m))
+
+
+def symmetric_gram(x, plan, direct=False):
+    """K(X, X) for a kernel plan: exactly symmetric (mirrored upper triangle), diagonal exact.
+
+    The plan's ``prm`` and ``scale`` may be torch tensors. With ``direct``, distances are formed
+    by direct differences (float64 accuracy for near-duplicate points, as the reference) and
+    every operation supports forward-mode automatic differentiation (:mod:`kernelkit_gpu.gradient`).
+    """
+    n = x.shape[0]
+    prep = _Prepared(x, None, plan, symmetric=True, direct=direct)
+    step = _chunk_rows(n)
+    K = torch.cat([prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)], dim=0)
+    upper = torch.triu(K, diagonal=1)
+    if plan.stationary:
+        diag = torch.ones(n, dtype=K.dtype, device=x.device)
+    else:
+        diag = epilogue_torch(prep.diag_dot, plan)
+    return upper + upper.T + torch.diag(diag)
 
 
 def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
@@ -133,17 +162,12 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     if n == 0 or m == 0:
         return out if out is not None else torch.empty((n, m), dtype=acc, device=x.device)
     with _matmul_precision(x.device, precision):
-        prep = _Prepared(x, None if symmetric else y, plan, symmetric)
-        step = _chunk_rows(m)
-        blocks = [prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)]
-        K = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=0)
         if symmetric:
-            upper = torch.triu(K, diagonal=1)
-            if plan.stationary:
-                diag = torch.ones(n, dtype=acc, device=x.device)
-            else:
-                diag = epilogue_torch(prep.diag_dot, plan)
-            K = upper + upper.T + torch.diag(diag)
+            K = symmetric_gram(x, plan)
+        else:
+            prep = _Prepared(x, y, plan, symmetric=False)
+            step = _chunk_rows(m)
+            K = torch.cat([prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)], dim=0)
     if out is not None:
         out.copy_(K)
         return out

@@ -194,6 +194,15 @@ class KernelSpec:
             out[p.name] = None if keep_default_none else p.check(value, n_features, self.name)
         return out
 
+    def explicit(self, n_features, resolved):
+        """``resolved`` parameters with each None default replaced by the value it stands for.
+
+        ``gamma=None`` is 1 / n_features, the exponential kernel's ``scale=None`` is
+        1 / sqrt(n_features), as the kernel functions apply them.
+        """
+        defaults = {"gamma": 1.0 / n_features, "scale": 1.0 / math.sqrt(n_features)}
+        return {k: defaults[k] if v is None else v for k, v in resolved.items()}
+
     def value(self, X, Y=None, **params):
         """K(X, Y) in float64, parameters validated. Shape (n_X, n_Y)."""
         return self.value_fn(X, Y, **self.resolve(np.shape(X)[-1], **params))
