@@ -44,7 +44,10 @@ def numpy_kernel_matrix(spec, X, Y, params, where):
     for float64 data and float32 for float32 data.
     """
     if where == "cuda":
-        return _gpu_gram(spec, X, Y, params)
+        K = _gpu_gram(spec, X, Y, params)
+        if Y is None and K.dtype == np.float64:  # the diagonal exactly as diag() gives it
+            np.fill_diagonal(K, spec.diag_fn(X, **params))
+        return K
     return spec.value_fn(X, Y, **params)
 
 
@@ -96,7 +99,11 @@ def tensor_kernel_matrix(spec, x, y, params_fn, device, always_float64=False):
         elif y is not None and y.dtype != x.dtype:
             common = torch.promote_types(x.dtype, y.dtype)
             x, y = x.to(common), y.to(common)
-        return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).to(out_dtype)
+        K = kernelkit_gpu.gram(x, y, kernel=spec.name, **params).to(out_dtype)
+        if y is None and out_dtype == torch.float64:  # the diagonal exactly as diag() gives it
+            diag = spec.diag_fn(x.detach().cpu().to(torch.float64).numpy(), **params)
+            K.diagonal().copy_(torch.from_numpy(diag))
+        return K
     X = x.detach().to(torch.float64).numpy()
     Y = None if y is None else y.detach().to(torch.float64).numpy()
     return torch.from_numpy(spec.value_fn(X, Y, **params)).to(out_dtype)
@@ -123,7 +130,9 @@ def kernel_matrix(spec, X, Y, params_fn, device, always_float64=False):
 def kernel_gradient(spec, X, params_fn, device):
     """K(X, X) and its log-hyperparameter gradient for array-like X, as float64 NumPy.
 
-    The registry's layout (:meth:`kernelkit_math.registry.KernelSpec.gradient`). On the GPU
+    K is what :func:`numpy_kernel_matrix` gives on the same device, so ``kernel(X)`` and
+    ``kernel(X, eval_gradient=True)[0]`` agree bit for bit. The gradient has the registry's
+    layout (:meth:`kernelkit_math.registry.KernelSpec.gradient`). On the GPU
     (:func:`kernelkit_gpu.gradient.gram_log_gradient`, float64) when ``device`` resolves to CUDA
     and K, dK and the temporaries fit in :data:`GPU_MEMORY_SHARE` of the free GPU memory;
     otherwise by the float64 reference on the CPU, which needs the same host memory as the GPU
@@ -132,15 +141,15 @@ def kernel_gradient(spec, X, params_fn, device):
     where = resolve_device(device)
     X = np.asarray(check_data(X, "X"), dtype=np.float64)
     params = params_fn(X.shape[1])
-    if where == "cuda":
-        import torch
+    if where != "cuda":
+        return spec.gradient_fn(X, **params)
+    import torch
 
-        from kernelkit_gpu.gradient import gram_log_gradient, log_gradient_bytes
+    from kernelkit_gpu.gradient import gram_log_gradient, log_gradient_bytes
 
-        n_columns = sum(1 if params[p.name] is None else int(np.size(params[p.name]))
-                        for p in spec.hyperparameters)
-        need = log_gradient_bytes(X.shape[0], n_columns)
-        if need <= GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
-            K, dK = gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)
-            return K.cpu().numpy(), dK.cpu().numpy()
-    return spec.gradient_fn(X, **params)
+    K = numpy_kernel_matrix(spec, X, None, params, where)
+    n_columns = sum(1 if params[p.name] is None else int(np.size(params[p.name]))
+                    for p in spec.hyperparameters)
+    if log_gradient_bytes(X.shape[0], n_columns) <= GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
+        return K, gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)[1].cpu().numpy()
+    return K, spec.gradient_fn(X, **params)[1]

@@ -19,6 +19,7 @@ memory :func:`log_gradient_bytes`.
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import torch
@@ -29,6 +30,10 @@ from kernelkit_gpu.naive import symmetric_gram
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["gram_log_gradient", "log_gradient_bytes"]
+
+#: Forward-mode AD levels are process-wide state in torch: concurrent jvp calls from several
+#: threads corrupt each other's levels, so gradient evaluations take turns.
+_FORWARD_AD_LOCK = threading.Lock()
 
 #: n x n float64 temporaries alive at once besides the result: the primal and tangent of the
 #: row blocks, their concatenation, the triangle, its transpose and the sum.
@@ -87,15 +92,17 @@ def gram_log_gradient(x, kernel="rbf", **params):
         return symmetric_gram(x, p, direct=True)
 
     primals = tuple(values[name] for name in names)
-    K = symmetric_gram(x, plan, direct=True)
     n_columns = sum(v.numel() for v in primals)
+    if n_columns == 0:
+        return symmetric_gram(x, plan, direct=True), _launch.alloc((n, n, 0), torch.float64, x.device)
     dK = _launch.alloc((n, n, n_columns), torch.float64, x.device)
     column = 0
-    for i, value in enumerate(primals):
-        for j in range(value.numel()):
-            tangent = [torch.zeros_like(v) for v in primals]
-            tangent[i].view(-1)[j] = value.view(-1)[j]  # d/dlog p = p d/dp
-            dK[:, :, column] = torch.func.jvp(gram_of, primals, tuple(tangent))[1]
-            column += 1
+    with _FORWARD_AD_LOCK:
+        for i, value in enumerate(primals):
+            for j in range(value.numel()):
+                tangent = [torch.zeros_like(v) for v in primals]
+                tangent[i].view(-1)[j] = value.view(-1)[j]  # d/dlog p = p d/dp
+                K, dK[:, :, column] = torch.func.jvp(gram_of, primals, tuple(tangent))
+                column += 1
     return K, dK
 

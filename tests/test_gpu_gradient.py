@@ -87,6 +87,19 @@ def test_gram_log_gradient_bad_input(bad, error, match, device, rng):
         kernelkit_gpu.gram_log_gradient(bad(x), "rbf")
 
 
+def test_gram_log_gradient_is_thread_safe(device, rng):
+    """Forward-mode AD levels are process-wide in torch: concurrent calls must not interfere."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    X = rng.standard_normal((40, 3))
+    x = torch.from_numpy(X).to(device)
+    params = [dict(gamma=np.array([0.1, 0.5, 1.0]) * (1 + i / 10)) for i in range(16)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda p: kernelkit_gpu.gram_log_gradient(x, "rbf", **p), params))
+    for p, (K, dK) in zip(params, results):
+        _check(K, dK, X, "rbf", p)
+
+
 def test_gram_log_gradient_bad_kernel_and_params(device):
     x = torch.ones((4, 2), dtype=torch.float64, device=device)
     with pytest.raises(ValueError, match="kernel"):
@@ -117,9 +130,12 @@ def test_class_eval_gradient_on_the_gpu(case, device, rng, monkeypatch):
     monkeypatch.setattr(kernelkit_gpu.gradient, "gram_log_gradient",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     X = rng.standard_normal((50, 4)) + 1000.0 * (case != "polynomial-coef0-fixed")
-    K, dK = CLASS_CASES[case]("cuda")(X, eval_gradient=True)
+    kernel = CLASS_CASES[case]("cuda")
+    K, dK = kernel(X, eval_gradient=True)
     Kr, dKr = CLASS_CASES[case]("cpu")(X, eval_gradient=True)
     assert calls == [1]
+    assert_array_equal(K, kernel(X))  # the same K with and without the gradient
+    assert_array_equal(np.diag(K), kernel.diag(X))
     assert_allclose(K, Kr, rtol=RTOL, atol=ATOL_REL)
     assert_allclose(dK, dKr, rtol=RTOL, atol=ATOL_REL * np.abs(dKr).max())
 
@@ -133,6 +149,8 @@ def test_class_eval_gradient_falls_back_to_the_cpu_when_it_does_not_fit(monkeypa
         raise AssertionError("the GPU path ran although the result does not fit")
 
     monkeypatch.setattr(kernelkit_gpu.gradient, "gram_log_gradient", no_gpu)
+    monkeypatch.setattr(kernelkit._compute, "_gpu_gram",  # K alone: the reference stands in
+                        lambda spec, X, Y, params: spec.value_fn(X, Y, **params))
     X = rng.standard_normal((400, 4))  # K and dK: 400^2 x (1 + 4 + 8) x 8 bytes = 16.6 MB > 1 MiB
     K, dK = RBF([0.5, 1.0, 2.0, 3.0], device="cuda")(X, eval_gradient=True)
     Kr, dKr = RBF([0.5, 1.0, 2.0, 3.0], device="cpu")(X, eval_gradient=True)
