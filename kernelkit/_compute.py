@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from kernelkit._device import check_device, resolve_device
-from kernelkit._validation import check_data, check_pair, result_dtype
+from kernelkit._validation import check_pair, result_dtype
 
 #: Share of the free GPU memory the gradient path may plan to use; beyond it, the CPU reference.
 GPU_MEMORY_SHARE = 0.8
@@ -127,22 +127,36 @@ def kernel_matrix(spec, X, Y, params_fn, device, always_float64=False):
     return np.require(K, dtype, ["W"])
 
 
-def kernel_gradient(spec, X, params_fn, device):
-    """K(X, X) and its log-hyperparameter gradient for array-like X, as float64 NumPy.
+def _select_columns(dK, columns):
+    """``dK[:, :, index] * factor`` (NumPy or torch), skipping what is the identity."""
+    index, factor = columns
+    on_host = isinstance(dK, np.ndarray)
+    if not (len(index) == dK.shape[2] and (index == np.arange(len(index))).all()):
+        dK = dK[:, :, index if on_host else dK.new_tensor(index).long()]
+    if not (factor == 1.0).all():
+        dK = dK * (factor if on_host else dK.new_tensor(factor))
+    return dK
+
+
+
+def kernel_gradient(spec, X, params, device, columns):
+    """K(X, X) and its log-hyperparameter gradient for validated float64 NumPy X, as NumPy.
+
+    ``params``: resolved registry parameters. ``columns = (index, factor)`` turns the registry's
+    gradient layout (:meth:`kernelkit_math.registry.KernelSpec.gradient`) into the caller's:
+    ``dK[:, :, index] * factor`` (reordered, fixed ones dropped, rescaled).
 
     K is what :func:`numpy_kernel_matrix` gives on the same device, so ``kernel(X)`` and
-    ``kernel(X, eval_gradient=True)[0]`` agree bit for bit. The gradient has the registry's
-    layout (:meth:`kernelkit_math.registry.KernelSpec.gradient`). On the GPU
-    (:func:`kernelkit_gpu.gradient.gram_log_gradient`, float64) when ``device`` resolves to CUDA
-    and K, dK and the temporaries fit in :data:`GPU_MEMORY_SHARE` of the free GPU memory;
-    otherwise by the float64 reference on the CPU, which needs the same host memory as the GPU
-    path's result.
+    ``kernel(X, eval_gradient=True)[0]`` agree bit for bit. The gradient is computed on the GPU
+    (:func:`kernelkit_gpu.gradient.gram_log_gradient`, float64; columns selected there, so only
+    the result crosses to the host) when ``device`` resolves to CUDA and K, dK and the
+    temporaries fit in :data:`GPU_MEMORY_SHARE` of the free GPU memory; otherwise by the float64
+    reference on the CPU, which needs the same host memory as the GPU path's result.
     """
     where = resolve_device(device)
-    X = np.asarray(check_data(X, "X"), dtype=np.float64)
-    params = params_fn(X.shape[1])
     if where != "cuda":
-        return spec.gradient_fn(X, **params)
+        K, dK = spec.gradient_fn(X, **params)
+        return K, _select_columns(dK, columns)
     import torch
 
     from kernelkit_gpu.gradient import gram_log_gradient, log_gradient_bytes
@@ -150,6 +164,7 @@ def kernel_gradient(spec, X, params_fn, device):
     K = numpy_kernel_matrix(spec, X, None, params, where)
     n_columns = sum(1 if params[p.name] is None else int(np.size(params[p.name]))
                     for p in spec.hyperparameters)
-    if log_gradient_bytes(X.shape[0], n_columns) <= GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
-        return K, gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)[1].cpu().numpy()
-    return K, spec.gradient_fn(X, **params)[1]
+    if log_gradient_bytes(X.shape[0], n_columns) > GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
+        return K, _select_columns(spec.gradient_fn(X, **params)[1], columns)
+    dK = gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)[1]
+    return K, _select_columns(dK, columns).cpu().numpy()

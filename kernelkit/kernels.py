@@ -193,20 +193,24 @@ class _RegistryKernel(Kernel):
             out[m.registry] = value
         return spec.resolve(n_features, **out)
 
-    def _log_gradient(self, dK, params):
-        """Registry gradient columns -> the order of ``self.theta``, fixed ones dropped."""
+    def _gradient_columns(self, params):
+        """How registry gradient columns become ``theta``'s: ``dK_theta = dK[:, :, index] * factor``.
+
+        Reorders to the order of ``self.theta`` (sklearn sorts hyperparameters by name), drops
+        fixed hyperparameters, and rescales by each parameter map's power. NumPy index and
+        factor arrays, applied where dK is (NumPy or torch).
+        """
         by_registry = {m.registry: m for m in self._param_map}
         columns, start = {}, 0
         for rparam in self._spec.hyperparameters:
             width = 1 if np.ndim(params[rparam.name]) == 0 else np.shape(params[rparam.name])[0]
             m = by_registry[rparam.name]
-            block = dK[:, :, start : start + width]
-            columns[m.name] = block if m.power == 1.0 else m.power * block
+            columns[m.name] = (np.arange(start, start + width), np.full(width, m.power))
             start += width
         order = [h.name for h in self.hyperparameters if not h.fixed]
-        if not order:
-            return np.empty(dK.shape[:2] + (0,))
-        return np.concatenate([columns[name] for name in order], axis=2)
+        index = np.concatenate([columns[name][0] for name in order] + [np.zeros(0, np.intp)])
+        factor = np.concatenate([columns[name][1] for name in order] + [np.zeros(0)])
+        return index.astype(np.intp), factor
 
     # ---------------------------------------------------------------------- the contract
     def __call__(self, X, Y=None, eval_gradient=False):
@@ -246,8 +250,8 @@ class _RegistryKernel(Kernel):
             )
         X = np.asarray(check_data(X, "X"), dtype=np.float64)
         params = self._registry_params(X.shape[1])
-        K, dK = kernel_gradient(self._spec, X, lambda _: params, self.device)
-        return np.require(K, np.float64, ["W"]), self._log_gradient(dK, params)
+        K, dK = kernel_gradient(self._spec, X, params, self.device, self._gradient_columns(params))
+        return np.require(K, np.float64, ["W"]), np.require(dK, np.float64, ["W"])
 
     def diag(self, X):
         """The diagonal of k(X, X), equal to ``np.diag(self(X))`` bit for bit.

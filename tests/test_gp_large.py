@@ -341,6 +341,7 @@ def test_lml_gradient_never_forms_n_by_n(monkeypatch):
     # n^2 x n_theta) elements, in the forward CG or the backward pass.
     n, block = 1200, 50 * 1200
     monkeypatch.setattr(_operator, "BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)  # the matrix-free path
     X, y = _data(n, d=3)
     kernel = C(1.0) * kk.RBF([1.0, 1.0, 1.0]) + W(0.1)
     recorder = _Recorder()
@@ -348,6 +349,31 @@ def test_lml_gradient_never_forms_n_by_n(monkeypatch):
         value, grad = _lml(kernel, X, y, 1e-10, rank=30, n_probes=8, cg_tol=1e-4)
     assert grad.shape == (5,) and np.isfinite(value)
     assert recorder.largest <= block, recorder.largest
+
+
+def test_dense_and_matrix_free_paths_agree(monkeypatch):
+    """K held densely (it fits) and K never formed give the same LML and gradient; the dense
+    matrix is formed once per hyperparameter setting, not once per CG product."""
+    X, y = _data(300, d=3)
+    kernel = C(1.3) * kk.RBF([0.8, 1.0, 1.2]) + W(0.05)
+    builds = []
+    real = _operator.CovarianceOperator.kernel_matrix
+
+    def counting(self, params):
+        key_before = self._dense_key
+        out = real(self, params)
+        builds.append(self._dense_key != key_before)
+        return out
+
+    monkeypatch.setattr(_operator.CovarianceOperator, "kernel_matrix", counting)
+    dense = _lml(kernel, X, y, 1e-10, rank=20, n_probes=8)
+    assert sum(builds) == 1 and len(builds) > 10, builds
+    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)
+    builds.clear()
+    free = _lml(kernel, X, y, 1e-10, rank=20, n_probes=8)
+    assert builds == []
+    np.testing.assert_allclose(dense[0], free[0], rtol=1e-10)
+    np.testing.assert_allclose(dense[1], free[1], rtol=1e-8, atol=1e-10)
 
 
 # ------------------------------------------------------------------------------ bad input

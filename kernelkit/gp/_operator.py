@@ -1,9 +1,12 @@
-r"""The training covariance K = outputscale * k(X, X) + (noise + jitter) I as a chunked operator.
+r"""The training covariance K = outputscale * k(X, X) + (noise + jitter) I as an operator.
 
-Nothing of size n x n is ever stored: every product walks row chunks of at most
-:data:`BLOCK_ELEMENTS` kernel values (``chunk`` x n), computed on the fly in torch on any device,
-float32 or float64. The kernel is stationary, so the data are centred once (float64 mean) before
-the distances r^2 = |a|^2 + |b|^2 - 2 a.b of the length-scaled points are formed; r^2 is clamped
+Products with K: when the n x n kernel matrix fits in the dense budget (:func:`dense_budget`: half
+the free GPU memory, or :data:`DENSE_CPU_BYTES` on the CPU) it is formed once per hyperparameter
+setting and every CG product is one matrix product; otherwise nothing of size n x n is stored and
+every product walks row chunks of at most :data:`BLOCK_ELEMENTS` kernel values (``chunk`` x n),
+computed on the fly. Torch on any device, float32 or float64.
+
+The kernel is stationary, so the data are centred once (float64 mean) before the distances r^2 = |a|^2 + |b|^2 - 2 a.b of the length-scaled points are formed; r^2 is clamped
 at 0 and set to exactly 0 on the diagonal of K(X, X), so the diagonal equals the outputscale.
 
 Derivatives with respect to the log-hyperparameters come from torch.autograd through
@@ -18,10 +21,22 @@ import math
 
 import torch
 
-__all__ = ["CovarianceOperator", "bilinear", "BLOCK_ELEMENTS"]
+__all__ = ["CovarianceOperator", "bilinear", "BLOCK_ELEMENTS", "dense_budget"]
 
 #: Kernel values in one row chunk (times a few temporaries of the same size during backward).
 BLOCK_ELEMENTS = 2**24
+#: Share of the free GPU memory a dense K may take (CG vectors, probes and the preconditioner
+#: are O(n) columns and fit in the rest).
+DENSE_GPU_SHARE = 0.5
+#: Largest dense K on the CPU, in bytes.
+DENSE_CPU_BYTES = 2**30
+
+
+def dense_budget(device):
+    """Bytes a dense K may take on ``device``; 0 turns the dense path off."""
+    if device.type == "cuda":
+        return int(DENSE_GPU_SHARE * torch.cuda.mem_get_info(device)[0])
+    return DENSE_CPU_BYTES
 
 
 def _kernel_of_r2(r2, kind, nu, rq_alpha):
@@ -70,6 +85,9 @@ class CovarianceOperator:
         self.device = torch.device(device)
         self.dtype = dtype
         self.block_elements = int(block_elements or BLOCK_ELEMENTS)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        self.dense = self.n * self.n * itemsize <= dense_budget(self.device)
+        self._dense_key, self._dense_K = None, None
 
     @property
     def n(self):
@@ -107,9 +125,27 @@ class CovarianceOperator:
         """The diagonal of K_theta (a scalar): outputscale + noise + jitter."""
         return params["outputscale"] + params["noise"] + self.jitter
 
+    def kernel_matrix(self, params):
+        """outputscale * k(X, X) (dense mode only), formed once per hyperparameter setting."""
+        key = torch.cat([v.detach().reshape(-1).to(torch.float64).cpu()
+                         for name, v in sorted(params.items()) if name != "noise"]).tolist()
+        if key != self._dense_key:
+            self._dense_K = None  # free the old matrix before forming the new one
+            with torch.no_grad():
+                K = torch.empty((self.n, self.n), dtype=self.dtype, device=self.device)
+                step = self.chunk_rows(self.n)
+                for lo in range(0, self.n, step):
+                    hi = min(lo + step, self.n)
+                    K[lo:hi] = self.block(self.X[lo:hi], self.X, params, diagonal_offset=lo)
+            self._dense_key, self._dense_K = key, K
+        return self._dense_K
+
     def matmul(self, V, params):
         """K_theta @ V for V of shape (n, t) in this operator's dtype (no autograd)."""
         with torch.no_grad():
+            if self.dense:
+                return torch.addmm(V, self.kernel_matrix(params), V,
+                                   beta=float(params["noise"] + self.jitter))
             out = torch.empty_like(V)
             step = self.chunk_rows(self.n)
             for lo in range(0, self.n, step):
@@ -140,12 +176,15 @@ class _Bilinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, theta, op, A, B):
         params = op.structure.params(theta)
-        total = torch.zeros((), dtype=torch.float64, device=A.device)
-        step = op.chunk_rows(op.n)
-        for lo in range(0, op.n, step):
-            hi = min(lo + step, op.n)
-            Kb = op.block(op.X[lo:hi], op.X, params, diagonal_offset=lo)
-            total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
+        if op.dense:
+            total = (A * (op.kernel_matrix(params) @ B)).sum(dtype=torch.float64)
+        else:
+            total = torch.zeros((), dtype=torch.float64, device=A.device)
+            step = op.chunk_rows(op.n)
+            for lo in range(0, op.n, step):
+                hi = min(lo + step, op.n)
+                Kb = op.block(op.X[lo:hi], op.X, params, diagonal_offset=lo)
+                total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
         ctx.save_for_backward(theta)
         ctx.op, ctx.A, ctx.B = op, A, B
         return total

@@ -1,7 +1,7 @@
 r"""Gaussian-process regression for large n, matrix-free (BBMM-style) on the GPU or CPU.
 
 The estimator mirrors :class:`sklearn.gaussian_process.GaussianProcessRegressor`, but it never
-forms K densely, never factorises it, and never builds the (n, n, n_theta) gradient tensor:
+factorises K and never builds the (n, n, n_theta) gradient tensor:
 
 - K^{-1} y by preconditioned conjugate gradients (:mod:`._mbcg`), exact to ``cg_tol``;
 - log det K by stochastic Lanczos quadrature on the CG coefficients of ``n_probes`` probe vectors,
@@ -10,7 +10,9 @@ forms K densely, never factorises it, and never builds the (n, n, n_theta) gradi
 - the hyperparameter gradient by Hutchinson trace estimation, all terms from one chunked autograd
   backward (:mod:`._lml`, :mod:`._operator`).
 
-Memory is O(n (n_probes + rank) + chunk x n), time O(n^2 d) per CG iteration.
+K itself is held densely (one matrix product per CG iteration) when it fits in half the free GPU
+memory (1 GiB on the CPU), else never formed: memory O(n (n_probes + rank) + chunk x n), time
+O(n^2 d) per CG iteration (:mod:`._operator`).
 Importing this module loads NumPy, SciPy and scikit-learn only; torch loads on the first ``fit``.
 """
 
