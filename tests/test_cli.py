@@ -385,6 +385,20 @@ def test_readme_example_is_the_quickstart_script():
     assert len(script.strip().splitlines()) <= 12
 
 
+def test_readme_kernel_ridge_example_is_the_script_and_runs():
+    """The README's million-point example, verbatim, at n = 3000 on whatever device is here."""
+    script = (ROOT / "examples" / "kernel_ridge_million.py").read_text(encoding="utf-8")
+    assert script in _readme_blocks("python")
+    assert len([line for line in script.strip().splitlines() if line.strip()]) <= 12
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "kernel_ridge_million.py"), "3000"],
+        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    rmse = float(re.search(r"test RMSE ([0-9.]+)", res.stdout).group(1))
+    assert res.stdout.startswith("n = 3000:") and 1.0 < rmse < 2.0, res.stdout
+
+
 def test_readme_test_command_is_what_ci_runs():
     command = "TRITON_INTERPRET=1 python -m pytest -q tests"
     assert command in _readme_blocks("bash")[1]
