@@ -83,12 +83,14 @@ def gram_log_gradient(x, kernel="rbf", **params):
     values = {name: torch.as_tensor(np.asarray(resolved[name], dtype=np.float64), device=x.device)
               for name in names}
 
+    def as_tensor(v):
+        return torch.as_tensor(v, dtype=torch.float64, device=x.device)
+
     def gram_of(*hyper):
-        rp = dict(resolved, **dict(zip(names, hyper)))
-        prm, scale = P.plan_numbers(spec.name, rp)
-        as_t = lambda v: torch.as_tensor(v, dtype=torch.float64, device=x.device)  # noqa: E731
-        p = dataclasses.replace(plan, prm=tuple(as_t(v) for v in prm),
-                                scale=None if scale is None else as_t(scale))
+        """K(X, X) as a function of the hyperparameter tensors (what jvp differentiates)."""
+        prm, scale = P.plan_numbers(spec.name, dict(resolved, **dict(zip(names, hyper))))
+        p = dataclasses.replace(plan, prm=tuple(as_tensor(v) for v in prm),
+                                scale=None if scale is None else as_tensor(scale))
         return symmetric_gram(x, p, direct=True)
 
     primals = tuple(values[name] for name in names)
