@@ -1,7 +1,7 @@
 """kernelkit.KernelRidge at n = 1e5 and 1e6 against scikit-learn's KernelRidge and an exact solve.
 
-Data: scikit-learn's ``make_friedman1`` with 20 features (5 informative, noise 1.0, so the best
-possible test RMSE is 1.0), a fixed seed, a held-out test set; no download. RBF kernel with
+Data: scikit-learn's ``make_friedman1`` with 20 features (``--features``; 5 informative, noise
+1.0, so the best possible test RMSE is 1.0), a fixed seed, a held-out test set; no download. RBF kernel with
 ``--gamma`` and alpha = ``--lam`` * n (the ridge grows with n as in Falkon's lambda n).
 
 Parts (``--parts``, comma-separated):
@@ -50,12 +50,13 @@ from _common import log, now, write_json_atomic  # noqa: E402
 PARTS = ("ours", "sklearn", "exact")
 
 
-def dataset(n, n_test, seed=0):
-    """(X, y, X_test, y_test): make_friedman1, 20 features, noise 1.0; test set from another seed."""
+def dataset(n, n_test, d, seed=0):
+    """(X, y, X_test, y_test): make_friedman1 with d features (5 informative), noise 1.0; the
+    test set from another seed."""
     from sklearn.datasets import make_friedman1
 
-    X, y = make_friedman1(n, n_features=20, noise=1.0, random_state=seed)
-    Xt, yt = make_friedman1(n_test, n_features=20, noise=1.0, random_state=seed + 1000)
+    X, y = make_friedman1(n, n_features=d, noise=1.0, random_state=seed)
+    Xt, yt = make_friedman1(n_test, n_features=d, noise=1.0, random_state=seed + 1000)
     return X, y, Xt, yt
 
 
@@ -77,7 +78,7 @@ def run_ours(args, device, rows, save):
 
     warm = None
     for n in args.sizes:
-        X, y, Xt, yt = dataset(n, args.n_test)
+        X, y, Xt, yt = dataset(n, args.n_test, args.features)
         for solver in args.solvers:
             m = args.m_cg if solver == "cg" else args.m_nystrom
             model = KernelRidge(alpha=args.lam * n, gamma=args.gamma, solver=solver,
@@ -123,7 +124,7 @@ def run_sklearn(args, device, rows, save):
     ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     threads = max((i.get("num_threads", 0) for i in threadpool_info()), default=None)
     for n in args.sklearn_sizes:
-        X, y, Xt, yt = dataset(n, args.n_test)
+        X, y, Xt, yt = dataset(n, args.n_test, args.features)
         need = 3 * 8 * n * n
         if need > 0.6 * ram:
             rows.append(dict(part="sklearn", n=n, skipped=(
@@ -193,7 +194,7 @@ def run_exact(args, device, rows, save):
     if dev == "cuda":  # K factored in place (float64): 8 n^2 bytes in 80% of free memory
         free = torch.cuda.mem_get_info()[0]
         n = min(n, int((0.8 * free / 8) ** 0.5) // 1000 * 1000)
-    X, y, Xt, yt = dataset(n, args.n_test)
+    X, y, Xt, yt = dataset(n, args.n_test, args.features)
     alpha = args.lam * n
     t = time.perf_counter()
     if dev == "cuda":
@@ -248,6 +249,7 @@ def main(argv=None):
     p.add_argument("--exact-n", type=int, default=100_000)
     p.add_argument("--m-cg", type=int, default=5_000, help="landmarks of the cg preconditioner")
     p.add_argument("--m-nystrom", type=int, default=10_000, help="landmarks of the nystrom solver")
+    p.add_argument("--features", type=int, default=20, help="d (5 of them informative)")
     p.add_argument("--gamma", type=float, default=0.1)
     p.add_argument("--lam", type=float, default=1e-6, help="alpha = lam * n")
     p.add_argument("--tol", type=float, default=1e-4)
@@ -264,6 +266,9 @@ def main(argv=None):
         args.sizes, args.sklearn_sizes = [2000, 4000], [2000]
         args.exact_n, args.m_cg, args.m_nystrom, args.n_test = 2000, 200, 400, 1000
     args.solvers = args.solvers.split(",")
+    if args.features < 5:
+        p.error("--features must be >= 5 (make_friedman1)")
+
     parts = args.parts.split(",")
     bad = set(parts) - set(PARTS) or set(args.solvers) - {"cg", "nystrom"}
     if bad:
