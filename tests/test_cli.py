@@ -1,4 +1,4 @@
-"""The kernelkit command line (kernelkit.cli) and the demo sections (kernelkit.demo)."""
+"""The kernelkit command line (the kernelkit.cli package) and the demo sections (kernelkit.demo)."""
 
 import io
 import os
@@ -225,7 +225,7 @@ def test_info_prints_versions_and_backends(capsys):
 
 
 def test_info_reports_missing_modules(monkeypatch):
-    from kernelkit import cli
+    from kernelkit.cli import info as cli
 
     real_import = cli.importlib.import_module
 

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from kernelkit.cli import main
-from kernelkit.cli_attention import parse_lengths
+from kernelkit.cli.attention import parse_lengths
 from kernelkit.compare.sweep import SweepReport
 from tests.cli_helpers import assert_clean_error, run_main
 

@@ -1,6 +1,6 @@
 """``kernelkit attention compare`` and ``kernelkit attention sweep``.
 
-Registered by :mod:`kernelkit.cli` through :func:`add_attention_parser`; :func:`cmd_attention`
+Registered by :mod:`kernelkit.cli.main` through :func:`add_attention_parser`; :func:`cmd_attention`
 runs the chosen subcommand. The comparison tools (and torch, matplotlib) load only when one runs.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+from kernelkit.cli._errors import CLIError
 
 __all__ = ["add_attention_parser", "cmd_attention", "parse_lengths"]
 
@@ -175,8 +177,6 @@ def add_attention_parser(subparsers, formatter_class):
 
 # --------------------------------------------------------------------------------- helpers
 def _cli_error(message):
-    from kernelkit.cli import CLIError
-
     return CLIError(message)
 
 
