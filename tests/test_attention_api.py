@@ -138,11 +138,13 @@ def test_linear_attention_state_continues_decoding(rng, device, path):
     ],
     ids=["rbf", "laplacian", "polynomial"],
 )
-def test_kernel_attention_takes_kernel_objects(rng, device, path, kernel, name, params):
+def test_kernel_attention_takes_kernel_objects_and_names(rng, device, path, kernel, name, params):
     q, k, v = qkv(rng, device, T=7, S=10)
-    out = ka.kernel_attention(q, k, v, kernel)
     want = ref.kernel_smoother(*as64(q, k, v), kernel=name, eps=1e-6, **params)
-    np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    by_object = ka.kernel_attention(q, k, v, kernel)
+    by_name = ka.kernel_attention(q, k, v, name, **params)
+    np.testing.assert_allclose(by_object.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(by_name.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
 
 
 def test_exponential_kernel_attention_is_softmax(rng, device, path):
@@ -186,8 +188,14 @@ def test_float64_runs_the_torch_path_in_float64(rng, device, path, op):
 
 def test_bad_arguments_are_clear(rng, device):
     q, k, v = qkv(rng, device)
-    with pytest.raises(TypeError, match="kernelkit kernel object"):
-        ka.kernel_attention(q, k, v, "rbf")
+    with pytest.raises(TypeError, match="registry name .* or a kernelkit kernel object"):
+        ka.kernel_attention(q, k, v, 3)
+    with pytest.raises(TypeError, match="set them in its constructor"):
+        ka.kernel_attention(q, k, v, kernelkit.RBF(), gamma=0.5)
+    with pytest.raises(ValueError, match="kernel"):
+        ka.kernel_attention(q, k, v, "no-such-kernel")
+    with pytest.raises(ValueError, match="gamma"):
+        ka.kernel_attention(q, k, v, "rbf", gamma=-1.0)
     with pytest.raises(ValueError, match="unknown feature map"):
         ka.linear_attention(q, k, v, "favour")
     with pytest.raises(TypeError, match="feature_map must be"):

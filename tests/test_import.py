@@ -37,3 +37,72 @@ def test_import_overhead_over_sklearn_is_small():
     before = _import_seconds(base)
     after = _import_seconds(base + "; import kernelkit")
     assert after - before <= 0.3, f"import kernelkit adds {after - before:.3f} s"
+
+
+def _module_graph(root, packages=("kernelkit", "kernelkit_gpu", "kernelkit_math")):
+    """Module -> the project modules it imports (at module level or inside functions)."""
+    import ast
+    import pathlib
+
+    graph = {}
+    modules = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            modules[name] = path
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # "from pkg import sub" imports the module pkg.sub when there is one
+                found = [f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules
+                         else node.module for alias in node.names]
+            targets.update(t for t in found if t in modules and t != name)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph):
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    """No two project modules import each other, directly or through others, not even inside
+    functions (issue 11): each layer imports only those below it. A package's __init__ counts
+    as its own module (importing a.b from inside a does not count as a -> a.b -> a)."""
+    import pathlib
+
+    graph = _module_graph(pathlib.Path(__file__).resolve().parents[1])
+    assert "kernelkit.cli.main" in graph and "kernelkit._attention_ops" in graph
+    assert _cycles(graph) == []

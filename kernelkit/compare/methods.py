@@ -46,6 +46,8 @@ from typing import Optional
 
 import numpy as np
 
+from kernelkit._attention_ops import FUSED_FEATURE_MAPS
+
 __all__ = ["Method", "parse_method", "method_names", "EPS"]
 
 #: Denominator guard max(den, eps) of the public linear- and kernel-attention functions.
@@ -53,8 +55,7 @@ EPS = 1e-6
 
 #: Feature maps whose kernel is exp(scale q·k): they take the softmax scale.
 _EXP_MAPS = ("favor+", "favor+orth", "hyp-favor+", "taylor2")
-#: Feature maps fused into the Triton linear-attention kernels.
-_FUSED = ("identity", "elu+1", "relu")
+#: Feature maps given with their size ("favor+:256").
 _SIZED_MAPS = ("favor+", "favor+orth", "hyp-favor+", "rff")
 _KERNEL_SPEC = re.compile(r"kernel:\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?", re.DOTALL)
 
@@ -172,7 +173,7 @@ class _Softmax(Method):
         return softmax_attention(q, k, v, causal=causal, scale=scale)
 
     def run(self, q, k, v, *, causal=False, seed=0, scale=None):
-        from kernelkit.attention import softmax_attention
+        from kernelkit._attention_ops import softmax_attention
 
         return softmax_attention(q, k, v, is_causal=causal, scale=scale)
 
@@ -199,9 +200,9 @@ class _FeatureMapAttention(Method):
         return linear_attention(q, k, v, phi, causal=causal, eps=EPS)
 
     def run(self, q, k, v, *, causal=False, seed=0, scale=None):
-        from kernelkit.attention import linear_attention
+        from kernelkit._attention_ops import linear_attention
 
-        fused = isinstance(self.feature_map, str) and self.feature_map in _FUSED
+        fused = isinstance(self.feature_map, str) and self.feature_map in FUSED_FEATURE_MAPS
         phi = self.feature_map if fused else self._map(q.shape[-1], seed, scale)
         return linear_attention(q, k, v, phi, causal=causal, eps=EPS, seed=seed)
 
@@ -231,17 +232,11 @@ class _KernelSmoother(Method):
         return kernel_smoother(q, k, v, self.kernel, causal=causal, eps=EPS, **self.params)
 
     def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+        from kernelkit._attention_ops import kernel_attention
+
         if self.kernel_object is not None:
-            from kernelkit.attention import kernel_attention
-
             return kernel_attention(q, k, v, self.kernel_object, is_causal=causal, eps=EPS)
-        from kernelkit.attention import _use_triton
-
-        if _use_triton(q):
-            from kernelkit_gpu.kernel_attention import kernel_attention as impl
-        else:
-            from kernelkit_gpu.attention_naive import kernel_attention_naive as impl
-        return impl(q, k, v, self.kernel, is_causal=causal, eps=EPS, **self.params)
+        return kernel_attention(q, k, v, self.kernel, is_causal=causal, eps=EPS, **self.params)
 
 
 @dataclass(frozen=True, eq=False)
@@ -398,6 +393,6 @@ def parse_method(spec, d):
     base = text.partition(":")[0]
     if base == "nystrom":
         return _nystrom_method(text)
-    if base in _FUSED + ("taylor2",) + _SIZED_MAPS:
+    if base in FUSED_FEATURE_MAPS + ("taylor2",) + _SIZED_MAPS:
         return _feature_map_method(text, d)
     raise _unknown(spec)

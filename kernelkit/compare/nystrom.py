@@ -355,7 +355,7 @@ def nystrom_attention(q, k, v, m, *, causal=False, seed=0, scale=None, eps=1e-6)
     """
     import torch
 
-    from kernelkit.attention import linear_attention
+    from kernelkit._attention_ops import linear_attention
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim != 4:
