@@ -119,7 +119,7 @@ def fla_caller(fn):
 
 def ours(causal, **kw):
     def f(q, k, v):
-        return linear_attention(q, k, v, feature_map="elu+1", causal=causal, **kw)
+        return linear_attention(q, k, v, feature_map="elu+1", is_causal=causal, **kw)
     return f
 
 
@@ -154,10 +154,10 @@ def part_correctness(fla_fns, smoke):
     res = []
     for causal in (True, False):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        out, (Sf, zf) = linear_attention(*leaves, causal=causal, return_state=True)
+        out, (Sf, zf) = linear_attention(*leaves, is_causal=causal, return_state=True)
         out.backward(dout)
         ref_leaves = [t.float().clone().requires_grad_() for t in (q, k, v)]
-        ref, (rS, rz) = linear_attention_naive(*ref_leaves, causal=causal, return_state=True)
+        ref, (rS, rz) = linear_attention_naive(*ref_leaves, is_causal=causal, return_state=True)
         ref.backward(dout.float())
         r = dict(causal=causal, shape=[B, H, T, D], dtype=str(dt).replace("torch.", ""),
                  reference="linear_attention_naive in float32 on the same (rounded) inputs",
@@ -177,7 +177,7 @@ def part_correctness(fla_fns, smoke):
         qp, kp = q.float().abs() + 0.1, k.float().abs() + 0.1  # positive: no cancellation
         qp, kp = qp.to(dt), kp.to(dt)
         o_fla = unprepare(call(prepare(qp), prepare(kp), prepare(v), False))
-        o_ours = linear_attention((qp.float() * scale).to(dt), kp, v, feature_map=None, causal=True,
+        o_ours = linear_attention((qp.float() * scale).to(dt), kp, v, feature_map=None, is_causal=True,
                                   normalize=False)
         r = dict(against="fla chunk_linear_attn(normalize=False) vs ours(feature_map=None, q*scale, "
                  "normalize=False), causal", rel_max=rel_max(o_ours, o_fla))

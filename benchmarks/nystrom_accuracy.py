@@ -88,7 +88,7 @@ def main(argv=None):
     for kind, make in KINDS.items():
         for temp in temperatures:
             q, k, v = make(heads, T, d, temp, seed=17)
-            rep = compare(q, k, v, methods, causal=args.causal, seeds=seeds, ranks=budgets,
+            rep = compare(q, k, v, methods, is_causal=args.causal, seeds=seeds, ranks=budgets,
                           measure=False)
             rows = {r["method"]: r for r in rep.rows}
             floor = {f["rank"]: f for f in rep.context["svd_floor"]}

@@ -18,7 +18,7 @@ out_dir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="kernelk
 q, k, v = synthetic_qkv(batch=1, heads=2, T=256, d=64, temperature=2.0, clusters=16, seed=0)
 report = compare(
     q, k, v, ["softmax", "elu+1", "favor+:64", "favor+:256", "nystrom:64"],
-    causal=True, seeds=(0, 1, 2), device="cpu",
+    is_causal=True, seeds=(0, 1, 2), device="cpu",
 )
 print(report.to_markdown())
 for path in report.plot(out_dir):

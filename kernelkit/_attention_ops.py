@@ -7,6 +7,8 @@ so neither imports the other. See :mod:`kernelkit.attention` for which dtypes ru
 
 from __future__ import annotations
 
+from kernelkit_math.attention import resolve_is_causal
+
 __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
            "use_triton"]
 
@@ -103,8 +105,8 @@ def _triton_max_dim():
     return MAX_DIM
 
 
-def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=True, eps=1e-6,
-                     initial_state=None, return_state=False, seed=0):
+def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize=True, eps=1e-6,
+                     initial_state=None, return_state=False, seed=0, causal=None):
     r"""Linear attention with the feature-map kernel phi(q)·phi(k).
 
     .. math::
@@ -128,8 +130,9 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
         size (``"favor+:256"``, ``"favor+orth:256"``, ``"hyp-favor+:128"``, ``"rff:512"``),
         ``"taylor2"``, or a feature-map object (seeded, reusable). Maps wider than the Triton
         kernels' limit (256 features) run through the chunked PyTorch path.
-    causal : bool
+    is_causal : bool
         Query t sees keys s <= t.
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
@@ -163,9 +166,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
     >>> import torch
     >>> from kernelkit.attention import linear_attention
     >>> q = k = v = torch.randn(1, 2, 7, 16)
-    >>> linear_attention(q, k, v, "favor+:32", causal=True).shape
+    >>> linear_attention(q, k, v, "favor+:32", is_causal=True).shape
     torch.Size([1, 2, 7, 16])
     """
+    causal = resolve_is_causal(is_causal, causal, "linear_attention")
     fused, fmap = _feature_map(feature_map, q.shape[-1] if hasattr(q, "shape") else None, seed)
     triton = use_triton(q)
     if fmap is not None:
@@ -176,7 +180,7 @@ def linear_attention(q, k, v, feature_map="elu+1", *, causal=False, normalize=Tr
         from kernelkit_gpu.linear_attention import linear_attention as impl
     else:  # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
         from kernelkit_gpu.linear_attention_naive import linear_attention_naive as impl
-    return impl(q, k, v, feature_map=fused, causal=causal, normalize=normalize, eps=eps,
+    return impl(q, k, v, feature_map=fused, is_causal=causal, normalize=normalize, eps=eps,
                 initial_state=initial_state, return_state=return_state)
 
 

@@ -21,7 +21,7 @@ softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, ret
     (:mod:`kernelkit_gpu.softmax_attention`).
 kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable_gqa=False, **params)
     The exact kernel smoother for any registry kernel (:mod:`kernelkit_gpu.kernel_attention`).
-linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, ...)
+linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, ...)
     Chunked linear attention with fused cheap feature maps (:mod:`kernelkit_gpu.linear_attention`).
 apply_feature_map(fmap, x)
     Any kernelkit_math feature map on a torch tensor (:mod:`kernelkit_gpu.feature_maps`).

@@ -54,11 +54,6 @@ K_MATERN15 = tl.constexpr(7)
 K_MATERN25 = tl.constexpr(8)
 K_RATIONAL_QUADRATIC = tl.constexpr(9)
 
-#: Kinds whose kernel depends on x - y only (k(x, x) = k(0) = 1 for every registry entry).
-STATIONARY_KINDS = frozenset(
-    int(k.value) for k in (K_RBF, K_LAPLACIAN, K_MATERN05, K_MATERN15, K_MATERN25, K_RATIONAL_QUADRATIC)
-)
-
 #: A pair is recomputed by direct differences when ||x - y||² < TAU (||x||² + ||y||²) on centred
 #: data: there the expansion's rounding error, relative to ||x - y||², exceeds 1 / TAU times the
 #: dot product's own relative error. 1/32 keeps that factor at 32 (about 3e-6 relative with IEEE

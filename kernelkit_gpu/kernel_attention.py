@@ -252,7 +252,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
 
     with V(i) every key, or ``j <= i`` with ``is_causal`` (top-left aligned, as torch SDPA); a row
     whose guarded denominator is 0 (``eps=0`` and no positive weight) outputs 0. Equivalent to
-    ``kernelkit_math.attention.kernel_smoother(q, k, v, kernel, causal=is_causal, eps=eps,
+    ``kernelkit_math.attention.kernel_smoother(q, k, v, kernel, is_causal=is_causal, eps=eps,
     **params)`` up to dtype tolerance. The (T, S) kernel matrix is never stored.
 
     Parameters

@@ -41,6 +41,7 @@ from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
 from kernelkit_gpu import linear_attention_chunk as LC
 from kernelkit_gpu.linear_attention_naive import check_args, linear_attention_naive
+from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
 
@@ -211,8 +212,8 @@ class LinearAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, dS0, dz0, None, None, None, None, None
 
 
-def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, eps=1e-6,
-                     initial_state=None, return_state=False, chunk_size=None):
+def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, eps=1e-6,
+                     initial_state=None, return_state=False, chunk_size=None, causal=None):
     r"""Linear attention phi(q)·phi(k) with the feature map fused into chunked Triton kernels.
 
     With Q = phi(q) (B, H, T, M), K = phi(k) (B, H, S, M) and the state (S_0, z_0), zero by
@@ -224,9 +225,9 @@ def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=Tr
         \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
         \text{out}_t = \frac{\text{num}_t}{\max(\text{den}_t, \varepsilon)}
 
-    V(t) is every key, or {s <= t} with ``causal`` (top-left aligned, as
+    V(t) is every key, or {s <= t} with ``is_causal`` (top-left aligned, as
     ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``). Equivalent to
-    ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, causal=causal,
+    ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, is_causal=is_causal,
     normalize=normalize, eps=eps, initial_state=..., return_state=...)`` up to dtype tolerance.
 
     Parameters
@@ -241,7 +242,8 @@ def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=Tr
     feature_map : {"elu+1", "identity", "relu"} or None
         Applied inside the kernels (and its derivative in the backward). None: q and k are
         already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
-    causal : bool
+    is_causal : bool
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
@@ -291,16 +293,17 @@ def linear_attention(q, k, v, *, feature_map="elu+1", causal=False, normalize=Tr
     >>> import torch
     >>> from kernelkit_gpu.linear_attention import linear_attention
     >>> q, k, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16)
-    >>> out, (S, z) = linear_attention(q, k, v, causal=True, return_state=True)
+    >>> out, (S, z) = linear_attention(q, k, v, is_causal=True, return_state=True)
     >>> out.shape, S.shape, z.shape
     (torch.Size([1, 2, 20, 16]), torch.Size([1, 2, 16, 16]), torch.Size([1, 2, 16]))
     """
+    causal = resolve_is_causal(is_causal, causal, "linear_attention")
     B, H, T, S, M, Dv, code, chunk = check_args(
         q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
         allowed_dtypes=_checks.ATTN_DTYPES, max_dim=MAX_DIM)
     _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive.linear_attention_naive")
     if B * H == 0 or T == 0 or S == 0:
-        return linear_attention_naive(q, k, v, feature_map=feature_map, causal=causal,
+        return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=causal,
                                       normalize=normalize, eps=eps, initial_state=initial_state,
                                       return_state=return_state, chunk_size=chunk_size)
     S0, z0 = (None, None) if initial_state is None else initial_state

@@ -5,7 +5,7 @@ Same signature as the Triton version, any device, float64-capable, differentiabl
 torch.autograd (q, k, v and the initial state). Float16 / bfloat16 input is computed in float32
 (states float32) and the output rounded to the input dtype; float64 input stays float64.
 
-Equivalent to ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, causal=...,
+Equivalent to ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, is_causal=...,
 normalize=..., eps=..., initial_state=..., return_state=...)`` up to dtype tolerance.
 """
 
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit_gpu import _checks
+from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args"]
 
@@ -72,7 +73,7 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be 'identity', 'elu+1', 'relu' or None (q, k already "
                          f"mapped); got {feature_map!r}")
-    _checks.check_flag(causal, "causal")
+    _checks.check_flag(causal, "is_causal")
     _checks.check_flag(normalize, "normalize")
     _checks.check_flag(return_state, "return_state")
     _checks.check_eps(eps, kind="a real number")
@@ -119,8 +120,8 @@ def guarded_divide(num, den, eps):
                        torch.zeros_like(num))
 
 
-def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normalize=True, eps=1e-6,
-                           initial_state=None, return_state=False, chunk_size=None):
+def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, eps=1e-6,
+                           initial_state=None, return_state=False, chunk_size=None, causal=None):
     r"""Linear attention in plain PyTorch (parallel form, or chunked cumulative form when causal).
 
     With Q = phi(q), K = phi(k) and the state (S_0, z_0) (zero by default):
@@ -141,7 +142,8 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normal
         Same floating dtype (float16, bfloat16, float32, float64) and device.
     feature_map : {"elu+1", "identity", "relu"} or None
         None: q and k are already feature-mapped (D = M may be any size).
-    causal, normalize : bool
+    is_causal, normalize : bool
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     eps : float
         Floor of the denominator (>= 0); a guarded denominator of 0 gives an output of 0.
     initial_state : (torch.Tensor (B, H, M, Dv), torch.Tensor (B, H, M)) or None
@@ -165,9 +167,10 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", causal=False, normal
     --------
     >>> import torch
     >>> q, k, v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 3)
-    >>> linear_attention_naive(q, k, v, causal=True).shape
+    >>> linear_attention_naive(q, k, v, is_causal=True).shape
     torch.Size([1, 2, 5, 3])
     """
+    causal = resolve_is_causal(is_causal, causal, "linear_attention_naive")
     B, H, T, S, M, Dv, code, chunk = check_args(q, k, v, feature_map, causal, normalize, eps,
                                                 initial_state, return_state, chunk_size)
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32

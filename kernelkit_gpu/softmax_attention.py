@@ -195,7 +195,7 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
 
     The sums run over the visible keys: all of them, or ``j <= i`` with ``is_causal`` (top-left
     aligned, as :func:`torch.nn.functional.scaled_dot_product_attention`). Equivalent to
-    ``kernelkit_math.attention.softmax_attention(q, k, v, causal=is_causal, scale=scale)`` up to
+    ``kernelkit_math.attention.softmax_attention(q, k, v, is_causal=is_causal, scale=scale)`` up to
     dtype tolerance, and to ``scaled_dot_product_attention(q, k, v, is_causal=is_causal,
     scale=scale, enable_gqa=enable_gqa)``. Neither the (T, S) scores nor the probabilities are ever
     stored: memory is O(B H T (D + Dv)).

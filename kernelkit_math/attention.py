@@ -36,6 +36,7 @@ Denominator guard
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 
@@ -44,6 +45,7 @@ from kernelkit_math.random_features import FeatureMap, _make
 __all__ = [
     "repeat_kv",
     "causal_mask",
+    "resolve_is_causal",
     "guard_denominator",
     "kernel_smoother",
     "softmax_attention",
@@ -80,6 +82,21 @@ def repeat_kv(k, n_rep):
     if k.ndim < 3:
         raise ValueError(f"k must have a heads axis (..., H_kv, S, D); got shape {k.shape}")
     return k if n_rep == 1 else np.repeat(k, int(n_rep), axis=-3)
+
+
+def resolve_is_causal(is_causal, causal, function):
+    """The causal switch of an attention function: ``is_causal``, or its old name ``is_causal``.
+
+    ``causal`` (None when not given) is the deprecated spelling; when given it wins, with a
+    FutureWarning. One name across kernelkit's attention API, as torch's
+    ``scaled_dot_product_attention``.
+    """
+    if causal is None:
+        return is_causal
+    warnings.warn(
+        f"{function}(causal=...) is deprecated and will be removed; use is_causal=... (the name "
+        "torch.nn.functional.scaled_dot_product_attention uses)", FutureWarning, stacklevel=3)
+    return causal
 
 
 def causal_mask(T, S):
@@ -178,7 +195,7 @@ def _swap(x):
 
 
 # --------------------------------------------------------------------------- kernel smoother
-def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **params):
+def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, causal=None, **params):
     r"""Attention with any registry kernel: a Nadaraya–Watson smoother over the keys.
 
     .. math::
@@ -186,7 +203,7 @@ def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **p
         \text{out}_i = \frac{\sum_{j \in V(i)} \kappa(q_i, k_j)\, v_j}
                             {\max\left(\sum_{j \in V(i)} \kappa(q_i, k_j),\ \varepsilon\right)}
 
-    with V(i) all keys, or ``{j : j <= i}`` when ``causal`` (top-left aligned, as
+    with V(i) all keys, or ``{j : j <= i}`` when ``is_causal`` (top-left aligned, as
     ``scaled_dot_product_attention(is_causal=True)``). The weights are
     ``get_kernel(kernel).value_fn(q_b, k_b, **params)`` for each batch element b. The denominator
     goes through :func:`guard_denominator`: a no-op for positive kernels with the default
@@ -204,8 +221,9 @@ def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **p
     v : array_like, shape (..., S, Dv)
     kernel : str
         A registry kernel name (:func:`kernelkit_math.registry.kernel_names`).
-    causal : bool
+    is_causal : bool
         Top-left aligned causal mask.
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     eps : float
         Floor of the denominator (>= 0).
     **params
@@ -228,10 +246,11 @@ def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **p
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 6, 4)), rng.normal(size=(2, 6, 3))
-    >>> out = kernel_smoother(q, k, v, "rbf", gamma=0.5, causal=True)
+    >>> out = kernel_smoother(q, k, v, "rbf", gamma=0.5, is_causal=True)
     >>> out.shape
     (2, 5, 3)
     """
+    causal = resolve_is_causal(is_causal, causal, "kernel_smoother")
     from kernelkit_math.registry import get_kernel
 
     spec = get_kernel(kernel)
@@ -252,7 +271,7 @@ def kernel_smoother(q, k, v, kernel="exponential", *, causal=False, eps=0.0, **p
 
 
 # -------------------------------------------------------------------------- softmax attention
-def softmax_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
+def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False, causal=None):
     r"""Scaled dot-product (softmax) attention, numerically stable, float64.
 
     .. math::
@@ -266,7 +285,7 @@ def softmax_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
 
     Equal to ``kernel_smoother(q, k, v, "exponential", scale=scale)`` (without overflow), and to
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-    enable_gqa=True)``. V(i) is every key, or ``{j <= i}`` with ``causal`` (top-left aligned).
+    enable_gqa=True)``. V(i) is every key, or ``{j <= i}`` with ``is_causal`` (top-left aligned).
     Every row sees key 0 under this alignment, so only S = 0 leaves rows without keys: their
     output is 0 and their lse is -inf (not NaN).
 
@@ -275,7 +294,8 @@ def softmax_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     q : array_like, shape (..., H, T, D) or (..., T, D)
     k : array_like, shape (..., H_kv, S, D); H_kv divides H (GQA)
     v : array_like, shape (..., H_kv, S, Dv)
-    causal : bool
+    is_causal : bool
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     scale : float or None
         Finite; None means 1 / sqrt(D).
     return_lse : bool
@@ -295,10 +315,11 @@ def softmax_attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     --------
     >>> import numpy as np
     >>> q = k = v = np.eye(3)[None]
-    >>> out, lse = softmax_attention(q, k, v, causal=True, return_lse=True)
+    >>> out, lse = softmax_attention(q, k, v, is_causal=True, return_lse=True)
     >>> out[0, 0].tolist(), float(lse[0, 0])
     ([1.0, 0.0, 0.0], 0.5773502691896258)
     """
+    causal = resolve_is_causal(is_causal, causal, "softmax_attention")
     q, k, v, _ = _prepare_qkv(q, k, v)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     if scale is None:
@@ -338,8 +359,8 @@ def _apply_map(phi, x, name):
 
 
 def linear_attention(
-    q, k, v, feature_map="elu+1", *, causal=False, normalize=True, eps=1e-6, form="parallel",
-    initial_state=None, return_state=False, seed=0,
+    q, k, v, feature_map="elu+1", *, is_causal=False, normalize=True, eps=1e-6, form="parallel",
+    initial_state=None, return_state=False, seed=0, causal=None,
 ):
     r"""Linear attention with a feature-map kernel phi(q)·phi(k), in parallel or recurrent form.
 
@@ -352,13 +373,13 @@ def linear_attention(
         \text{den}_i = Q_i \cdot \Big(z_0 + \sum_{j \in V(i)} K_j\Big), \qquad
         \text{out}_i = \frac{\text{num}_i}{\max(\text{den}_i, \varepsilon)}
 
-    (``normalize=False`` returns num). V(i) is every key, or ``{j <= i}`` with ``causal``
+    (``normalize=False`` returns num). V(i) is every key, or ``{j <= i}`` with ``is_causal``
     (top-left aligned, as softmax attention). Two forms compute the same thing:
 
     - ``"parallel"``: num = (Q K^T ⊙ mask) v + Q S_0, den = (Q K^T ⊙ mask) 1 + Q z_0, with the
       lower-triangular mask (diagonal included) when causal;
     - ``"recurrent"``: state S_t = S_{t-1} + K_t v_t^T (M x Dv), z_t = z_{t-1} + K_t, and
-      out_t = Q_t^T S_t / max(Q_t·z_t, eps); without ``causal`` every query reads the state after
+      out_t = Q_t^T S_t / max(Q_t·z_t, eps); without ``is_causal`` every query reads the state after
       the last key.
 
     In float64 the two forms agree to ~1e-14 relative whenever the denominators are not tiny
@@ -377,7 +398,8 @@ def linear_attention(
         ``"elu+1"``, ``"relu"``, ``"favor+:M"``, ``"favor+orth:M"``, ``"hyp-favor+:M"``,
         ``"rff:M"``, ``"taylor2"``), built with D = q.shape[-1] and ``seed``; or a feature-map
         object (any callable (..., D) -> (..., M)), applied to both q and k.
-    causal : bool
+    is_causal : bool
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     normalize : bool
         Divide by the guarded denominator; False returns the numerator only.
     eps : float
@@ -406,11 +428,12 @@ def linear_attention(
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 2))
-    >>> a = linear_attention(q, k, v, causal=True)
-    >>> b = linear_attention(q, k, v, causal=True, form="recurrent")
+    >>> a = linear_attention(q, k, v, is_causal=True)
+    >>> b = linear_attention(q, k, v, is_causal=True, form="recurrent")
     >>> bool(np.allclose(a, b, rtol=1e-12, atol=1e-12))
     True
     """
+    causal = resolve_is_causal(is_causal, causal, "linear_attention")
     if form not in ("parallel", "recurrent"):
         raise ValueError(f"form must be 'parallel' or 'recurrent'; got {form!r}")
     eps = _check_eps(eps)

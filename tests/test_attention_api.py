@@ -84,7 +84,7 @@ def as64(*tensors):
 def test_softmax_attention_matches_reference(rng, device, path, causal):
     q, k, v = qkv(rng, device, T=9, S=13, H=4, Hkv=2)
     out, lse = ka.softmax_attention(q, k, v, is_causal=causal, enable_gqa=True, return_lse=True)
-    want, want_lse = ref.softmax_attention(*as64(q, k, v), causal=causal, return_lse=True)
+    want, want_lse = ref.softmax_attention(*as64(q, k, v), is_causal=causal, return_lse=True)
     np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(lse.double().cpu().numpy(), want_lse, rtol=1e-5, atol=1e-5)
 
@@ -96,8 +96,8 @@ def test_linear_attention_matches_reference(rng, device, path, feature_map, caus
     fmap = make_feature_map("hyp-favor+:8", 16, seed=5) if feature_map == "object" else feature_map
     if feature_map == "taylor2":  # 1 + 16 + 16² = 273 features > 256: the chunked PyTorch path
         path.expected = "torch"
-    out, (S, z) = ka.linear_attention(q, k, v, fmap, causal=causal, return_state=True, seed=2)
-    want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=fmap, causal=causal,
+    out, (S, z) = ka.linear_attention(q, k, v, fmap, is_causal=causal, return_state=True, seed=2)
+    want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=fmap, is_causal=causal,
                                                return_state=True, seed=2)
     np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(S.double().cpu().numpy(), S_ref, rtol=1e-4, atol=1e-5)
@@ -112,9 +112,9 @@ def test_linear_attention_nan_where_float64_has_nan(rng, device, path, feature_m
     float64 reference's are, and agree with it elsewhere (equal_nan compares the NaN pattern)."""
     q, k, v = qkv(rng, device, T=11, S=11)
     (q if where == "q" else k)[0, 1, 5, 3] = float("nan")
-    out, (S, z) = ka.linear_attention(q, k, v, feature_map, causal=causal, return_state=True, seed=2)
+    out, (S, z) = ka.linear_attention(q, k, v, feature_map, is_causal=causal, return_state=True, seed=2)
     want, (S_ref, z_ref) = ref.linear_attention(*as64(q, k, v), feature_map=feature_map,
-                                               causal=causal, return_state=True, seed=2)
+                                               is_causal=causal, return_state=True, seed=2)
     assert np.isnan(want).any()
     for got, expected in ((out, want), (S, S_ref), (z, z_ref)):
         np.testing.assert_allclose(got.double().cpu().numpy(), expected, rtol=1e-4, atol=1e-5,
@@ -123,9 +123,9 @@ def test_linear_attention_nan_where_float64_has_nan(rng, device, path, feature_m
 
 def test_linear_attention_state_continues_decoding(rng, device, path):
     q, k, v = qkv(rng, device, T=10, S=10)
-    full = ka.linear_attention(q, k, v, "elu+1", causal=True)
-    first, state = ka.linear_attention(q[:, :, :6], k[:, :, :6], v[:, :, :6], "elu+1", causal=True, return_state=True)
-    rest = ka.linear_attention(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], "elu+1", causal=True, initial_state=state)
+    full = ka.linear_attention(q, k, v, "elu+1", is_causal=True)
+    first, state = ka.linear_attention(q[:, :, :6], k[:, :, :6], v[:, :, :6], "elu+1", is_causal=True, return_state=True)
+    rest = ka.linear_attention(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], "elu+1", is_causal=True, initial_state=state)
     np.testing.assert_allclose(torch.cat([first, rest], 2).cpu().numpy(), full.cpu().numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -175,13 +175,13 @@ def test_float64_runs_the_torch_path_in_float64(rng, device, path, op):
     q, k, v = qkv(rng, device, T=7, S=10, dtype=torch.float64)
     if op == "softmax":
         out = ka.softmax_attention(q, k, v, is_causal=True)
-        want = ref.softmax_attention(*as64(q, k, v), causal=True)
+        want = ref.softmax_attention(*as64(q, k, v), is_causal=True)
     elif op == "rbf":
         out = ka.kernel_attention(q, k, v, kernelkit.RBF(length_scale=3.0))
         want = ref.kernel_smoother(*as64(q, k, v), kernel="rbf", eps=1e-6, gamma=1 / 18)
     else:
-        out = ka.linear_attention(q, k, v, op, causal=True, seed=2)
-        want = ref.linear_attention(*as64(q, k, v), feature_map=op, causal=True, seed=2)
+        out = ka.linear_attention(q, k, v, op, is_causal=True, seed=2)
+        want = ref.linear_attention(*as64(q, k, v), feature_map=op, is_causal=True, seed=2)
     assert out.dtype == torch.float64 and out.device == q.device
     np.testing.assert_allclose(out.cpu().numpy(), want, **TOL["float64"])
 
@@ -202,3 +202,32 @@ def test_bad_arguments_are_clear(rng, device):
         ka.linear_attention(q, k, v, 3)
     with pytest.raises(TypeError, match="q must be a torch.Tensor"):
         ka.softmax_attention(q.cpu().numpy(), k, v)
+
+
+def test_causal_is_the_deprecated_name_of_is_causal(rng, device):
+    """One name for the causal switch across the attention API (is_causal, as SDPA): the old
+    keyword still works, with a FutureWarning, and means the same."""
+    from kernelkit.compare import compare
+    from kernelkit.compare.metrics import uniform_weights
+    from kernelkit_gpu.linear_attention_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, device, T=7, S=7)
+    calls = [
+        lambda **kw: ka.linear_attention(q, k, v, "elu+1", **kw),
+        lambda **kw: linear_attention_naive(q, k, v, **kw),
+        lambda **kw: ref.linear_attention(*as64(q, k, v), **kw),
+        lambda **kw: ref.softmax_attention(*as64(q, k, v), **kw),
+        lambda **kw: ref.kernel_smoother(*as64(q, k, v), "rbf", gamma=0.1, **kw),
+        lambda **kw: uniform_weights(7, 7, **kw),
+        lambda **kw: compare(*as64(q, k, v), ["elu+1"], measure=False, **kw).rows[0]["output_rel_error"],
+    ]
+    for call in calls:
+        new = call(is_causal=True)
+        with pytest.warns(FutureWarning, match=r"causal=\.\.\.\) is deprecated.*is_causal"):
+            old = call(causal=True)
+        np.testing.assert_array_equal(_as_numpy(old), _as_numpy(new))
+        assert not np.array_equal(_as_numpy(new), _as_numpy(call(is_causal=False)))
+
+
+def _as_numpy(x):
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)

@@ -123,9 +123,9 @@ def test_meta(report):
 @pytest.mark.parametrize("shape", [(12, 4), (2, 12, 4)], ids=["2d", "3d"])
 def test_lower_rank_inputs(rng, shape):
     q, k, v = (rng.standard_normal(shape) for _ in range(3))
-    rep = compare(q, k, v, ["softmax", "elu+1"], measure=False, causal=True)
-    expected = _mean_rel(ref.linear_attention(q, k, v, causal=True, eps=1e-6),
-                         ref.softmax_attention(q, k, v, causal=True))
+    rep = compare(q, k, v, ["softmax", "elu+1"], measure=False, is_causal=True)
+    expected = _mean_rel(ref.linear_attention(q, k, v, is_causal=True, eps=1e-6),
+                         ref.softmax_attention(q, k, v, is_causal=True))
     np.testing.assert_allclose(rep.rows[1]["output_rel_error"], expected, rtol=1e-12)
     assert rep.meta["input_shape"] == list(shape)
 
@@ -139,11 +139,11 @@ def test_torch_inputs_equal_numpy_inputs(rng):
 
 def test_scale_and_causal_reach_every_method(rng):
     q, k, v = small_qkv(rng)
-    rep = compare(q, k, v, ["favor+:8"], seeds=[1], scale=0.3, causal=True, measure=False)
-    O_ref = ref.softmax_attention(q, k, v, scale=0.3, causal=True)
+    rep = compare(q, k, v, ["favor+:8"], seeds=[1], scale=0.3, is_causal=True, measure=False)
+    O_ref = ref.softmax_attention(q, k, v, scale=0.3, is_causal=True)
     from kernelkit_math.random_features import FavorPlusMap
 
-    O = ref.linear_attention(q, k, v, FavorPlusMap(4, 8, scale=0.3, seed=1), causal=True,
+    O = ref.linear_attention(q, k, v, FavorPlusMap(4, 8, scale=0.3, seed=1), is_causal=True,
                              eps=1e-6)
     np.testing.assert_allclose(rep.rows[0]["output_rel_error"], _mean_rel(O, O_ref), rtol=1e-12)
 
@@ -185,7 +185,7 @@ def test_causal_needs_square(rng):
     q, k, v = small_qkv(rng, S=10)
     compare(q, k, v, ["elu+1"], measure=False)  # fine without the mask
     with pytest.raises(ValueError, match=r"causal .* T = 12 .* S = 10"):
-        compare(q, k, v, ["elu+1"], causal=True, measure=False)
+        compare(q, k, v, ["elu+1"], is_causal=True, measure=False)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
@@ -200,7 +200,7 @@ def test_causal_needs_square(rng):
     (dict(plot_index=(0, 2)), ValueError, "plot_index"),
     (dict(ranks=[13]), ValueError, r"\[1, 12\]"),
     (dict(device="tpu"), ValueError, "device"),
-    (dict(causal=1), TypeError, "causal"),
+    (dict(is_causal=1), TypeError, "causal"),
     (dict(measure="yes"), TypeError, "measure"),
     (dict(progress="yes"), TypeError, "progress"),
 ], ids=lambda x: str(x)[:30])

@@ -100,25 +100,25 @@ def test_parse_type_errors():
 # ------------------------------------------------------------- weights vs the references
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("spec, reference", [
-    ("elu+1", lambda q, k, v, c: ref.linear_attention(q, k, v, "elu+1", causal=c, eps=EPS)),
-    ("relu", lambda q, k, v, c: ref.linear_attention(q, k, v, "relu", causal=c, eps=EPS)),
-    ("favor+:16", lambda q, k, v, c: ref.linear_attention(q, k, v, "favor+:16", causal=c,
+    ("elu+1", lambda q, k, v, c: ref.linear_attention(q, k, v, "elu+1", is_causal=c, eps=EPS)),
+    ("relu", lambda q, k, v, c: ref.linear_attention(q, k, v, "relu", is_causal=c, eps=EPS)),
+    ("favor+:16", lambda q, k, v, c: ref.linear_attention(q, k, v, "favor+:16", is_causal=c,
                                                           eps=EPS, seed=3)),
     ("hyp-favor+:8", lambda q, k, v, c: ref.linear_attention(q, k, v, "hyp-favor+:8",
-                                                             causal=c, eps=EPS, seed=3)),
+                                                             is_causal=c, eps=EPS, seed=3)),
     ("kernel:rbf(gamma=0.3)", lambda q, k, v, c: ref.kernel_smoother(
-        q, k, v, "rbf", causal=c, eps=EPS, gamma=0.3)),
+        q, k, v, "rbf", is_causal=c, eps=EPS, gamma=0.3)),
     ("kernel:polynomial(degree=2)", lambda q, k, v, c: ref.kernel_smoother(
-        q, k, v, "polynomial", causal=c, eps=EPS, degree=2)),
-    ("softmax", lambda q, k, v, c: ref.softmax_attention(q, k, v, causal=c)),
+        q, k, v, "polynomial", is_causal=c, eps=EPS, degree=2)),
+    ("softmax", lambda q, k, v, c: ref.softmax_attention(q, k, v, is_causal=c)),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_weights_times_v_equals_reference(rng, spec, reference, causal):
     q, k, v = qkv(rng)
     m = parse_method(spec, d=4)
-    A, den = m.weights(q, k, causal=causal, seed=3)
+    A, den = m.weights(q, k, is_causal=causal, seed=3)
     expected = reference(q, k, v, causal)
     np.testing.assert_allclose(A @ v, expected, **F64)
-    np.testing.assert_allclose(m.output(q, k, v, causal=causal, seed=3), expected, **F64)
+    np.testing.assert_allclose(m.output(q, k, v, is_causal=causal, seed=3), expected, **F64)
     assert A.shape == (2, 3, 7, 7) and den.shape == (2, 3, 7)
 
 
@@ -141,7 +141,7 @@ def test_scale_reaches_exponential_feature_maps(rng):
                                   "nystrom:3"])
 def test_causal_masking_respected(rng, spec):
     q, k, _ = qkv(rng, T=6, S=6)
-    A, _ = parse_method(spec, 4).weights(q, k, causal=True, seed=1)
+    A, _ = parse_method(spec, 4).weights(q, k, is_causal=True, seed=1)
     assert np.all(A[..., np.triu_indices(6, 1)[0], np.triu_indices(6, 1)[1]] == 0)
 
 
@@ -198,11 +198,11 @@ def test_nystrom_reproduces_landmark_columns(rng):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_nystrom_torch_matches_float64(rng, causal):
     q, k, v = qkv(rng, T=12, S=12)
-    expected = nystrom_weights(q, k, 5, causal=causal, seed=4)[0] @ v
+    expected = nystrom_weights(q, k, 5, is_causal=causal, seed=4)[0] @ v
     t = [torch.tensor(x) for x in (q, k, v)]
-    out64 = nystrom_attention(*t, 5, causal=causal, seed=4)
+    out64 = nystrom_attention(*t, 5, is_causal=causal, seed=4)
     np.testing.assert_allclose(out64.numpy(), expected, rtol=1e-10, atol=1e-10)
-    out32 = nystrom_attention(*(x.float() for x in t), 5, causal=causal, seed=4)
+    out32 = nystrom_attention(*(x.float() for x in t), 5, is_causal=causal, seed=4)
     assert out32.dtype == torch.float32
     np.testing.assert_allclose(out32.double().numpy(), expected, **F32)
 
@@ -228,8 +228,8 @@ def test_nystrom_torch_shape_errors():
 def test_run_agrees_with_output(rng, spec):
     q, k, v = qkv(rng, lead=(1, 2), T=8, S=8, Dv=4)
     m = parse_method(spec, 4)
-    expected = m.output(q, k, v, causal=True, seed=1)
-    out = m.run(*(torch.tensor(x, dtype=torch.float32) for x in (q, k, v)), causal=True, seed=1)
+    expected = m.output(q, k, v, is_causal=True, seed=1)
+    out = m.run(*(torch.tensor(x, dtype=torch.float32) for x in (q, k, v)), is_causal=True, seed=1)
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float32
     np.testing.assert_allclose(out.double().numpy(), expected, **F32)
 
@@ -284,7 +284,7 @@ def test_nystrom_torch_is_differentiable():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2, 6, 3, generator=g, dtype=torch.float64) for _ in range(3))
     v.requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda x: nystrom_attention(q, k, x, 3, causal=True), (v,))
+    assert torch.autograd.gradcheck(lambda x: nystrom_attention(q, k, x, 3, is_causal=True), (v,))
     qg, kg = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
     grads = torch.autograd.grad(nystrom_attention(qg, kg, v, 3).sum(), (qg, kg))
     assert all(torch.isfinite(x).all() and x.abs().sum() > 0 for x in grads)

@@ -96,7 +96,7 @@ def test_peakiness():
 # --------------------------------------------------------------------- uniform baseline
 def test_uniform_weights_causal_top_left():
     np.testing.assert_array_equal(
-        metrics.uniform_weights(3, 2, causal=True), [[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]])
+        metrics.uniform_weights(3, 2, is_causal=True), [[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]])
 
 
 def test_uniform_weights_full():

@@ -156,7 +156,7 @@ def test_sweep_runs_methods_on_the_cpu():
 
 def test_sweep_backward():
     report = sweep(["softmax"], [16], heads=1, d=16, device="cpu", repeat=1, backward=True,
-                   causal=False, progress=False)
+                   is_causal=False, progress=False)
     assert report.rows[0]["status"] == "ok" and report.meta["backward"] is True
 
 
@@ -223,7 +223,7 @@ def test_progress_bar(monkeypatch, capsys):
     (dict(heads=0), ValueError, "heads must be at least 1"),
     (dict(repeat=1.5), TypeError, "repeat must be an int"),
     (dict(progress="yes"), TypeError, "progress must be True, False or None"),
-    (dict(causal=1), TypeError, "causal must be True or False"),
+    (dict(is_causal=1), TypeError, "is_causal must be True or False"),
     (dict(device="tpu"), ValueError, "device must be one of"),
 ])
 def test_sweep_rejects_bad_arguments(kwargs, error, fragment):

@@ -44,7 +44,7 @@ def reference(q, k, v, name, params, causal, eps):
     from kernelkit_math.attention import kernel_smoother
 
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    return kernel_smoother(q, k, v, name, causal=causal, eps=eps, **params)
+    return kernel_smoother(q, k, v, name, is_causal=causal, eps=eps, **params)
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ def reference(q, k, v, feature_map="elu+1", *, causal, normalize=True, eps=1e-6,
 
     init = None if initial_state is None else tuple(to_numpy64(t) for t in initial_state)
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    out, (Sf, zf) = ref_la(q, k, v, feature_map or "identity", causal=causal, normalize=normalize,
+    out, (Sf, zf) = ref_la(q, k, v, feature_map or "identity", is_causal=causal, normalize=normalize,
                            eps=eps, initial_state=init, return_state=True)
     return out, Sf, zf
 
@@ -93,7 +93,7 @@ def naive64_grads(q, k, v, dout, feature_map, *, causal, normalize=True, eps=1e-
     init = None
     if initial_state is not None:
         init = tuple(t.detach().cpu().to(torch.float64).requires_grad_() for t in initial_state)
-    out, (Sf, zf) = linear_attention_naive(*leaves, feature_map=feature_map, causal=causal,
+    out, (Sf, zf) = linear_attention_naive(*leaves, feature_map=feature_map, is_causal=causal,
                                            normalize=normalize, eps=eps, initial_state=init,
                                            return_state=True)
     outs, grads = [out], [dout.detach().cpu().to(torch.float64)]
@@ -206,7 +206,7 @@ def run_and_check(rng, device, *, T, S=None, D=16, Dv=None, causal, normalize=Tr
     ref, Sf_ref, zf_ref = reference(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
     pt, Sf_pt, zf_pt = torch_same_dtype(q, k, v, feature_map, causal=causal, normalize=normalize, eps=eps)
     qg, kg, vg = (t.clone().requires_grad_(grads) for t in (q, k, v))
-    out, (Sf, zf) = linear_attention(qg, kg, vg, feature_map=feature_map, causal=causal,
+    out, (Sf, zf) = linear_attention(qg, kg, vg, feature_map=feature_map, is_causal=causal,
                                      normalize=normalize, eps=eps, return_state=True,
                                      chunk_size=chunk_size)
     assert out.dtype == dtype and out.shape == (B, H, T, Dv) and out.device == q.device
@@ -239,11 +239,11 @@ def test_naive_matches_reference_float64(T, S, causal, rng):
         for normalize in (True, False):
             q, k, v, (S0, z0) = make_inputs(rng, 2, 2, T, S, 5, 3, torch.float64, "cpu", fm, state=True)
             init = (S0.double(), z0.double())
-            out, (Sf, zf) = linear_attention_naive(q, k, v, feature_map=fm, causal=causal,
+            out, (Sf, zf) = linear_attention_naive(q, k, v, feature_map=fm, is_causal=causal,
                                                    normalize=normalize, initial_state=init,
                                                    return_state=True, chunk_size=16)
             for form in ("parallel", "recurrent"):
-                r, (rS, rz) = ref_la(q.numpy(), k.numpy(), v.numpy(), fm, causal=causal,
+                r, (rS, rz) = ref_la(q.numpy(), k.numpy(), v.numpy(), fm, is_causal=causal,
                                      normalize=normalize, form=form,
                                      initial_state=(S0.double().numpy(), z0.double().numpy()),
                                      return_state=True)
@@ -258,7 +258,7 @@ def test_naive_gradients_finite_differences(causal, rng):
     leaves = [t.clone().requires_grad_() for t in (q, k, v, S0.double(), z0.double())]
 
     def f(q, k, v, S0, z0):
-        out, (Sf, zf) = linear_attention_naive(q, k, v, causal=causal, initial_state=(S0, z0),
+        out, (Sf, zf) = linear_attention_naive(q, k, v, is_causal=causal, initial_state=(S0, z0),
                                                return_state=True, chunk_size=16)
         return out, Sf, zf
 
@@ -332,7 +332,7 @@ def test_float16_long_state_does_not_overflow(device, rng):
     T = 320
     q, k, v = make_inputs(rng, 1, 1, T, T, 16, 16, torch.float16, device, "elu+1")
     k = k + 250.0  # phi(k) ~ 251: z ~ 251 T, beyond float16's range
-    out, (Sf, zf) = linear_attention(q, k, v, causal=True, return_state=True)
+    out, (Sf, zf) = linear_attention(q, k, v, is_causal=True, return_state=True)
     ref, _, zf_ref = reference(q, k, v, causal=True)
     assert zf_ref.max() > 65504
     pt16 = torch_same_dtype(q, k, v, causal=True)[0]
@@ -357,7 +357,7 @@ def test_initial_state_and_gradients(causal, normalize, device, rng):
     q, k, v, (S0, z0) = make_inputs(rng, B, H, T, T, D, Dv, torch.float32, device, state=True)
     ref, Sf_ref, zf_ref = reference(q, k, v, causal=causal, normalize=normalize, initial_state=(S0, z0))
     leaves = [t.clone().requires_grad_() for t in (q, k, v, S0, z0)]
-    out, (Sf, zf) = linear_attention(*leaves[:3], causal=causal, normalize=normalize,
+    out, (Sf, zf) = linear_attention(*leaves[:3], is_causal=causal, normalize=normalize,
                                      initial_state=tuple(leaves[3:]), return_state=True)
     check_close(out, ref, "out")
     check_close(Sf, Sf_ref, "S_final")
@@ -380,12 +380,12 @@ def test_chaining_equals_full_run(split, device, rng):
     q, k, v = make_inputs(rng, B, H, T, T, D, D, torch.float32, device)
     dout = torch.from_numpy(rng.standard_normal((B, H, T, D))).float().to(device)
     full_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    full, (Sf, zf) = linear_attention(*full_leaves, causal=True, return_state=True)
+    full, (Sf, zf) = linear_attention(*full_leaves, is_causal=True, return_state=True)
     full.backward(dout)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     a, b = [t[:, :, :split] for t in leaves], [t[:, :, split:] for t in leaves]
-    out1, st = linear_attention(*a, causal=True, return_state=True)
-    out2, (Sf2, zf2) = linear_attention(*b, causal=True, initial_state=st, return_state=True)
+    out1, st = linear_attention(*a, is_causal=True, return_state=True)
+    out2, (Sf2, zf2) = linear_attention(*b, is_causal=True, initial_state=st, return_state=True)
     torch.cat([out1, out2], dim=2).backward(dout)
     check_close(torch.cat([out1, out2], dim=2), full, "chained out", rtol=1e-5, atol=1e-5)
     check_close(Sf2, Sf, "chained S_final", rtol=1e-5, atol=1e-5)
@@ -416,7 +416,7 @@ def test_zero_denominators_and_eps_zero(device, rng):
     for eps in (0.0, 1e-3):
         for causal in (False, True):
             leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-            out = linear_attention(*leaves, feature_map="relu", causal=causal, eps=eps)
+            out = linear_attention(*leaves, feature_map="relu", is_causal=causal, eps=eps)
             ref = reference(q, k, v, "relu", causal=causal, eps=eps)[0]
             check_close(out, ref, f"eps={eps}")
             assert (out[:, :, :10] == 0).all()
@@ -450,7 +450,7 @@ def test_nan_input_propagates_as_in_float64(feature_map, causal, where, device, 
     assert np.isnan(ref[0, 1]).any(1).tolist() == queries.tolist()
     for impl in (linear_attention, linear_attention_naive):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        out, (Sf, zf) = impl(*leaves, feature_map=feature_map, causal=causal, return_state=True,
+        out, (Sf, zf) = impl(*leaves, feature_map=feature_map, is_causal=causal, return_state=True,
                              chunk_size=16)
         out.backward(dout)
         for what, got, want in (("out", out, ref), ("S_final", Sf, Sf_ref), ("z_final", zf, zf_ref)):
@@ -475,18 +475,18 @@ def test_strided_inputs_used_in_place(device, rng):
     qt, kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     assert not qt.is_contiguous()
     for causal in (False, True):
-        check_close(linear_attention(qt, kt, vt, causal=causal),
-                    linear_attention(q, k, v, causal=causal), "strided")
+        check_close(linear_attention(qt, kt, vt, is_causal=causal),
+                    linear_attention(q, k, v, is_causal=causal), "strided")
     # a non-unit last stride is copied
     qs = torch.stack([q, q], dim=-1)[..., 0]
     assert qs.stride(-1) == 2
-    check_close(linear_attention(qs, k, v, causal=True), linear_attention(q, k, v, causal=True), "step")
+    check_close(linear_attention(qs, k, v, is_causal=True), linear_attention(q, k, v, is_causal=True), "step")
 
 
 def test_empty_sequence(device):
     q = torch.zeros((1, 2, 0, 16), device=device)
     out, (Sf, zf) = linear_attention(q, q, torch.zeros((1, 2, 0, 8), device=device),
-                                     causal=True, return_state=True)
+                                     is_causal=True, return_state=True)
     assert out.shape == (1, 2, 0, 8) and Sf.shape == (1, 2, 16, 8) and (Sf == 0).all()
 
 
@@ -496,7 +496,7 @@ def test_outputs_poisoned_none_unwritten(device, rng, poisoned_outputs):
     for causal in (False, True):
         for normalize in (True, False):
             leaves = [t.clone().requires_grad_() for t in (q, k, v, S0, z0)]
-            out, (Sf, zf) = linear_attention(*leaves[:3], causal=causal, normalize=normalize,
+            out, (Sf, zf) = linear_attention(*leaves[:3], is_causal=causal, normalize=normalize,
                                              initial_state=tuple(leaves[3:]), return_state=True,
                                              chunk_size=16)
             ref, Sf_ref, zf_ref = reference(q, k, v, causal=causal, normalize=normalize,
@@ -516,7 +516,7 @@ def test_triton_launchers_ran(monkeypatch, device, rng):
     q, k, v = (t.requires_grad_() for t in make_inputs(rng, 1, 1, 40, 40, 16, 16, torch.float32, device))
     for causal in (False, True):
         calls.clear()
-        out = linear_attention(q, k, v, causal=causal)
+        out = linear_attention(q, k, v, is_causal=causal)
         assert calls == ["state_sums", "chunk_sweep"]
         calls.clear()
         out.sum().backward()
@@ -550,7 +550,7 @@ def test_bad_inputs(device):
                                                torch.randn(1, 1, 4, 300, device=device), v[:, :1, :4])),
         (ValueError, "feature_map must be", lambda: call(x, x, v, feature_map="softmax")),
         (TypeError, "feature_map must be a string", lambda: call(x, x, v, feature_map=torch.relu)),
-        (TypeError, "causal must be True or False", lambda: call(x, x, v, causal=1)),
+        (TypeError, "is_causal must be True or False", lambda: call(x, x, v, is_causal=1)),
         (TypeError, "normalize must be True or False", lambda: call(x, x, v, normalize="yes")),
         (TypeError, "return_state must be True or False", lambda: call(x, x, v, return_state=None)),
         (ValueError, "eps must be a finite number >= 0", lambda: call(x, x, v, eps=-1e-3)),

@@ -115,7 +115,7 @@ def reference(q, k, v, causal, scale=None):
     from kernelkit_math.attention import softmax_attention as ref_attention
 
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    return ref_attention(q, k, v, causal=causal, scale=scale, return_lse=True)
+    return ref_attention(q, k, v, is_causal=causal, scale=scale, return_lse=True)
 
 
 def loss_of(out, lse, g_out, g_lse):

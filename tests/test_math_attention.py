@@ -66,9 +66,9 @@ def test_softmax_equals_exponential_kernel_smoother(rng, shape, causal):
     q, k, v = _qkv(rng, *shape)
     D = q.shape[-1]
     for scale in (None, 0.3, 1.7):
-        ref = kernel_smoother(q, k, v, "exponential", causal=causal,
+        ref = kernel_smoother(q, k, v, "exponential", is_causal=causal,
                               scale=1 / math.sqrt(D) if scale is None else scale)
-        np.testing.assert_allclose(softmax_attention(q, k, v, causal=causal, scale=scale), ref, **F64)
+        np.testing.assert_allclose(softmax_attention(q, k, v, is_causal=causal, scale=scale), ref, **F64)
 
 
 @pytest.mark.parametrize("normalize", [True, False], ids=["normalized", "numerator"])
@@ -76,7 +76,7 @@ def test_softmax_equals_exponential_kernel_smoother(rng, shape, causal):
 @pytest.mark.parametrize("feature_map", POSITIVE_MAPS)
 def test_linear_parallel_equals_recurrent(rng, feature_map, causal, normalize):
     q, k, v = _qkv(rng, (2, 3), 7, 5, 4, 3)
-    kw = dict(feature_map=feature_map, causal=causal, normalize=normalize, return_state=True, seed=1)
+    kw = dict(feature_map=feature_map, is_causal=causal, normalize=normalize, return_state=True, seed=1)
     a, (Sa, za) = linear_attention(q, k, v, form="parallel", **kw)
     b, (Sb, zb) = linear_attention(q, k, v, form="recurrent", **kw)
     np.testing.assert_allclose(a, b, **F64)
@@ -94,7 +94,7 @@ def test_linear_parallel_equals_recurrent_with_initial_state(rng, causal, normal
     phi = make_feature_map("favor+:10", 3, seed=4)
     S0 = rng.uniform(0, 1, size=(2, 10, 2))
     z0 = rng.uniform(0.5, 1, size=(10,))  # broadcast over the batch
-    kw = dict(feature_map=phi, causal=causal, normalize=normalize, initial_state=(S0, z0),
+    kw = dict(feature_map=phi, is_causal=causal, normalize=normalize, initial_state=(S0, z0),
               return_state=True)
     a, (Sa, za) = linear_attention(q, k, v, form="parallel", **kw)
     b, (Sb, zb) = linear_attention(q, k, v, form="recurrent", **kw)
@@ -116,7 +116,7 @@ def test_linear_parallel_equals_recurrent_with_initial_state(rng, causal, normal
 def test_linear_state_carries_across_chunks(rng, form):
     """Causal attention over a sequence == two chunks with the first chunk's state passed on."""
     q, k, v = _qkv(rng, (3,), 10, 10, 4, 2)
-    kw = dict(feature_map="elu+1", causal=True, form=form)
+    kw = dict(feature_map="elu+1", is_causal=True, form=form)
     full = linear_attention(q, k, v, **kw)
     first, state = linear_attention(q[:, :6], k[:, :6], v[:, :6], return_state=True, **kw)
     second = linear_attention(q[:, 6:], k[:, 6:], v[:, 6:], initial_state=state, **kw)
@@ -128,15 +128,15 @@ def test_linear_state_carries_across_chunks(rng, form):
 def test_identity_linear_attention_is_the_linear_kernel_smoother(rng, shape, causal):
     q, k, v = _qkv(rng, *shape, positive=True)  # positive denominators
     for form in ("parallel", "recurrent"):
-        out = linear_attention(q, k, v, "identity", causal=causal, form=form)
-        np.testing.assert_allclose(out, kernel_smoother(q, k, v, "linear", causal=causal), **F64)
+        out = linear_attention(q, k, v, "identity", is_causal=causal, form=form)
+        np.testing.assert_allclose(out, kernel_smoother(q, k, v, "linear", is_causal=causal), **F64)
     # unnormalised: (Q K^T masked) V, with any signs
     q, k, v = _qkv(rng, *shape)
     A = q @ np.swapaxes(k, -1, -2)
     if causal:
         A = A * causal_mask(q.shape[-2], k.shape[-2])
     for form in ("parallel", "recurrent"):
-        out = linear_attention(q, k, v, "identity", causal=causal, normalize=False, form=form)
+        out = linear_attention(q, k, v, "identity", is_causal=causal, normalize=False, form=form)
         np.testing.assert_allclose(out, A @ v, **F64)
 
 
@@ -148,11 +148,11 @@ def test_identity_linear_attention_is_the_linear_kernel_smoother(rng, shape, cau
 def test_property_linear_forms_agree_and_softmax_matches_smoother(T, S, D, Dv, causal, seed):
     rng = np.random.default_rng(seed)
     q, k, v = _qkv(rng, (2,), T, S, D, Dv)
-    a = linear_attention(q, k, v, "hyp-favor+:6", causal=causal, seed=seed)
-    b = linear_attention(q, k, v, "hyp-favor+:6", causal=causal, seed=seed, form="recurrent")
+    a = linear_attention(q, k, v, "hyp-favor+:6", is_causal=causal, seed=seed)
+    b = linear_attention(q, k, v, "hyp-favor+:6", is_causal=causal, seed=seed, form="recurrent")
     np.testing.assert_allclose(a, b, **F64)
-    np.testing.assert_allclose(softmax_attention(q, k, v, causal=causal),
-                               kernel_smoother(q, k, v, causal=causal, scale=1 / math.sqrt(D)), **F64)
+    np.testing.assert_allclose(softmax_attention(q, k, v, is_causal=causal),
+                               kernel_smoother(q, k, v, is_causal=causal, scale=1 / math.sqrt(D)), **F64)
 
 
 # --------------------------------------------------------------------- against direct formulas
@@ -160,7 +160,7 @@ def test_property_linear_forms_agree_and_softmax_matches_smoother(T, S, D, Dv, c
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_softmax_and_lse_against_naive_loops(rng, shape, causal):
     q, k, v = _qkv(rng, *shape)
-    out, lse = softmax_attention(q, k, v, causal=causal, scale=0.8, return_lse=True)
+    out, lse = softmax_attention(q, k, v, is_causal=causal, scale=0.8, return_lse=True)
     batch = shape[0]
     assert out.shape == batch + (shape[1], shape[4]) and lse.shape == batch + (shape[1],)
     for idx in np.ndindex(*batch):
@@ -190,7 +190,7 @@ def test_softmax_matches_torch_sdpa(rng):
         q, k, v = rng.normal(size=(2, 6, T, 3)), rng.normal(size=(2, 2, S, 3)), rng.normal(size=(2, 2, S, 2))
         for causal in (False, True):
             ref = sdpa(*(torch.from_numpy(a) for a in (q, k, v)), is_causal=causal, enable_gqa=True)
-            np.testing.assert_allclose(softmax_attention(q, k, v, causal=causal), ref.numpy(), **F64)
+            np.testing.assert_allclose(softmax_attention(q, k, v, is_causal=causal), ref.numpy(), **F64)
 
 
 # ---------------------------------------------------------------------- causal mask alignment
@@ -204,10 +204,10 @@ def test_causal_rows_beyond_S_see_every_key(rng):
     non-causal ones; no row is empty (row 0 sees key 0)."""
     q, k, v = _qkv(rng, (2,), 7, 3, 4, 2)
     for fn in (softmax_attention, kernel_smoother, linear_attention):
-        causal, full = fn(q, k, v, causal=True), fn(q, k, v)
+        causal, full = fn(q, k, v, is_causal=True), fn(q, k, v)
         np.testing.assert_allclose(causal[:, 3:], full[:, 3:], **F64)
         assert not np.allclose(causal[:, :2], full[:, :2])
-    _, lse = softmax_attention(q, k, v, causal=True, return_lse=True)
+    _, lse = softmax_attention(q, k, v, is_causal=True, return_lse=True)
     assert np.isfinite(lse).all()
 
 
@@ -215,12 +215,12 @@ def test_rows_without_keys_output_zero(rng):
     """S = 0 is the only way to get rows with no visible key: output 0, lse -inf, no NaN."""
     q, k, v = rng.normal(size=(2, 4, 3)), np.zeros((2, 0, 3)), np.zeros((2, 0, 5))
     for causal in (False, True):
-        out, lse = softmax_attention(q, k, v, causal=causal, return_lse=True)
+        out, lse = softmax_attention(q, k, v, is_causal=causal, return_lse=True)
         np.testing.assert_array_equal(out, np.zeros((2, 4, 5)))
         np.testing.assert_array_equal(lse, np.full((2, 4), -np.inf))
-        np.testing.assert_array_equal(kernel_smoother(q, k, v, "rbf", causal=causal), 0.0)
+        np.testing.assert_array_equal(kernel_smoother(q, k, v, "rbf", is_causal=causal), 0.0)
         for form in ("parallel", "recurrent"):
-            np.testing.assert_array_equal(linear_attention(q, k, v, causal=causal, form=form), 0.0)
+            np.testing.assert_array_equal(linear_attention(q, k, v, is_causal=causal, form=form), 0.0)
 
 
 # ------------------------------------------------------------------------------------- GQA
@@ -233,7 +233,7 @@ def test_gqa_repeats_kv_heads(rng, h_kv):
         np.testing.assert_array_equal(kr[:, h], k[:, h // (6 // h_kv)])
     for fn in (softmax_attention, kernel_smoother, linear_attention):
         for causal in (False, True):
-            np.testing.assert_allclose(fn(q, k, v, causal=causal), fn(q, kr, vr, causal=causal), **F64)
+            np.testing.assert_allclose(fn(q, k, v, is_causal=causal), fn(q, kr, vr, is_causal=causal), **F64)
 
 
 def test_gqa_heads_not_divisible_raise(rng):
@@ -274,7 +274,7 @@ def test_kernel_smoother_over_registry_reproduces_constants(rng, kernel):
     """Weights normalised by their row sum: v = 1 gives 1 (positive inputs: den > 0)."""
     q, k, _ = _qkv(rng, (2,), 5, 6, 3, 1, positive=True)
     for causal in (False, True):
-        out = kernel_smoother(q, k, np.ones((6, 2)), kernel, causal=causal)
+        out = kernel_smoother(q, k, np.ones((6, 2)), kernel, is_causal=causal)
         np.testing.assert_allclose(out, 1.0, **F64)
     # and the weights are the registry's: one row written out
     v = rng.normal(size=(6, 2))
@@ -294,16 +294,16 @@ def test_kernel_smoother_signed_kernel_guard(rng):
 # ------------------------------------------------------------------------- feature maps
 def test_feature_map_object_equals_name_with_seed(rng):
     q, k, v = _qkv(rng, (2,), 5, 5, 4, 2)
-    by_name = linear_attention(q, k, v, "favor+orth:32", seed=9, causal=True)
-    by_obj = linear_attention(q, k, v, make_feature_map("favor+orth:32", 4, seed=9), causal=True)
+    by_name = linear_attention(q, k, v, "favor+orth:32", seed=9, is_causal=True)
+    by_obj = linear_attention(q, k, v, make_feature_map("favor+orth:32", 4, seed=9), is_causal=True)
     np.testing.assert_array_equal(by_name, by_obj)
-    assert not np.allclose(by_name, linear_attention(q, k, v, "favor+orth:32", seed=10, causal=True))
+    assert not np.allclose(by_name, linear_attention(q, k, v, "favor+orth:32", seed=10, is_causal=True))
 
 
 def test_favor_linear_attention_approximates_softmax(rng):
     q, k, v = [0.5 * a for a in _qkv(rng, (2,), 6, 6, 4, 2)]
-    exact = softmax_attention(q, k, v, causal=True)
-    approx = linear_attention(q, k, v, "hyp-favor+:4096", causal=True, seed=0)
+    exact = softmax_attention(q, k, v, is_causal=True)
+    approx = linear_attention(q, k, v, "hyp-favor+:4096", is_causal=True, seed=0)
     assert np.abs(approx - exact).max() < 0.05
 
 
@@ -312,7 +312,7 @@ def test_taylor2_linear_attention_matches_truncated_exponential_smoother(rng):
     t = q @ np.swapaxes(k, -1, -2) / math.sqrt(3)
     W = (1 + t + t**2 / 2) * causal_mask(5, 6)
     expect = (W @ v) / W.sum(-1, keepdims=True)
-    np.testing.assert_allclose(linear_attention(q, k, v, "taylor2", causal=True), expect, **F64)
+    np.testing.assert_allclose(linear_attention(q, k, v, "taylor2", is_causal=True), expect, **F64)
 
 
 # ----------------------------------------------------------------------------- hygiene
@@ -323,10 +323,10 @@ def test_inputs_not_modified(rng):
     copies = [a.copy() for a in arrays]
     for a in arrays:
         a.setflags(write=False)
-    softmax_attention(q, k, v, causal=True, return_lse=True)
-    kernel_smoother(q, k, v, "rbf", causal=True)
+    softmax_attention(q, k, v, is_causal=True, return_lse=True)
+    kernel_smoother(q, k, v, "rbf", is_causal=True)
     for form in ("parallel", "recurrent"):
-        linear_attention(q, k, v, "identity", causal=True, form=form, initial_state=(S0, z0),
+        linear_attention(q, k, v, "identity", is_causal=True, form=form, initial_state=(S0, z0),
                          return_state=True)
     for a, c in zip(arrays, copies):
         np.testing.assert_array_equal(a, c)

@@ -292,7 +292,7 @@ def _compare_report(args):
                                 temperature=opts["temperature"], clusters=opts["clusters"],
                                 seed=opts["seed"])
     kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
-    return compare(q, k, v, **kwargs, causal=args.causal, seeds=tuple(range(args.seeds)),
+    return compare(q, k, v, **kwargs, is_causal=args.causal, seeds=tuple(range(args.seeds)),
                    device=args.device, plot_index=plot_index,
                    measure=not args.no_measure, progress=args.progress)
 
@@ -305,7 +305,7 @@ def _sweep_report(args):
     for name in ("dim", "heads", "batch", "tokens", "repeat"):
         _check_count(getattr(args, name), f"--{name}")
     return sweep(**kwargs, lengths=lengths, batch=args.batch, heads=args.heads, d=args.dim,
-                 causal=args.causal, backward=args.backward, dtype=args.dtype,
+                 is_causal=args.causal, backward=args.backward, dtype=args.dtype,
                  device=args.device, tokens=args.tokens, repeat=args.repeat,
                  progress=args.progress, seed=args.seed)
 

@@ -24,6 +24,7 @@ import numpy as np
 from kernelkit.compare import metrics
 from kernelkit.compare.methods import parse_method
 from kernelkit.compare.report import CompareReport
+from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["compare", "HEATMAP_SIZE"]
 
@@ -280,9 +281,9 @@ def _versions():
     return out
 
 
-def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False, scale=None,
+def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=False, scale=None,
             seeds=(0, 1, 2), device="auto", plot_index=(0, 0), ranks=None, measure=True,
-            progress=None):
+            progress=None, causal=None):
     r"""Compare attention methods with float64 softmax attention on given q, k, v.
 
     For every method and seed (one evaluation for deterministic methods):
@@ -308,8 +309,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
         Method specs (:func:`kernelkit.compare.methods.method_names`): ``"softmax"``,
         ``"elu+1"``, ``"favor+:256"``, ``"kernel:rbf(gamma=0.5)"``, ``"nystrom:64"``..., or
         kernelkit kernel / FeatureMap objects. Distinct.
-    causal : bool, default=False
+    is_causal : bool, default=False
         Top-left aligned causal mask (key j visible to query i iff j <= i); needs S == T.
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     scale : float or None, default=None
         Softmax scale; None means 1 / sqrt(D). Also the scale of the exponential-kernel
         approximations (FAVOR+, taylor2, Nyström).
@@ -354,11 +356,12 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
     >>> report.rows[0]["output_rel_error"]
     0.0
     """
+    causal = resolve_is_causal(is_causal, causal, "compare")
     from tqdm import tqdm
 
     from kernelkit._device import resolve_device
 
-    _check_bool(causal, "causal")
+    _check_bool(causal, "is_causal")
     _check_bool(measure, "measure")
     if progress is not None and not isinstance(progress, bool):
         raise TypeError(f"progress must be True, False or None; got {progress!r}")
@@ -374,8 +377,8 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
     _check_memory(B, H, T, S)
 
     reference = parse_method("softmax", D)
-    A_ref, _ = reference.weights(q4, k4, causal=causal, scale=scale_arg)
-    O_ref = reference.output(q4, k4, v4, causal=causal, scale=scale_arg)
+    A_ref, _ = reference.weights(q4, k4, is_causal=causal, scale=scale_arg)
+    O_ref = reference.output(q4, k4, v4, is_causal=causal, scale=scale_arg)
     crop = (b, h, slice(0, HEATMAP_SIZE), slice(0, HEATMAP_SIZE))
     heatmaps = {"index": (b, h), "softmax": A_ref[crop].copy()}
     timing = _timing_tensors((q4, k4, v4), tensors, where) if measure else None
@@ -388,7 +391,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, causal=False
             bar.set_postfix_str(method.label)
             per_seed = []
             for seed in (seeds if method.random else seeds[:1]):
-                kw = dict(causal=causal, seed=seed, scale=scale_arg)
+                kw = dict(is_causal=causal, seed=seed, scale=scale_arg)
                 A, den = method.weights(q4, k4, **kw)
                 per_seed.append(_metrics_of(A_ref, O_ref, A, method.output(q4, k4, v4, **kw),
                                             den))
@@ -428,6 +431,6 @@ def _timing(method, timing, causal, seed, scale, where):
     from kernelkit.compare.measure import measure
 
     q, k, v = timing
-    m = measure(lambda: method.run(q, k, v, causal=causal, seed=seed, scale=scale), device=where)
+    m = measure(lambda: method.run(q, k, v, is_causal=causal, seed=seed, scale=scale), device=where)
     return {"time_ms": m.time_ms, "peak_bytes": m.peak_bytes, "device": m.device,
             "status": m.status}

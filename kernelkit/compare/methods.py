@@ -17,7 +17,7 @@ keeps its own random weights, so its results do not change with the seed.
 
 Every :class:`Method` computes, for float64 NumPy q, k, v of shape (..., T, D):
 
-- ``weights(q, k, causal=, seed=, scale=)``: the row-normalised weights A (..., T, S) the method
+- ``weights(q, k, is_causal=, seed=, scale=)``: the row-normalised weights A (..., T, S) the method
   implies and the raw denominators (..., T) (to count den <= 0), with the public API's guard
   max(den, eps), eps = :data:`EPS`;
 - ``output(q, k, v, ...)``: A v in float64, through the ``kernelkit_math`` reference of the
@@ -73,8 +73,8 @@ def method_names():
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _causal_where(W, causal):
-    if not causal:
+def _causal_where(W, is_causal):
+    if not is_causal:
         return W
     T, S = W.shape[-2:]
     return np.where(np.tri(T, S, dtype=bool), W, 0.0)
@@ -142,40 +142,40 @@ class Method:
     n_features: Optional[int]
     random: bool
 
-    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         """``(A, den)``: weights (..., T, S) and raw denominators (..., T), float64."""
         raise NotImplementedError
 
-    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         """The attention output (..., T, Dv) in float64 through the method's reference."""
         raise NotImplementedError
 
-    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         """The output on torch tensors (B, H, T, D) through the fast path, for timing."""
         raise NotImplementedError
 
 
 @dataclass(frozen=True, eq=False)
 class _Softmax(Method):
-    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         q, k = _as64(q), _as64(k)
         s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
         scores = s * (q @ np.swapaxes(k, -1, -2))
-        if causal:
+        if is_causal:
             scores = np.where(np.tri(*scores.shape[-2:], dtype=bool), scores, -np.inf)
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
         den = p.sum(axis=-1)
         return p / den[..., None], den
 
-    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit_math.attention import softmax_attention
 
-        return softmax_attention(q, k, v, causal=causal, scale=scale)
+        return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
 
-    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit._attention_ops import softmax_attention
 
-        return softmax_attention(q, k, v, is_causal=causal, scale=scale)
+        return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
 
 
 @dataclass(frozen=True, eq=False)
@@ -187,24 +187,24 @@ class _FeatureMapAttention(Method):
             return self.feature_map
         return _make_map(self.feature_map, d, seed, scale if self.family in _EXP_MAPS else None)
 
-    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         q, k = _as64(q), _as64(k)
         phi = self._map(q.shape[-1], seed, scale)
         W = np.asarray(phi(q)) @ np.swapaxes(np.asarray(phi(k)), -1, -2)
-        return _normalise(_causal_where(W, causal))
+        return _normalise(_causal_where(W, is_causal))
 
-    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit_math.attention import linear_attention
 
         phi = self._map(np.shape(q)[-1], seed, scale)
-        return linear_attention(q, k, v, phi, causal=causal, eps=EPS)
+        return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS)
 
-    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit._attention_ops import linear_attention
 
         fused = isinstance(self.feature_map, str) and self.feature_map in FUSED_FEATURE_MAPS
         phi = self.feature_map if fused else self._map(q.shape[-1], seed, scale)
-        return linear_attention(q, k, v, phi, causal=causal, eps=EPS, seed=seed)
+        return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, seed=seed)
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,7 +213,7 @@ class _KernelSmoother(Method):
     params: dict  # registry parameters, validated
     kernel_object: object = None  # the kernelkit kernel object it came from, if any
 
-    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         from kernelkit_math.registry import get_kernel
 
         q, k = _as64(q), _as64(k)
@@ -224,37 +224,37 @@ class _KernelSmoother(Method):
         kf = k.reshape((-1,) + k.shape[-2:])
         W = np.stack([spec.value_fn(a, b, **resolved) for a, b in zip(qf, kf)])
         W = W.reshape(lead + W.shape[-2:])
-        return _normalise(_causal_where(W, causal))
+        return _normalise(_causal_where(W, is_causal))
 
-    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit_math.attention import kernel_smoother
 
-        return kernel_smoother(q, k, v, self.kernel, causal=causal, eps=EPS, **self.params)
+        return kernel_smoother(q, k, v, self.kernel, is_causal=is_causal, eps=EPS, **self.params)
 
-    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit._attention_ops import kernel_attention
 
         if self.kernel_object is not None:
-            return kernel_attention(q, k, v, self.kernel_object, is_causal=causal, eps=EPS)
-        return kernel_attention(q, k, v, self.kernel, is_causal=causal, eps=EPS, **self.params)
+            return kernel_attention(q, k, v, self.kernel_object, is_causal=is_causal, eps=EPS)
+        return kernel_attention(q, k, v, self.kernel, is_causal=is_causal, eps=EPS, **self.params)
 
 
 @dataclass(frozen=True, eq=False)
 class _Nystrom(Method):
-    def weights(self, q, k, *, causal=False, seed=0, scale=None):
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         from kernelkit.compare.nystrom import nystrom_weights
 
-        return nystrom_weights(q, k, self.n_features, causal=causal, seed=seed, scale=scale,
+        return nystrom_weights(q, k, self.n_features, is_causal=is_causal, seed=seed, scale=scale,
                                eps=EPS)
 
-    def output(self, q, k, v, *, causal=False, seed=0, scale=None):
-        A, _ = self.weights(q, k, causal=causal, seed=seed, scale=scale)
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
+        A, _ = self.weights(q, k, is_causal=is_causal, seed=seed, scale=scale)
         return A @ _as64(v)
 
-    def run(self, q, k, v, *, causal=False, seed=0, scale=None):
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit.compare.nystrom import nystrom_attention
 
-        return nystrom_attention(q, k, v, self.n_features, causal=causal, seed=seed,
+        return nystrom_attention(q, k, v, self.n_features, is_causal=is_causal, seed=seed,
                                  scale=scale, eps=EPS)
 
 

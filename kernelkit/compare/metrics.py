@@ -31,6 +31,8 @@ import numbers
 
 import numpy as np
 
+from kernelkit_math.attention import resolve_is_causal
+
 __all__ = [
     "relative_error",
     "total_variation",
@@ -186,17 +188,18 @@ def peakiness(weights):
     return np.max(w, axis=-1, initial=-np.inf)
 
 
-def uniform_weights(T, S, causal=False):
+def uniform_weights(T, S, is_causal=False, causal=None):
     """Uniform attention over the visible keys, shape (T, S).
 
-    Row i is 1 / S on every key, or with ``causal`` (top-left aligned, key j visible iff
+    Row i is 1 / S on every key, or with ``is_causal`` (top-left aligned, key j visible iff
     j <= i) 1 / min(i + 1, S) on keys 0..min(i, S - 1).
 
     Parameters
     ----------
     T, S : int
         Query and key lengths (>= 0).
-    causal : bool
+    is_causal : bool
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
 
     Returns
     -------
@@ -204,9 +207,10 @@ def uniform_weights(T, S, causal=False):
 
     Examples
     --------
-    >>> uniform_weights(2, 2, causal=True).tolist()
+    >>> uniform_weights(2, 2, is_causal=True).tolist()
     [[1.0, 0.0], [0.5, 0.5]]
     """
+    causal = resolve_is_causal(is_causal, causal, "uniform_weights")
     for name, n in (("T", T), ("S", S)):
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValueError(f"{name} must be a non-negative integer; got {n!r}")

@@ -63,6 +63,8 @@ import numbers
 
 import numpy as np
 
+from kernelkit_math.attention import resolve_is_causal
+
 __all__ = ["nystrom_weights", "nystrom_attention", "landmark_draws", "LLOYD_ITERATIONS",
            "SEEDING_ROUNDS", "DELTA"]
 
@@ -198,7 +200,7 @@ def _gram(landmarks, scale):
     return G + DELTA * np.eye(landmarks.shape[1])
 
 
-def nystrom_weights(q, k, m, *, causal=False, seed=0, scale=None, eps=1e-6):
+def nystrom_weights(q, k, m, *, is_causal=False, seed=0, scale=None, eps=1e-6, causal=None):
     """Nyström attention weights in float64: (A, den) for M landmarks per head.
 
     Parameters
@@ -208,8 +210,9 @@ def nystrom_weights(q, k, m, *, causal=False, seed=0, scale=None, eps=1e-6):
         Same leading shape as q.
     m : int
         Number of landmarks M (capped at S).
-    causal : bool
+    is_causal : bool
         Top-left aligned causal mask (key j visible to query i iff j <= i).
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     seed : int
         Seed of the landmark selection (:func:`landmark_draws`).
     scale : float or None
@@ -235,6 +238,7 @@ def nystrom_weights(q, k, m, *, causal=False, seed=0, scale=None, eps=1e-6):
     >>> bool(np.allclose(A, exact / exact.sum(-1, keepdims=True), atol=1e-4))
     True
     """
+    causal = resolve_is_causal(is_causal, causal, "nystrom_weights")
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     if q.ndim < 2 or k.shape[:-2] != q.shape[:-2] or k.shape[-1] != q.shape[-1]:
@@ -325,7 +329,7 @@ def _split_k_product(a, b, chunk=1024):
     return out
 
 
-def nystrom_attention(q, k, v, m, *, causal=False, seed=0, scale=None, eps=1e-6):
+def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e-6, causal=None):
     """Nyström attention on torch tensors: the fast twin of :func:`nystrom_weights`.
 
     Landmarks, features and the linear-attention step run in float32 (float64 for float64
@@ -339,7 +343,7 @@ def nystrom_attention(q, k, v, m, *, causal=False, seed=0, scale=None, eps=1e-6)
     q : torch.Tensor of shape (B, H, T, D)
     k : torch.Tensor of shape (B, H, S, D)
     v : torch.Tensor of shape (B, H, S, Dv)
-    m, causal, seed, scale, eps
+    m, is_causal, seed, scale, eps
         As :func:`nystrom_weights`.
 
     Returns
@@ -350,9 +354,10 @@ def nystrom_attention(q, k, v, m, *, causal=False, seed=0, scale=None, eps=1e-6)
     --------
     >>> import torch
     >>> q = k = v = torch.randn(1, 2, 16, 8)
-    >>> nystrom_attention(q, k, v, 4, causal=True).shape
+    >>> nystrom_attention(q, k, v, 4, is_causal=True).shape
     torch.Size([1, 2, 16, 8])
     """
+    causal = resolve_is_causal(is_causal, causal, "nystrom_attention")
     import torch
 
     from kernelkit._attention_ops import linear_attention
@@ -392,11 +397,11 @@ def nystrom_attention(q, k, v, m, *, causal=False, seed=0, scale=None, eps=1e-6)
     if work == torch.float64:  # the Triton kernels take float32 at most
         out = _linear_attention_float64(phi_q, phi_k, v.double(), causal, eps)
     else:
-        out = linear_attention(phi_q, phi_k, v.to(work), "identity", causal=causal, eps=eps)
+        out = linear_attention(phi_q, phi_k, v.to(work), "identity", is_causal=causal, eps=eps)
     return out.to(q.dtype)
 
 
 def _linear_attention_float64(phi_q, phi_k, v, causal, eps):
     from kernelkit_gpu.linear_attention_naive import linear_attention_naive
 
-    return linear_attention_naive(phi_q, phi_k, v, feature_map=None, causal=causal, eps=eps)
+    return linear_attention_naive(phi_q, phi_k, v, feature_map=None, is_causal=causal, eps=eps)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kernelkit._io import write_text_atomic
 from kernelkit.compare.report import _encode
+from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["sweep", "SweepReport", "crossover_lengths", "DTYPES"]
 
@@ -289,16 +290,17 @@ def _runner(method, tensors, causal, seed, backward):
 
     q, k, v = tensors[:3]
     if not backward:
-        return lambda: method.run(q, k, v, causal=causal, seed=seed)
+        return lambda: method.run(q, k, v, is_causal=causal, seed=seed)
 
     def forward_backward():
-        out = method.run(q, k, v, causal=causal, seed=seed)
+        out = method.run(q, k, v, is_causal=causal, seed=seed)
         torch.autograd.grad(out, (q, k, v), tensors[3])
     return forward_backward
 
 
-def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64, causal=True,
-          backward=False, dtype=None, device="auto", tokens=None, repeat=5, progress=None, seed=0):
+def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64, is_causal=True,
+          backward=False, dtype=None, device="auto", tokens=None, repeat=5, progress=None, seed=0,
+          causal=None):
     """Time and peak memory of attention methods over sequence length.
 
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
@@ -320,8 +322,9 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
         Batch size B at every length (see ``tokens``).
     heads, d : int, default=8, 64
         Heads H and head dimension D.
-    causal : bool, default=True
+    is_causal : bool, default=True
         Causal (decoder) attention.
+        ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     backward : bool, default=False
         Time forward + backward (gradients of q, k, v) instead of the forward pass alone.
     dtype : {"float32", "float16", "bfloat16"} or None, default=None
@@ -359,12 +362,13 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     >>> sorted(report.crossover)
     ['elu+1']
     """
+    causal = resolve_is_causal(is_causal, causal, "sweep")
     from kernelkit._device import resolve_device
 
     for name, value in (("heads", heads), ("d", d), ("batch", batch), ("repeat", repeat)):
         _check_int(value, name)
     _check_int(seed, "seed", minimum=0)
-    for name, value in (("causal", causal), ("backward", backward)):
+    for name, value in (("is_causal", causal), ("backward", backward)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False; got {value!r}")
     if tokens is not None:
