@@ -2,7 +2,8 @@
 
 - Math kernels: scikit-learn-native kernel classes (:class:`RBF`, :class:`Matern`...) and
   pairwise functions with scikit-learn's signatures (:func:`rbf_kernel`...).
-- Compute kernels: Triton Gram matrices and matrix-free products (``kernelkit_gpu``).
+- Compute kernels: Triton Gram matrices and matrix-free products (``kernelkit_gpu``);
+  :func:`gram` computes K(X, Y) block by block on the CPU or GPU, into memory or a ``.npy`` file.
 - Attention kernels: softmax and linear attention as kernel smoothers.
 
 ``import kernelkit`` never imports torch or triton; the GPU code loads on first use.
@@ -19,6 +20,7 @@ from kernelkit.kernels import (
     RationalQuadratic,
     Sigmoid,
 )
+from kernelkit.blocked_gram import gram
 from kernelkit.pairwise import (
     cosine_similarity,
     laplacian_kernel,
@@ -37,6 +39,6 @@ __all__ = [
     "Linear", "Polynomial", "RBF", "Laplacian", "Matern", "RationalQuadratic", "Cosine",
     "Sigmoid", "Exponential",
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
-    "cosine_similarity", "pairwise_kernels", "KernelRidge", "GaussianProcessRegressor",
+    "cosine_similarity", "pairwise_kernels", "gram", "KernelRidge", "GaussianProcessRegressor",
     "__version__",
 ]

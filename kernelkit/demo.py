@@ -121,7 +121,7 @@ def section_svc(quick=False):
     from sklearn.svm import SVC
 
     from kernelkit import RBF
-    from kernelkit.gram import gram
+    from kernelkit.blocked_gram import gram
 
     n_train, n_test = (400, 200) if quick else (1200, 597)
     X_train, X_test, y_train, y_test = _digits(n_train, n_test)

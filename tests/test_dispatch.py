@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import kernelkit
-from kernelkit.gram import gram
+from kernelkit.blocked_gram import gram
 from kernelkit_math import get_kernel
 from tests.conftest import TOL
 

@@ -1,4 +1,4 @@
-"""kernelkit.gram (block-wise Gram matrices) and kernelkit._io (file reading, atomic writes)."""
+"""kernelkit.gram (block-wise Gram matrices, kernelkit/blocked_gram.py) and kernelkit._io (file reading, atomic writes)."""
 
 import contextlib
 import errno
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernelkit import _io
-from kernelkit import gram as gram_module
-from kernelkit.gram import default_block_size, gram
+from kernelkit import blocked_gram as gram_module
+from kernelkit.blocked_gram import default_block_size, gram
 from kernelkit_math import get_kernel
 from tests.cases import N_FEATURES, case_ids
 from tests.conftest import TOL
@@ -519,7 +519,7 @@ def test_out_allocation_failure_is_a_clear_oserror(rng, tmp_path, monkeypatch):
 _SIGTERM_CHILD = """
 import sys, time
 import numpy as np
-from kernelkit import gram as gram_module
+from kernelkit import blocked_gram as gram_module
 real = gram_module._block_value
 def slow(*args, **kwargs):
     print("writing", flush=True)
@@ -655,3 +655,14 @@ def test_out_symmetric_exact_after_a_retry_with_a_different_tiling(rng, tmp_path
     assert diagonal_calls[:4] == [7, 7, 7, 3]
     assert np.array_equal(K, K.T)
     np.testing.assert_allclose(K, reference(name, X), **TOL["float64"])
+
+
+def test_kernelkit_gram_is_the_function(rng):
+    """``kernelkit.gram(X, ...)`` is the function, as users expect (issue 11): its module has a
+    name of its own, so no attribute shadows the other."""
+    import kernelkit
+
+    X = rng.normal(size=(7, 3))
+    assert callable(kernelkit.gram) and kernelkit.gram is gram
+    np.testing.assert_array_equal(kernelkit.gram(X, kernel="rbf", gamma=0.5),
+                                  get_kernel("rbf").value(X, gamma=0.5))

@@ -136,7 +136,7 @@ def _params(items):
 def cmd_gram(args):
     from kernelkit._io import check_npy_path, load_matrix
     from kernelkit._validation import result_dtype
-    from kernelkit.gram import gram
+    from kernelkit.blocked_gram import gram
 
     params = _params(args.param)
     try:

@@ -307,7 +307,7 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     Examples
     --------
     >>> import numpy as np
-    >>> from kernelkit.gram import gram
+    >>> from kernelkit import gram
     >>> X = np.arange(6.0).reshape(3, 2)
     >>> K = gram(X, kernel="rbf", gamma=0.5, block_size=2)
     >>> K.shape, bool((K == K.T).all()), K[0, 0]
