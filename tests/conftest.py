@@ -21,6 +21,21 @@ TOL = {
 }
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "interpreter: runs Triton kernels (under the CPU interpreter: slow); given "
+        "automatically to every test that uses the triton_can_run fixture")
+    config.addinivalue_line("markers", "subprocess: starts a Python process (a few seconds each)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the Triton kernel tests ``interpreter``, so a fast local loop can leave them out:
+    ``pytest -n 2 -m "not interpreter and not subprocess" tests`` (.ci/run runs everything)."""
+    for item in items:
+        if "triton_can_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.interpreter)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--device", action="store", default="cpu", choices=("cpu", "cuda"),

@@ -267,6 +267,7 @@ def _env():
     return env
 
 
+@pytest.mark.subprocess
 def test_python_m_kernelkit_gram_and_error(files):
     d, X, _ = files
     ok = subprocess.run(
@@ -286,6 +287,7 @@ def test_python_m_kernelkit_gram_and_error(files):
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("kernelkit") is None, reason="console script not installed")
 def test_console_script_info():
     res = subprocess.run(["kernelkit", "info"], capture_output=True, text=True, timeout=120)
@@ -385,6 +387,7 @@ def test_readme_example_is_the_quickstart_script():
     assert len(script.strip().splitlines()) <= 12
 
 
+@pytest.mark.subprocess
 def test_readme_kernel_ridge_example_is_the_script_and_runs():
     """The README's million-point example, verbatim, at n = 3000 on whatever device is here."""
     script = (ROOT / "examples" / "kernel_ridge_million.py").read_text(encoding="utf-8")
@@ -409,6 +412,7 @@ def test_readme_test_command_is_what_ci_runs():
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
 
 
+@pytest.mark.subprocess
 def test_quickstart_example_runs():
     res = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "sklearn_quickstart.py")],

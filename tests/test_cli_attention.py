@@ -252,6 +252,7 @@ def test_parse_lengths_rejects(text):
 
 
 # ------------------------------------------------------------------------------- example
+@pytest.mark.subprocess
 def test_example_script_runs(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -358,6 +358,7 @@ def test_attention_reexports(rng):
     assert attention.sweep.__doc__ and callable(sweep)
 
 
+@pytest.mark.subprocess
 def test_kernelkit_attention_import_stays_light():
     code = ("import sys, kernelkit.attention; "
             "print(sorted(m for m in ('torch', 'kernelkit.compare') if m in sys.modules))")
@@ -366,6 +367,7 @@ def test_kernelkit_attention_import_stays_light():
     assert out.strip() == "[]"
 
 
+@pytest.mark.subprocess
 def test_kernelkit_compare_import_does_not_load_torch():
     code = ("import sys, kernelkit.compare; "
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules))")

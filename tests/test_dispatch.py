@@ -92,6 +92,7 @@ def test_torch_inputs_are_not_modified(device, data):
 
 
 # ----------------------------------------------------------------------------- NumPy + device
+@pytest.mark.subprocess
 def test_numpy_auto_on_cpu_machine_does_not_import_torch():
     code = (
         "import sys, numpy as np, kernelkit; import kernelkit._device as d; "

@@ -443,6 +443,7 @@ def _run_python(code, env):
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.subprocess
 def test_cpu_without_interpreter_says_what_to_do():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (
@@ -454,6 +455,7 @@ def test_cpu_without_interpreter_says_what_to_do():
     assert "ERR" in res.stdout and "TRITON_INTERPRET=1" in res.stdout, res.stderr[-2000:]
 
 
+@pytest.mark.subprocess
 def test_import_never_loads_kernelkit():
     res = _run_python("import sys, kernelkit_gpu; print('kernelkit' in sys.modules)", dict(os.environ))
     assert res.stdout.strip() == "False", res.stderr[-2000:]

@@ -340,6 +340,7 @@ def test_devices_must_match(device):
         sa.softmax_attention(q, k, k)
 
 
+@pytest.mark.subprocess
 def test_cpu_without_interpreter_is_a_clear_error():
     """On the CPU with TRITON_INTERPRET unset the call fails with a message naming the fix."""
     code = (

@@ -532,6 +532,7 @@ print("finished", flush=True)
 """
 
 
+@pytest.mark.subprocess
 def test_sigterm_mid_write_removes_the_temporary_file(tmp_path):
     target = tmp_path / "K.npy"
     np.save(target, np.arange(3.0))
