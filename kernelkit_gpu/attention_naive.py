@@ -24,6 +24,7 @@ from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.naive import epilogue_torch
+from kernelkit_math.registry import get_kernel
 
 __all__ = ["softmax_attention_naive", "kernel_attention_naive"]
 
@@ -152,8 +153,8 @@ def guarded_divide(num, den, eps):
 
 
 def exponential_scale(plan, d):
-    s = plan.params.get("scale")
-    return 1.0 / math.sqrt(d) if s is None else float(s)
+    """The exponential kernel's scale, its None default resolved by the registry."""
+    return float(get_kernel(plan.name).explicit(d, plan.params)["scale"])
 
 
 def guard_from_lse(out, lse, eps):

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from kernelkit_math import distances as _d
+from kernelkit_math.kernels import default_gamma
 
 #: Refuse feature maps wider than this many columns (they would not fit in memory usefully).
 MAX_FEATURES = 1_000_000
@@ -38,7 +39,7 @@ def polynomial_features(X, gamma=None, degree=3, coef0=1.0):
     """
     X = _d.as_float64_2d(X)
     n, d = X.shape
-    gamma = 1.0 / d if gamma is None else gamma
+    gamma = default_gamma(d) if gamma is None else gamma
     if coef0 < 0:
         raise ValueError(f"coef0 must be >= 0 for a real polynomial feature map; got {coef0}")
     width = polynomial_feature_count(d, degree)

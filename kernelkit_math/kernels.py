@@ -26,12 +26,22 @@ def _n_features(X):
     return np.shape(X)[1]
 
 
+def default_gamma(n_features):
+    """What ``gamma=None`` means: 1 / n_features (scikit-learn's rule)."""
+    return 1.0 / n_features
+
+
+def default_scale(n_features):
+    """What the exponential kernel's ``scale=None`` means: 1 / sqrt(n_features)."""
+    return 1.0 / np.sqrt(n_features)
+
+
 def _gamma(gamma, X):
-    return 1.0 / _n_features(X) if gamma is None else gamma
+    return default_gamma(_n_features(X)) if gamma is None else gamma
 
 
 def _scale(scale, X):
-    return 1.0 / np.sqrt(_n_features(X)) if scale is None else scale
+    return default_scale(_n_features(X)) if scale is None else scale
 
 
 def _finish(K, X, Y, diag):

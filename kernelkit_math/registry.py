@@ -200,7 +200,7 @@ class KernelSpec:
         ``gamma=None`` is 1 / n_features, the exponential kernel's ``scale=None`` is
         1 / sqrt(n_features), as the kernel functions apply them.
         """
-        defaults = {"gamma": 1.0 / n_features, "scale": 1.0 / math.sqrt(n_features)}
+        defaults = {"gamma": _k.default_gamma(n_features), "scale": _k.default_scale(n_features)}
         return {k: defaults[k] if v is None else v for k, v in resolved.items()}
 
     def value(self, X, Y=None, **params):
