@@ -9,17 +9,8 @@
 ``import kernelkit`` never imports torch or triton; the GPU code loads on first use.
 """
 
-from kernelkit.kernels import (
-    RBF,
-    Cosine,
-    Exponential,
-    Laplacian,
-    Linear,
-    Matern,
-    Polynomial,
-    RationalQuadratic,
-    Sigmoid,
-)
+from kernelkit import kernels as _kernels
+from kernelkit.kernels import *  # noqa: F403 - every kernel class (kernelkit.kernels.__all__)
 from kernelkit.blocked_gram import gram
 from kernelkit.pairwise import (
     cosine_similarity,
@@ -36,8 +27,7 @@ from kernelkit.gp import GaussianProcessRegressor
 __version__ = "0.1.0"
 
 __all__ = [
-    "Linear", "Polynomial", "RBF", "Laplacian", "Matern", "RationalQuadratic", "Cosine",
-    "Sigmoid", "Exponential",
+    *(name for name in _kernels.__all__ if name != "KERNEL_CLASSES"),
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
     "cosine_similarity", "pairwise_kernels", "gram", "KernelRidge", "GaussianProcessRegressor",
     "__version__",

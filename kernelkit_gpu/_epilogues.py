@@ -29,6 +29,11 @@ kernels get float64 parameters and constants such as log2(e); a Python float arg
 would be rounded to float32 by Triton), plus the integer ``DEG`` of the polynomial kernel.
 """
 
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
 import triton
 import triton.language as tl
 
@@ -215,7 +220,7 @@ def _int_power(base, DEG):
 def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     """The kernel value from the pairwise quantity ``s`` (elementwise; any shape).
 
-    ``p0, p1, p2`` as packed by :func:`kernelkit_gpu._prepare.kernel_plan`:
+    ``p0, p1, p2`` as packed by the kernel's row of :data:`EPILOGUES`:
 
     ========================  ========================  ===================  =============
     KIND                      p0                        p1                   p2
@@ -263,6 +268,116 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
         l2 = tl.where(one, u * p2, tl.log2(w) * (u / den))
         k = tl.exp2(-p1 * l2)
     return k
+
+
+# ------------------------------------------------------------------------ the kernel table
+#: log2(e): the epilogues use exp2, so natural exponents are scaled by it.
+LOG2E = 1.0 / math.log(2.0)
+
+
+def _per_feature(v):
+    return len(getattr(v, "shape", ())) > 0
+
+
+def _safe_sqrt(u):
+    """sqrt(u) for u >= 0 whose forward-mode derivative is 0, not 0 * inf, where u == 0."""
+    positive = u > 0
+    return torch.where(positive, torch.sqrt(torch.where(positive, u, 1.0)), 0.0)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """How one registry kernel runs on the GPU: a row of :data:`EPILOGUES`.
+
+    ``kind(params)``: the ``KIND`` constexpr of :func:`_epilogue`. ``pack(params)``: its
+    ``(p0, p1, p2)`` and the per-column data scale (per-feature gamma / length_scale; None
+    otherwise), from the registry parameters with defaults made explicit
+    (:meth:`~kernelkit_math.registry.KernelSpec.explicit`); plain arithmetic, so the values may be
+    floats, NumPy arrays or torch tensors (:mod:`kernelkit_gpu.gradient` differentiates through
+    it). ``torch(s, p0, p1, p2, deg, kind)``: the torch twin of :func:`_epilogue`.
+    """
+
+    kind: Callable
+    pack: Callable
+    torch: Callable
+
+
+def _fixed(kind):
+    return lambda params: int(kind.value)
+
+
+def _no_numbers(params):
+    return (0.0, 0.0, 0.0), None
+
+
+def _pack_exp_of_distance(name):
+    def pack(params):
+        gamma = params["gamma"]
+        if _per_feature(gamma):
+            # sum_k g_k (x_k - y_k)^2 = ||sqrt(g) x - sqrt(g) y||^2; sum_k g_k |x_k - y_k| = |g x - g y|_1
+            return (LOG2E, 0.0, 0.0), (gamma**0.5 if name == "rbf" else gamma)
+        return (gamma * LOG2E, 0.0, 0.0), None
+    return pack
+
+
+def _pack_length_scaled(p0_isotropic, p0_per_feature, p1, p2):
+    """Kernels of ||x - y|| / length_scale: per-feature length scales scale the columns."""
+    def pack(params):
+        ls = params["length_scale"]
+        if _per_feature(ls):
+            return (p0_per_feature(params), p1(params), p2), 1.0 / ls
+        return (p0_isotropic(params), p1(params), p2), None
+    return pack
+
+
+_MATERN_C = {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}
+
+
+def _matern_torch(s, p0, p1, p2, deg, kind):
+    t = _safe_sqrt(p0 * s)
+    e = torch.exp(-t)
+    if kind == K_MATERN05.value:
+        return e
+    if kind == K_MATERN15.value:
+        return (1.0 + t) * e
+    return (1.0 + t + t * t / 3.0) * e
+
+
+_LINEAR = Epilogue(_fixed(K_LINEAR), _no_numbers, lambda s, p0, p1, p2, deg, kind: s)
+
+#: One row per registry kernel (cosine is the linear epilogue on rows the launchers normalise).
+EPILOGUES = {
+    "linear": _LINEAR,
+    "cosine": _LINEAR,
+    "polynomial": Epilogue(
+        _fixed(K_POLYNOMIAL),
+        lambda params: ((params["gamma"], params["coef0"], 0.0), None),
+        lambda s, p0, p1, p2, deg, kind: (p0 * s + p1) ** deg),
+    "sigmoid": Epilogue(
+        _fixed(K_SIGMOID),
+        lambda params: ((params["gamma"], params["coef0"], 2.0 * LOG2E), None),
+        lambda s, p0, p1, p2, deg, kind: torch.tanh(p0 * s + p1)),
+    "exponential": Epilogue(
+        _fixed(K_EXPONENTIAL),
+        lambda params: ((params["scale"] * LOG2E, 0.0, 0.0), None),
+        lambda s, p0, p1, p2, deg, kind: torch.exp2(p0 * s)),
+    "rbf": Epilogue(_fixed(K_RBF), _pack_exp_of_distance("rbf"),
+                    lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s)),
+    "laplacian": Epilogue(_fixed(K_LAPLACIAN), _pack_exp_of_distance("laplacian"),
+                          lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s)),
+    "matern": Epilogue(
+        lambda params: int({0.5: K_MATERN05, 1.5: K_MATERN15, 2.5: K_MATERN25}[params["nu"]].value),
+        _pack_length_scaled(
+            lambda p: _MATERN_C[p["nu"]] / (p["length_scale"] * p["length_scale"]),
+            lambda p: _MATERN_C[p["nu"]], lambda p: LOG2E, 1.0 / 3.0),
+        _matern_torch),
+    "rational_quadratic": Epilogue(
+        _fixed(K_RATIONAL_QUADRATIC),
+        _pack_length_scaled(
+            lambda p: 1.0 / (2.0 * p["alpha"] * p["length_scale"] * p["length_scale"]),
+            lambda p: 1.0 / (2.0 * p["alpha"]), lambda p: p["alpha"], LOG2E),
+        lambda s, p0, p1, p2, deg, kind: torch.exp(-p1 * torch.log1p(p0 * s))),
+}
 
 
 # --------------------------------------------------------------------- Gram output tiles

@@ -7,7 +7,6 @@ Argument validation is in :mod:`kernelkit_gpu._checks`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,7 +18,6 @@ from kernelkit_math.registry import get_kernel
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
 
-LOG2E = 1.0 / math.log(2.0)
 #: Up to this many features the pairwise quantity is formed by direct differences in registers
 #: (exact, and as fast as a tensor-core dot at such small D); above it, by tl.dot.
 DIRECT_MAX_D = 16
@@ -72,66 +70,17 @@ def kernel_plan(kernel, n_features, params):
     name = spec.name
     pairwise = {"dot": E.PW_DOT, "cosine": E.PW_DOT, "sqeuclidean": E.PW_SQEUCLIDEAN,
                 "manhattan": E.PW_MANHATTAN}[spec.pairwise].value
-    if name in ("linear", "cosine"):
-        kind = E.K_LINEAR
-    elif name in ("rbf", "laplacian", "polynomial", "sigmoid", "exponential", "rational_quadratic"):
-        kind = getattr(E, "K_" + name.upper())
-    elif name == "matern":
-        kind = {0.5: E.K_MATERN05, 1.5: E.K_MATERN15, 2.5: E.K_MATERN25}[resolved["nu"]]
-    else:  # pragma: no cover - a registry entry without a GPU epilogue
+    row = E.EPILOGUES.get(name)
+    if row is None:  # pragma: no cover - a registry entry without a GPU epilogue
         raise NotImplementedError(f"kernel {name!r} has no GPU epilogue yet")
-    prm, scale = plan_numbers(name, spec.explicit(n_features, resolved))
+    kind = row.kind(resolved)
+    prm, scale = row.pack(spec.explicit(n_features, resolved))
     return KernelPlan(
-        name=name, kind=int(kind.value), pairwise=int(pairwise), prm=tuple(float(p) for p in prm),
+        name=name, kind=int(kind), pairwise=int(pairwise), prm=tuple(float(p) for p in prm),
         deg=int(resolved.get("degree", 0)),
         scale=None if scale is None else np.asarray(scale, dtype=np.float64),
         stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
     )
-
-
-def plan_numbers(name, params):
-    """The epilogue's (p0, p1, p2) and the per-column data scale (or None) of a registry kernel.
-
-    ``params``: the registry's parameters with defaults made explicit
-    (:meth:`~kernelkit_math.registry.KernelSpec.explicit`). Plain arithmetic only, so the values
-    may be floats, NumPy arrays or torch tensors: :mod:`kernelkit_gpu.gradient` differentiates
-    through this very function.
-    """
-    scale, prm = None, (0.0, 0.0, 0.0)
-
-    def per_feature(v):
-        return len(getattr(v, "shape", ())) > 0
-
-    if name == "polynomial":
-        prm = (params["gamma"], params["coef0"], 0.0)
-    elif name == "sigmoid":
-        prm = (params["gamma"], params["coef0"], 2.0 * LOG2E)
-    elif name == "exponential":
-        prm = (params["scale"] * LOG2E, 0.0, 0.0)
-    elif name in ("rbf", "laplacian"):
-        gamma = params["gamma"]
-        if per_feature(gamma):
-            # sum_k g_k (x_k - y_k)^2 = ||sqrt(g) x - sqrt(g) y||^2;  sum_k g_k |x_k - y_k| = |g x - g y|_1
-            scale = gamma**0.5 if name == "rbf" else gamma
-            prm = (LOG2E, 0.0, 0.0)
-        else:
-            prm = (gamma * LOG2E, 0.0, 0.0)
-    elif name == "matern":
-        ls = params["length_scale"]
-        c = {0.5: 1.0, 1.5: 3.0, 2.5: 5.0}[params["nu"]]
-        if per_feature(ls):
-            scale, p0 = 1.0 / ls, c
-        else:
-            p0 = c / (ls * ls)
-        prm = (p0, LOG2E, 1.0 / 3.0)
-    elif name == "rational_quadratic":
-        alpha, ls = params["alpha"], params["length_scale"]
-        if per_feature(ls):
-            scale, p0 = 1.0 / ls, 1.0 / (2.0 * alpha)
-        else:
-            p0 = 1.0 / (2.0 * alpha * ls * ls)
-        prm = (p0, alpha, LOG2E)
-    return prm, scale
 
 
 # ------------------------------------------------------------------------------ operands

@@ -4,11 +4,12 @@ What scikit-learn's Gaussian-process code asks of a kernel (``kernel(X, eval_gra
 computed where the data are (the GPU) instead of by the NumPy reference on the CPU. The float64
 twin is :meth:`kernelkit_math.registry.KernelSpec.gradient`: same values, same column layout.
 
-The kernel is the plain-PyTorch Gram matrix of :func:`kernelkit_gpu.naive.symmetric_gram` (distances
-by direct differences, as the reference: exact for near-duplicate points), with the
+The kernel is the plain-PyTorch Gram matrix of :func:`kernelkit_gpu.naive.symmetric_gram`
+(distances by direct differences, as the reference: exact for near-duplicate points), with the
 epilogue parameters and per-feature scales computed from the hyperparameters by the very function
-the Triton launchers use (:func:`kernelkit_gpu._prepare.plan_numbers`); each gradient column is one
-forward-mode derivative (``torch.func.jvp``) along that hyperparameter, scaled by its value
+the Triton launchers use (the row's ``pack`` in :data:`kernelkit_gpu._epilogues.EPILOGUES`); each
+gradient column is one forward-mode derivative (``torch.func.jvp``) along that hyperparameter,
+scaled by its value
 (d/dlog p = p d/dp, which also holds at p = 0 and for negative ``coef0``). Exact derivatives, no
 finite differences, and no (n, n, d) tensor of per-feature differences.
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from kernelkit_gpu import _checks, _launch
+from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.naive import symmetric_gram
 from kernelkit_math.registry import get_kernel
@@ -88,7 +90,7 @@ def gram_log_gradient(x, kernel="rbf", **params):
 
     def gram_of(*hyper):
         """K(X, X) as a function of the hyperparameter tensors (what jvp differentiates)."""
-        prm, scale = P.plan_numbers(spec.name, dict(resolved, **dict(zip(names, hyper))))
+        prm, scale = E.EPILOGUES[spec.name].pack(dict(resolved, **dict(zip(names, hyper))))
         p = dataclasses.replace(plan, prm=tuple(as_tensor(v) for v in prm),
                                 scale=None if scale is None else as_tensor(scale))
         return symmetric_gram(x, p, direct=True)

@@ -39,32 +39,9 @@ def _matmul_precision(device, precision):
 
 
 def epilogue_torch(s, plan):
-    """The kernel value from the pairwise quantity (torch twin of ``_epilogues._epilogue``)."""
-    p0, p1, p2 = plan.prm
-    kind = plan.kind
-    if kind == E.K_LINEAR.value:
-        return s
-    if kind == E.K_POLYNOMIAL.value:
-        return (p0 * s + p1) ** plan.deg
-    if kind == E.K_SIGMOID.value:
-        return torch.tanh(p0 * s + p1)
-    if kind == E.K_EXPONENTIAL.value:
-        return torch.exp2(p0 * s)
-    if kind in (E.K_RBF.value, E.K_LAPLACIAN.value):
-        return torch.exp2(-p0 * s)
-    if kind in (E.K_MATERN05.value, E.K_MATERN15.value, E.K_MATERN25.value):
-        u = p0 * s
-        positive = u > 0  # sqrt only where positive: its derivative at 0 would give 0 * inf
-        t = torch.where(positive, torch.sqrt(torch.where(positive, u, 1.0)), 0.0)
-        e = torch.exp(-t)
-        if kind == E.K_MATERN05.value:
-            return e
-        if kind == E.K_MATERN15.value:
-            return (1.0 + t) * e
-        return (1.0 + t + t * t / 3.0) * e
-    if kind == E.K_RATIONAL_QUADRATIC.value:
-        return torch.exp(-p1 * torch.log1p(p0 * s))
-    raise NotImplementedError(kind)  # pragma: no cover
+    """The kernel value from the pairwise quantity: the torch twin in the kernel's row of
+    :data:`kernelkit_gpu._epilogues.EPILOGUES`."""
+    return E.EPILOGUES[plan.name].torch(s, *plan.prm, plan.deg, plan.kind)
 
 
 class _Prepared:

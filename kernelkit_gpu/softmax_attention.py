@@ -31,7 +31,7 @@ from kernelkit_gpu import _attn_configs
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
 from kernelkit_gpu._attn_tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu._prepare import LOG2E
+from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.softmax_attention_bwd import attn_bwd
 
 __all__ = ["softmax_attention", "attn_fwd", "SoftmaxAttentionFunction"]

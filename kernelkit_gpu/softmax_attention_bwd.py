@@ -23,7 +23,7 @@ import triton.language as tl
 from kernelkit_gpu import _attn_configs
 from kernelkit_gpu import _launch
 from kernelkit_gpu._attn_tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu._prepare import LOG2E
+from kernelkit_gpu._epilogues import LOG2E
 
 __all__ = ["attn_bwd"]
 

@@ -635,3 +635,13 @@ def test_data_frame_with_text_column_raises_type_error_in_classes():
     frame = pd.DataFrame({"a": [1.0, 2.0], "label": ["x", "y"]})
     with pytest.raises(TypeError, match="non-numeric column"):
         RBF()(frame)
+
+
+def test_every_kernel_class_is_exported_by_kernelkit():
+    """A kernel class written in kernelkit.kernels (with its registry row) reaches users as
+    kernelkit.<Name> without touching kernelkit/__init__.py."""
+    import kernelkit
+
+    for cls in KERNEL_CLASSES.values():
+        assert getattr(kernelkit, cls.__name__) is cls
+        assert cls.__name__ in kernelkit.__all__

@@ -12,25 +12,35 @@ from kernelkit.cli._errors import CLIError
 __all__ = ["add_gram_parser", "cmd_gram", "parse_param"]
 
 
-def _kernel_list():
-    from kernelkit_math.registry import kernel_names
+def _parameter_text(param):
+    default = param.default
+    if default is None:  # the registry's documented meaning of None (1 / n_features ...)
+        default = "None (" + param.doc.split("None means ")[-1] + ")"
+    text = f"{param.name}={default}"
+    if param.choices:
+        text += " (" + " | ".join(str(c) for c in param.choices) + ")"
+    if param.per_feature:
+        text += " (or one per feature: v1,v2,...)"
+    return text
 
-    return ", ".join(kernel_names())
+
+def _parameters_help():
+    """One line per registry kernel with its parameters and defaults, read from the registry."""
+    from kernelkit_math.registry import get_kernel, kernel_names
+
+    width = max(len(name) for name in kernel_names()) + 2
+    lines = []
+    for name in kernel_names():
+        params = get_kernel(name).params
+        text = ";  ".join(_parameter_text(p) for p in params) if params else "(no parameters)"
+        lines.append(f"  {name:<{width}}{text}")
+    return "\n".join(lines)
 
 
 def _gram_epilog():
     return f"""\
-kernels:
-  {_kernel_list()}
-
-parameters (--param NAME=VALUE, repeatable; scikit-learn names):
-  rbf, laplacian      gamma=0.5             (default 1/n_features; comma-separated values
-                                             give one gamma per feature: gamma=0.1,0.2,0.3)
-  polynomial          gamma=0.1 degree=3 coef0=1
-  sigmoid             gamma=0.1 coef0=1
-  matern              length_scale=2.0 nu=1.5   (nu is 0.5, 1.5 or 2.5)
-  rational_quadratic  length_scale=2.0 alpha=1.0
-  exponential         scale=0.125           (default 1/sqrt(n_features))
+kernels and parameters (--param NAME=VALUE, repeatable; scikit-learn names; defaults shown):
+{_parameters_help()}
 
 input files:
   .npy  a 2-D numeric array saved with numpy.save (pickled object arrays are refused)
