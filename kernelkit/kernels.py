@@ -44,6 +44,7 @@ __all__ = [
     "Laplacian",
     "Matern",
     "RationalQuadratic",
+    "ExpSineSquared",
     "Cosine",
     "Sigmoid",
     "Exponential",
@@ -604,6 +605,57 @@ class RationalQuadratic(_LengthScaleKernel):
         self.device = device
 
 
+class ExpSineSquared(_RegistryKernel):
+    r"""Periodic (exp-sine-squared) kernel.
+
+    With :math:`d = \lVert x - y \rVert_2`:
+
+    .. math::
+
+        k(x, y) = \exp\Big(-\frac{2 \sin^2(\pi d / p)}{\ell^2}\Big)
+
+    Equal in value and gradient to :class:`sklearn.gaussian_process.kernels.ExpSineSquared`
+    (registry name ``"periodic"``). Stationary.
+
+    Parameters
+    ----------
+    length_scale : float, default=1.0
+        Length scale l > 0.
+    periodicity : float, default=1.0
+        Period p > 0.
+    length_scale_bounds, periodicity_bounds : pair of floats >= 0 or "fixed", default=(1e-5, 1e5)
+        Bounds for hyperparameter optimisation, or "fixed".
+    device : {"auto", "cpu", "cuda"}, default="auto"
+        Where the Gram matrix is computed.
+
+    Attributes
+    ----------
+    hyperparameter_length_scale, hyperparameter_periodicity : Hyperparameter
+        ``theta`` is ``[log length_scale, log periodicity]``, as in scikit-learn.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.kernels import ExpSineSquared
+    >>> X = np.array([[0.0], [0.5], [2.0]])
+    >>> ExpSineSquared(length_scale=1.0, periodicity=2.0)(X).round(4)
+    array([[1.    , 0.3679, 1.    ],
+           [0.3679, 1.    , 0.3679],
+           [1.    , 0.3679, 1.    ]])
+    """
+
+    _registry_name = "periodic"
+    _param_map = (_ParamMap("length_scale", "length_scale"), _ParamMap("periodicity", "periodicity"))
+
+    def __init__(self, length_scale=1.0, periodicity=1.0, length_scale_bounds=(1e-5, 1e5),
+                 periodicity_bounds=(1e-5, 1e5), *, device="auto"):
+        self.length_scale = length_scale
+        self.periodicity = periodicity
+        self.length_scale_bounds = length_scale_bounds
+        self.periodicity_bounds = periodicity_bounds
+        self.device = device
+
+
 class Cosine(_RegistryKernel):
     r"""Cosine-similarity kernel.
 
@@ -730,6 +782,5 @@ class Exponential(_RegistryKernel):
 #: Registry name -> kernel class, one per entry of :data:`kernelkit_math.registry.REGISTRY`.
 KERNEL_CLASSES = {
     cls._registry_name: cls
-    for cls in (Linear, Polynomial, RBF, Laplacian, Matern, RationalQuadratic, Cosine, Sigmoid,
-                Exponential)
+    for cls in (globals()[name] for name in __all__ if name != "KERNEL_CLASSES")
 }

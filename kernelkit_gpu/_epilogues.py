@@ -58,6 +58,7 @@ K_MATERN05 = tl.constexpr(6)
 K_MATERN15 = tl.constexpr(7)
 K_MATERN25 = tl.constexpr(8)
 K_RATIONAL_QUADRATIC = tl.constexpr(9)
+K_PERIODIC = tl.constexpr(10)
 
 #: A pair is recomputed by direct differences when ||x - y||² < TAU (||x||² + ||y||²) on centred
 #: data: there the expansion's rounding error, relative to ||x - y||², exceeds 1 / TAU times the
@@ -232,6 +233,7 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     rbf / laplacian           gamma log2(e)             -                    -
     matern nu                 c / l², c = 1, 3, 5       log2(e)              1/3
     rational quadratic        1 / (2 alpha l²)          alpha                log2(e)
+    periodic                  pi / periodicity          2 log2(e) / l²       -
     ========================  ========================  ===================  =============
 
     (For per-feature gamma / length_scale the columns are pre-scaled and the scalar is 1.)
@@ -258,6 +260,9 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     elif KIND == K_MATERN25:
         t = tl.sqrt(p0 * s)
         k = (1.0 + t + p2 * (t * t)) * tl.exp2(-p1 * t)
+    elif KIND == K_PERIODIC:
+        sn = tl.sin(p0 * tl.sqrt(s))
+        k = tl.exp2(-p1 * (sn * sn))
     else:  # K_RATIONAL_QUADRATIC
         # (1 + u) ** -alpha = exp2(-alpha log2(1 + u)); log2(1 + u) via Goldberg's log1p trick,
         # accurate to rounding even where 1 + u rounds to 1.
@@ -377,6 +382,11 @@ EPILOGUES = {
             lambda p: 1.0 / (2.0 * p["alpha"] * p["length_scale"] * p["length_scale"]),
             lambda p: 1.0 / (2.0 * p["alpha"]), lambda p: p["alpha"], LOG2E),
         lambda s, p0, p1, p2, deg, kind: torch.exp(-p1 * torch.log1p(p0 * s))),
+    "periodic": Epilogue(
+        _fixed(K_PERIODIC),
+        lambda params: ((math.pi / params["periodicity"],
+                         2.0 * LOG2E / (params["length_scale"] * params["length_scale"]), 0.0), None),
+        lambda s, p0, p1, p2, deg, kind: torch.exp2(-p1 * torch.sin(p0 * _safe_sqrt(s)) ** 2)),
 }
 
 

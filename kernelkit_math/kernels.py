@@ -221,6 +221,34 @@ def rational_quadratic_gradient(X, length_scale=1.0, alpha=1.0):
     return K, _stack(d_length, d_alpha)
 
 
+# --------------------------------------------------------------------------------- periodic
+def _periodic_terms(D, length_scale, periodicity):
+    """(arg, sin(arg), K) for squared distances D: arg = pi ||x - y|| / periodicity."""
+    arg = np.pi * np.sqrt(D) / periodicity
+    sin_arg = np.sin(arg)
+    return arg, sin_arg, np.exp(-2.0 * (sin_arg / length_scale) ** 2)
+
+
+def periodic(X, Y=None, length_scale=1.0, periodicity=1.0):
+    """Periodic kernel ``exp(-2 sin(pi ||x - y|| / periodicity)**2 / length_scale**2)``.
+
+    scikit-learn's ``ExpSineSquared``; the distance is formed from direct differences.
+    """
+    K = _periodic_terms(_d.sqeuclidean(X, Y), length_scale, periodicity)[2]
+    return _finish(K, X, Y, None if Y is not None else 1.0)
+
+
+def periodic_diag(X, length_scale=1.0, periodicity=1.0):
+    return np.ones(np.shape(X)[0])
+
+
+def periodic_gradient(X, length_scale=1.0, periodicity=1.0):
+    arg, sin_arg, K = _periodic_terms(_d.sqeuclidean(X), length_scale, periodicity)
+    K = _d.symmetrize_upper(K, 1.0)
+    scale = 4.0 / length_scale**2 * K
+    return K, _stack(scale * sin_arg**2, scale * arg * np.cos(arg) * sin_arg)
+
+
 # ----------------------------------------------------------------------------------- cosine
 def _normalized(X):
     """Rows scaled to unit norm; zero rows stay zero (as sklearn.preprocessing.normalize).

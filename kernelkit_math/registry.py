@@ -140,6 +140,27 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Example:
+    """A parameter setting every registry-wide test runs the kernel with.
+
+    ``params(d)`` returns registry parameters for data with ``d`` features (per-feature values
+    with ``d`` entries), chosen so that K is neither ~0 nor ~1 on standard-normal data. ``math``:
+    a case of the float64 reference tests (``tests/cases.py``); ``gpu``: a case of the GPU kernel
+    tests (``tests/gpu_cases.py``), which multiply each case by dtypes, sizes and devices, so they
+    take a representative few.
+    """
+
+    id: str
+    params: Callable
+    gpu: bool = True
+    math: bool = True
+
+
+def _ramp(d, lo, hi):
+    return np.linspace(lo, hi, d)
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """A registry entry. Call :meth:`resolve` before the raw functions when values come from users."""
 
@@ -155,6 +176,8 @@ class KernelSpec:
     diag_fn: Callable
     gradient_fn: Callable
     feature_map_fn: Optional[Callable] = None
+    #: The settings the shared tests run (tests/cases.py, tests/gpu_cases.py derive their tables).
+    examples: tuple = ()
 
     @property
     def param_names(self):
@@ -248,6 +271,9 @@ REGISTRY = {
             "linear", "x·y", (), stationary=False, psd=True, pairwise="dot",
             value_fn=_k.linear, diag_fn=_k.linear_diag, gradient_fn=_k.linear_gradient,
             feature_map_fn=_fm.linear_features,
+            examples=(
+                Example("default", lambda d: {}),
+            ),
         ),
         KernelSpec(
             "polynomial", "(gamma x·y + coef0) ** degree",
@@ -258,22 +284,47 @@ REGISTRY = {
             stationary=False, psd=True, pairwise="dot",
             value_fn=_k.polynomial, diag_fn=_k.polynomial_diag, gradient_fn=_k.polynomial_gradient,
             feature_map_fn=_fm.polynomial_features,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("neg", lambda d: dict(gamma=0.3, degree=2, coef0=-0.5), math=False),
+                Example("d2", lambda d: dict(gamma=0.3, degree=2, coef0=0.5), gpu=False),
+                Example("d1", lambda d: dict(gamma=0.2, degree=1, coef0=2.0), gpu=False),
+            ),
         ),
         KernelSpec(
             "rbf", "exp(-sum_k gamma_k (x_k - y_k)**2)", (_gamma_param(per_feature=True),),
             stationary=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.rbf, diag_fn=_k.rbf_diag, gradient_fn=_k.rbf_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("pf", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d), math=False),
+                Example("g", lambda d: dict(gamma=1.2 / d), gpu=False),
+                Example("pf3", lambda d: dict(gamma=np.resize([0.1, 0.7, 0.3], d) * 3 / d), gpu=False),
+            ),
         ),
         KernelSpec(
             "laplacian", "exp(-sum_k gamma_k |x_k - y_k|)", (_gamma_param(per_feature=True),),
             stationary=True, psd=True, pairwise="manhattan",
             value_fn=_k.laplacian, diag_fn=_k.laplacian_diag, gradient_fn=_k.laplacian_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("pf", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d), math=False),
+                Example("g", lambda d: dict(gamma=1.2 / d), gpu=False),
+                Example("pf3", lambda d: dict(gamma=np.resize([0.2, 0.5, 0.9], d) * 3 / d), gpu=False),
+            ),
         ),
         KernelSpec(
             "matern", "Matérn(nu) of r = ||(x - y) / length_scale||",
             (_LENGTH_SCALE, Param("nu", 1.5, choices=(0.5, 1.5, 2.5))),
             stationary=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.matern, diag_fn=_k.matern_diag, gradient_fn=_k.matern_gradient,
+            examples=(
+                Example("05", lambda d: dict(nu=0.5, length_scale=1.3 * np.sqrt(d / 3))),
+                Example("15-pf", lambda d: dict(nu=1.5, length_scale=_ramp(d, 0.8, 2.0) * np.sqrt(d / 3)), math=False),
+                Example("25", lambda d: dict(nu=2.5, length_scale=0.9 * np.sqrt(d / 3)), math=False),
+                Example("15", lambda d: dict(nu=1.5, length_scale=0.9 * np.sqrt(d / 3)), gpu=False),
+                Example("25-pf", lambda d: dict(nu=2.5, length_scale=np.resize([0.8, 1.5, 2.0], d) * np.sqrt(d / 3)), gpu=False),
+            ),
         ),
         KernelSpec(
             "rational_quadratic", "(1 + r**2 / (2 alpha)) ** -alpha",
@@ -281,22 +332,52 @@ REGISTRY = {
             stationary=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.rational_quadratic, diag_fn=_k.rational_quadratic_diag,
             gradient_fn=_k.rational_quadratic_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("pf", lambda d: dict(length_scale=_ramp(d, 1.0, 2.0) * np.sqrt(d / 3), alpha=0.3), math=False),
+                Example("a", lambda d: dict(length_scale=0.7 * np.sqrt(d / 3), alpha=2.5), gpu=False),
+                Example("pf3", lambda d: dict(length_scale=np.resize([1.0, 2.0, 0.5], d) * np.sqrt(d / 3), alpha=0.3), gpu=False),
+            ),
+        ),
+        KernelSpec(
+            "periodic", "exp(-2 sin(pi ||x - y|| / periodicity)**2 / length_scale**2)",
+            (Param("length_scale", 1.0, low=0.0, hyperparameter=True),
+             Param("periodicity", 1.0, low=0.0, hyperparameter=True)),
+            # PSD on one feature; with the Euclidean distance of several features it need not be
+            stationary=True, psd=False, pairwise="sqeuclidean",
+            value_fn=_k.periodic, diag_fn=_k.periodic_diag, gradient_fn=_k.periodic_gradient,
+            examples=(
+                Example("default", lambda d: dict(periodicity=2.0 * np.sqrt(d / 3))),
+                Example("lp", lambda d: dict(length_scale=0.7, periodicity=4.5 * np.sqrt(d / 3))),
+            ),
         ),
         KernelSpec(
             "cosine", "x·y / (||x|| ||y||)", (), stationary=False, psd=True, pairwise="cosine",
             value_fn=_k.cosine, diag_fn=_k.cosine_diag, gradient_fn=_k.cosine_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+            ),
         ),
         KernelSpec(
             "sigmoid", "tanh(gamma x·y + coef0)",
             (_gamma_param(), _COEF0),
             stationary=False, psd=False, pairwise="dot",
             value_fn=_k.sigmoid, diag_fn=_k.sigmoid_diag, gradient_fn=_k.sigmoid_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("neg", lambda d: dict(gamma=0.2, coef0=-0.3), math=False),
+                Example("pos", lambda d: dict(gamma=0.2, coef0=0.3), gpu=False),
+            ),
         ),
         KernelSpec(
             "exponential", "exp(scale x·y)",
             (Param("scale", None, low=0.0, hyperparameter=True, doc="None means 1 / sqrt(n_features)"),),
             stationary=False, psd=True, pairwise="dot",
             value_fn=_k.exponential, diag_fn=_k.exponential_diag, gradient_fn=_k.exponential_gradient,
+            examples=(
+                Example("default", lambda d: {}),
+                Example("s", lambda d: dict(scale=0.25), gpu=False),
+            ),
         ),
     ]
 }

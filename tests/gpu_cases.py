@@ -1,7 +1,7 @@
 """Shared cases, checks and spies of the Triton kernel tests (tests/test_gpu_*.py).
 
-Every registry kernel appears in ``GPU_CASES``; ``test_every_registry_kernel_has_gpu_cases`` fails
-when a kernel is added to the registry without being added here. The attention tests share the
+Every registry kernel appears in ``GPU_CASES`` through its examples in the registry;
+``test_every_registry_kernel_has_gpu_cases`` fails for an entry without a GPU example. The attention tests share the
 FlashAttention accuracy rule (:func:`check_rule`); the fixtures (interpreter check, poisoned
 outputs, attention autotuning off) are in tests/conftest.py.
 """
@@ -11,7 +11,7 @@ import os
 import numpy as np
 import torch
 
-from kernelkit_math.registry import get_kernel
+from kernelkit_math.registry import REGISTRY, get_kernel
 from tests.conftest import TOL
 
 # On a GPU every new Gram / matrix-free kernel variant would otherwise benchmark all autotune
@@ -27,34 +27,16 @@ DTYPES = {
 }
 
 #: Kernels whose value is a function of x·y (not centred; conditioning checked by ``check_dot``).
-DOT_KINDS = ("linear", "polynomial", "sigmoid", "exponential")
-STATIONARY = ("rbf", "laplacian", "matern", "rational_quadratic")
+DOT_KINDS = tuple(name for name, spec in REGISTRY.items() if spec.pairwise == "dot")
+STATIONARY = tuple(name for name, spec in REGISTRY.items() if spec.stationary)
 
 
-def _ramp(d, lo, hi):
-    return np.linspace(lo, hi, d)
-
-
-#: (id, kernel name, params as a function of D). Values keep K away from ~0 and ~1 on
-#: standard-normal data; per-feature parameters get one entry per feature.
+#: (id, kernel name, params as a function of D): the registry's examples marked ``gpu``
+#: (``KernelSpec.examples``), so a new registry kernel appears here by itself.
 GPU_CASES = [
-    ("linear", "linear", lambda d: {}),
-    ("cosine", "cosine", lambda d: {}),
-    ("polynomial", "polynomial", lambda d: {}),
-    ("polynomial-neg", "polynomial", lambda d: dict(gamma=0.3, degree=2, coef0=-0.5)),
-    ("sigmoid", "sigmoid", lambda d: {}),
-    ("sigmoid-neg", "sigmoid", lambda d: dict(gamma=0.2, coef0=-0.3)),
-    ("exponential", "exponential", lambda d: {}),
-    ("rbf", "rbf", lambda d: {}),
-    ("rbf-pf", "rbf", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d)),
-    ("laplacian", "laplacian", lambda d: {}),
-    ("laplacian-pf", "laplacian", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d)),
-    ("matern05", "matern", lambda d: dict(nu=0.5, length_scale=1.3 * np.sqrt(d / 3))),
-    ("matern15-pf", "matern", lambda d: dict(nu=1.5, length_scale=_ramp(d, 0.8, 2.0) * np.sqrt(d / 3))),
-    ("matern25", "matern", lambda d: dict(nu=2.5, length_scale=0.9 * np.sqrt(d / 3))),
-    ("rq", "rational_quadratic", lambda d: {}),
-    ("rq-pf", "rational_quadratic",
-     lambda d: dict(length_scale=_ramp(d, 1.0, 2.0) * np.sqrt(d / 3), alpha=0.3)),
+    (name if example.id == "default" else f"{name}-{example.id}", name, example.params)
+    for name, spec in REGISTRY.items()
+    for example in spec.examples if example.gpu
 ]
 CASE_IDS = [c[0] for c in GPU_CASES]
 STATIONARY_CASES = [c for c in GPU_CASES if c[1] in STATIONARY]

@@ -27,6 +27,7 @@ from kernelkit.kernels import (
     KERNEL_CLASSES,
     RBF,
     Cosine,
+    ExpSineSquared,
     Exponential,
     Laplacian,
     Linear,
@@ -101,6 +102,8 @@ EQUIVALENTS = {
     "rational_quadratic": (
         lambda: RationalQuadratic(3.0, alpha=0.5), None, sk.RationalQuadratic(3.0, alpha=0.5)
     ),
+    "periodic": (lambda: ExpSineSquared(1.5, periodicity=40.0), None,
+                 sk.ExpSineSquared(1.5, periodicity=40.0)),
     "cosine": (lambda: Cosine(), dict(kernel="cosine"), skp.cosine_similarity),
     "sigmoid": (
         lambda: Sigmoid(gamma=0.01, coef0=0.1),

@@ -114,7 +114,7 @@ def test_forward_float32_matches_reference(fwd_case, device, rng, poisoned_outpu
     check_rule(out, naive, ref, "float32", f"{name} out")
 
 
-_16BIT = ["rbf", "laplacian", "polynomial", "matern25", "cosine", "exponential"]
+_16BIT = ["rbf", "laplacian", "polynomial", "matern-25", "cosine", "exponential"]
 
 
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
@@ -133,8 +133,8 @@ def test_forward_16bit_matches_reference(cid, dt, device, rng, poisoned_outputs)
 
 # -------------------------------------------------------------------------------- gradients
 @pytest.mark.parametrize("dt,cid", [("float32", "rbf"), ("float32", "laplacian-pf"),
-                                    ("float32", "matern25"), ("float32", "polynomial-neg"),
-                                    ("float32", "cosine"), ("float32", "rq-pf"),
+                                    ("float32", "matern-25"), ("float32", "polynomial-neg"),
+                                    ("float32", "cosine"), ("float32", "rational_quadratic-pf"),
                                     ("bfloat16", "rbf"), ("float16", "sigmoid")])
 def test_gradients_match_float64_autograd(dt, cid, device, rng):
     """dq, dk, dv (recomputed through the chunked torch smoother) against float64 autograd."""

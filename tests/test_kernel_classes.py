@@ -28,6 +28,7 @@ from kernelkit.kernels import (
     KERNEL_CLASSES,
     RBF,
     Cosine,
+    ExpSineSquared,
     Exponential,
     Laplacian,
     Linear,
@@ -67,6 +68,9 @@ CASES = {
     "rational_quadratic-aniso": lambda: RationalQuadratic([1.0, 2.0, 0.5, 1.5], alpha=2.0),
     "rational_quadratic-alpha-fixed": lambda: RationalQuadratic(0.9, alpha=3.0,
                                                                 alpha_bounds="fixed"),
+    "periodic": lambda: ExpSineSquared(1.2, periodicity=2.5),
+    "periodic-periodicity-fixed": lambda: ExpSineSquared(0.9, periodicity=3.0,
+                                                         periodicity_bounds="fixed"),
     "cosine": lambda: Cosine(),
     "sigmoid": lambda: Sigmoid(gamma=0.1, coef0=0.3),
     "sigmoid-coef0-fixed": lambda: Sigmoid(gamma=0.2, coef0=-0.4, coef0_bounds="fixed"),
@@ -324,7 +328,7 @@ def test_clone(kernel, X):
 
 
 @pytest.mark.parametrize(
-    "case", [name for name in CASES if "length_scale" in CASES[name]().get_params()]
+    "case", [name for name in CASES if hasattr(CASES[name](), "anisotropic")]  # per-feature scales
 )
 def test_clone_after_set_params(case, X):
     kernel = CASES[case]()
@@ -411,6 +415,11 @@ SK_GP_EQUIVALENTS = {
         lambda: RationalQuadratic(1.2, alpha=0.8, alpha_bounds="fixed"),
         lambda: sk.RationalQuadratic(1.2, alpha=0.8, alpha_bounds="fixed")),
     "linear": (lambda: Linear(), lambda: sk.DotProduct(sigma_0=0.0, sigma_0_bounds="fixed")),
+    "periodic": (lambda: ExpSineSquared(1.2, periodicity=2.5),
+                 lambda: sk.ExpSineSquared(1.2, periodicity=2.5)),
+    "periodic-periodicity-fixed": (
+        lambda: ExpSineSquared(0.9, periodicity=3.0, periodicity_bounds="fixed"),
+        lambda: sk.ExpSineSquared(0.9, periodicity=3.0, periodicity_bounds="fixed")),
 }
 
 #: scikit-learn's GP kernels compute the same float64 formulas in a different order.

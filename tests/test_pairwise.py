@@ -288,6 +288,7 @@ OFFSET_PARAMS = {
     "laplacian": [{}, dict(gamma=10.0)],
     "matern": [dict(nu=nu, length_scale=0.1) for nu in (0.5, 1.5, 2.5)],
     "rational_quadratic": [dict(length_scale=0.1, alpha=0.5)],
+    "periodic": [dict(length_scale=1.0, periodicity=0.4)],
     "cosine": [{}],
     "sigmoid": [{}, dict(gamma=2.5e-7, coef0=-1.0)],
     "exponential": [dict(scale=2.5e-7)],
