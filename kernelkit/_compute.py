@@ -138,7 +138,6 @@ def _select_columns(dK, columns):
     return dK
 
 
-
 def kernel_gradient(spec, X, params, device, columns):
     """K(X, X) and its log-hyperparameter gradient for validated float64 NumPy X, as NumPy.
 
