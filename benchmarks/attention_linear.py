@@ -45,8 +45,8 @@ from _common import copy_bandwidth as _copy_bandwidth
 from _common import median_ms as _median_ms
 from _common import peak_mib as _peak_mib
 
-from kernelkit_gpu.linear_attention import linear_attention  # noqa: E402
-from kernelkit_gpu.linear_attention_naive import linear_attention_naive  # noqa: E402
+from kernelkit_gpu.attention.linear import linear_attention  # noqa: E402
+from kernelkit_gpu.attention.linear_naive import linear_attention_naive  # noqa: E402
 
 DEV = "cuda"
 TOKENS = 65536

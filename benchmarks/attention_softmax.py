@@ -40,11 +40,11 @@ import torch.nn.functional as F
 from _common import (ROOT, check_mode, default_out, device_facts, log, median_ms, now, peak_mib,
                      versions, write_json_atomic)
 
-from kernelkit_gpu.attention_naive import softmax_attention_naive  # noqa: E402
+from kernelkit_gpu.attention.naive import softmax_attention_naive  # noqa: E402
 
 # the module (the package exports a function of the same name)
-sa_mod = importlib.import_module("kernelkit_gpu.softmax_attention")
-sa_bwd = importlib.import_module("kernelkit_gpu.softmax_attention_bwd")
+sa_mod = importlib.import_module("kernelkit_gpu.attention.softmax")
+sa_bwd = importlib.import_module("kernelkit_gpu.attention.softmax_bwd")
 
 TOKENS = 65536
 HEADS = 16

@@ -38,7 +38,7 @@ from _common import (check_mode, copy_bandwidth, default_out, device_facts, log,
 from _common import median_ms as _median_ms
 
 import kernelkit_gpu  # noqa: E402
-from kernelkit_gpu.naive import gram_naive, kernel_matvec_naive  # noqa: E402
+from kernelkit_gpu.pairwise.naive import gram_naive, kernel_matvec_naive  # noqa: E402
 
 KERNELS = ("rbf", "polynomial", "laplacian", "matern")
 #: where everything runs; "cpu" only for ``--smoke`` (the interpreter: checks the script's code paths)

@@ -52,10 +52,10 @@ import importlib  # noqa: E402
 import kernelkit_gpu  # noqa: E402
 from kernelkit_gpu import _epilogues as E  # noqa: E402
 from kernelkit_gpu import _prepare as P  # noqa: E402
-from kernelkit_gpu.naive import gram_naive  # noqa: E402
-from kernelkit_gpu.gram_configs import GramConfig  # noqa: E402
+from kernelkit_gpu.pairwise.naive import gram_naive  # noqa: E402
+from kernelkit_gpu.pairwise.gram_configs import GramConfig  # noqa: E402
 
-G = importlib.import_module("kernelkit_gpu.gram")  # the module (kernelkit_gpu.gram is the function)
+from kernelkit_gpu.pairwise import gram_fused as G  # noqa: E402
 DEV = "cuda"
 
 

@@ -1,6 +1,6 @@
 """Accuracy of Nyström attention vs FAVOR+ at equal feature budget M, diffuse to peaky heads.
 
-Runs :func:`kernelkit.compare.compare` (float64 metrics, no timing) on synthetic heads of three
+Runs :func:`kernelkit.compare.comparison` (float64 metrics, no timing) on synthetic heads of three
 kinds, each at several temperatures (the spread of the scaled scores):
 
 - ``iid``: q, k with i.i.d. N(0, temperature) entries (``kernelkit.compare.qkv.synthetic_qkv``);

@@ -77,9 +77,9 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     torch.Size([1, 2, 5, 16])
     """
     if use_triton(q):
-        from kernelkit_gpu.softmax_attention import softmax_attention as impl
+        from kernelkit_gpu.attention.softmax import softmax_attention as impl
     else:
-        from kernelkit_gpu.attention_naive import softmax_attention_naive as impl
+        from kernelkit_gpu.attention.naive import softmax_attention_naive as impl
     return impl(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
 
 
@@ -100,7 +100,7 @@ def _feature_map(feature_map, d, seed):
 
 
 def _triton_max_dim():
-    from kernelkit_gpu.linear_attention import MAX_DIM
+    from kernelkit_gpu.attention.linear import MAX_DIM
 
     return MAX_DIM
 
@@ -177,9 +177,9 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize
 
         q, k = apply_feature_map(fmap, q), apply_feature_map(fmap, k)
     if triton and max(q.shape[-1], v.shape[-1]) <= _triton_max_dim():
-        from kernelkit_gpu.linear_attention import linear_attention as impl
+        from kernelkit_gpu.attention.linear import linear_attention as impl
     else:  # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
-        from kernelkit_gpu.linear_attention_naive import linear_attention_naive as impl
+        from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
     return impl(q, k, v, feature_map=fused, is_causal=causal, normalize=normalize, eps=eps,
                 initial_state=initial_state, return_state=return_state)
 
@@ -249,7 +249,7 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
             f"such as kernelkit.RBF(length_scale=2.0); got {kernel!r}"
         )
     if use_triton(q):
-        from kernelkit_gpu.kernel_attention import kernel_attention as impl
+        from kernelkit_gpu.attention.smoother import kernel_attention as impl
     else:
-        from kernelkit_gpu.attention_naive import kernel_attention_naive as impl
+        from kernelkit_gpu.attention.naive import kernel_attention_naive as impl
     return impl(q, k, v, name, is_causal=is_causal, eps=eps, enable_gqa=enable_gqa, **params)

@@ -147,7 +147,7 @@ def kernel_gradient(spec, X, params, device, columns):
 
     K is what :func:`numpy_kernel_matrix` gives on the same device, so ``kernel(X)`` and
     ``kernel(X, eval_gradient=True)[0]`` agree bit for bit. The gradient is computed on the GPU
-    (:func:`kernelkit_gpu.gradient.gram_log_gradient`, float64; columns selected there, so only
+    (:func:`kernelkit_gpu.gram_log_gradient`, float64; columns selected there, so only
     the result crosses to the host) when ``device`` resolves to CUDA and K, dK and the
     temporaries fit in :data:`GPU_MEMORY_SHARE` of the free GPU memory; otherwise by the float64
     reference on the CPU, which needs the same host memory as the GPU path's result.
@@ -158,7 +158,7 @@ def kernel_gradient(spec, X, params, device, columns):
         return K, _select_columns(dK, columns)
     import torch
 
-    from kernelkit_gpu.gradient import gram_log_gradient, log_gradient_bytes
+    from kernelkit_gpu.pairwise.log_gradient import gram_log_gradient, log_gradient_bytes
 
     K = numpy_kernel_matrix(spec, X, None, params, where)
     n_columns = sum(1 if params[p.name] is None else int(np.size(params[p.name]))

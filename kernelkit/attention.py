@@ -39,7 +39,7 @@ __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_F
 def compare(*args, **kwargs):
     """Errors, speed and memory of attention methods against softmax on given q, k, v.
 
-    The same as :func:`kernelkit.compare.compare` (see there for the parameters); loads
+    The same as :func:`kernelkit.compare.comparison` (see there for the parameters); loads
     :mod:`kernelkit.compare` on first use.
 
     Examples
@@ -58,7 +58,7 @@ def compare(*args, **kwargs):
 def sweep(*args, **kwargs):
     """Time and peak memory of attention methods against sequence length, with crossovers.
 
-    The same as :func:`kernelkit.compare.sweep` (see there for the parameters); loads
+    The same as :func:`kernelkit.compare.sweeps` (see there for the parameters); loads
     :mod:`kernelkit.compare` on first use.
     """
     from kernelkit.compare import sweep as impl

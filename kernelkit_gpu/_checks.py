@@ -55,7 +55,7 @@ def check_flag(value, name):
 
 
 def check_triton_device(t, names="x", fallback="the NumPy path (kernelkit_math / kernelkit) or "
-                        "kernelkit_gpu.naive"):
+                        "kernelkit_gpu.pairwise.naive"):
     """Triton runs on CUDA tensors, or on CPU tensors under the interpreter only.
 
     ``names``: the tensors the message speaks of ("x", "q", "q, k and v"); ``fallback``: what

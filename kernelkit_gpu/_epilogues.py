@@ -298,7 +298,7 @@ class Epilogue:
     ``(p0, p1, p2)`` and the per-column data scale (per-feature gamma / length_scale; None
     otherwise), from the registry parameters with defaults made explicit
     (:meth:`~kernelkit_math.registry.KernelSpec.explicit`); plain arithmetic, so the values may be
-    floats, NumPy arrays or torch tensors (:mod:`kernelkit_gpu.gradient` differentiates through
+    floats, NumPy arrays or torch tensors (:mod:`kernelkit_gpu.pairwise.log_gradient` differentiates through
     it). ``torch(s, p0, p1, p2, deg, kind)``: the torch twin of :func:`_epilogue`.
     """
 

@@ -43,7 +43,7 @@ def block_size(n, lo=16, hi=None):
 
 def alloc(shape, dtype, device):
     """Every output and scratch buffer of the attention launchers and of
-    :func:`kernelkit_gpu.gradient.gram_log_gradient` comes from here (tests poison it with NaN so
+    :func:`kernelkit_gpu.gram_log_gradient` comes from here (tests poison it with NaN so
     that elements a kernel leaves unwritten show up)."""
     return torch.empty(shape, dtype=dtype, device=device)
 

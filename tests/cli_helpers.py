@@ -1,4 +1,4 @@
-"""Helpers shared by the command-line tests: run ``kernelkit.cli.main`` and check its errors."""
+"""Helpers shared by the command-line tests: run ``kernelkit.cli.entry`` and check its errors."""
 
 from kernelkit.cli import main
 

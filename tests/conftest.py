@@ -84,7 +84,7 @@ def attention_autotune_off():
     """No attention autotuning inside the suite (it would compile every config for every dtype /
     head dim / mask key): the first config that fits; ``test_every_config`` runs each config of
     the autotuner's sets instead."""
-    from kernelkit_gpu import _attn_configs
+    from kernelkit_gpu.attention import _configs as _attn_configs
 
     saved = _attn_configs.AUTOTUNE
     _attn_configs.AUTOTUNE = False

@@ -22,12 +22,12 @@ from tests.gpu_cases import spy_calls
 
 #: (module, function) of each path's entry points, as ``kernelkit.attention`` imports them.
 ENTRY_POINTS = {
-    "triton": [("kernelkit_gpu.softmax_attention", "softmax_attention"),
-               ("kernelkit_gpu.linear_attention", "linear_attention"),
-               ("kernelkit_gpu.kernel_attention", "kernel_attention")],
-    "torch": [("kernelkit_gpu.attention_naive", "softmax_attention_naive"),
-              ("kernelkit_gpu.attention_naive", "kernel_attention_naive"),
-              ("kernelkit_gpu.linear_attention_naive", "linear_attention_naive")],
+    "triton": [("kernelkit_gpu.attention.softmax", "softmax_attention"),
+               ("kernelkit_gpu.attention.linear", "linear_attention"),
+               ("kernelkit_gpu.attention.smoother", "kernel_attention")],
+    "torch": [("kernelkit_gpu.attention.naive", "softmax_attention_naive"),
+              ("kernelkit_gpu.attention.naive", "kernel_attention_naive"),
+              ("kernelkit_gpu.attention.linear_naive", "linear_attention_naive")],
 }
 
 
@@ -209,7 +209,7 @@ def test_causal_is_the_deprecated_name_of_is_causal(rng, device):
     keyword still works, with a FutureWarning, and means the same."""
     from kernelkit.compare import compare
     from kernelkit.compare.metrics import uniform_weights
-    from kernelkit_gpu.linear_attention_naive import linear_attention_naive
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 
     q, k, v = qkv(rng, device, T=7, S=7)
     calls = [

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from kernelkit.cli import main
 from kernelkit.cli.attention import parse_lengths
-from kernelkit.compare.sweep import SweepReport
+from kernelkit.compare.sweeps import SweepReport
 from tests.cli_helpers import assert_clean_error, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def _long_qkv(path):
                  "kernelkit attention sweep"]),
 ], ids=["truncated", "huge-header", "T=S=30000"])
 def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, make, fragments):
-    compare_module = importlib.import_module("kernelkit.compare.compare")
+    compare_module = importlib.import_module("kernelkit.compare.comparison")
     monkeypatch.setattr(compare_module, "available_memory", lambda: 8 * 2**30)
     path = make(tmp_path / "qkv.npz")
     code, _, err = run_main(
@@ -157,7 +157,7 @@ def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, m
 
 
 def test_compare_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
-    compare_module = importlib.import_module("kernelkit.compare.compare")
+    compare_module = importlib.import_module("kernelkit.compare.comparison")
 
     def no_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 7 GiB")

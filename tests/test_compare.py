@@ -1,4 +1,4 @@
-"""kernelkit.compare.compare end to end, CompareReport I/O, and measure()."""
+"""kernelkit.compare.comparison end to end, CompareReport I/O, and measure()."""
 
 import json
 import math

@@ -12,7 +12,7 @@ import pytest
 
 from kernelkit.compare import plots
 from kernelkit.compare.plots import plot_compare, plot_sweep
-from kernelkit.compare.sweep import SweepReport, crossover_lengths
+from kernelkit.compare.sweeps import SweepReport, crossover_lengths
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelkit.compare.sweep import SweepReport, crossover_lengths, sweep
+from kernelkit.compare.sweeps import SweepReport, crossover_lengths, sweep
 
 # the module, not the function kernelkit.compare re-exports under the same name
-MEASURE_MODULE = importlib.import_module("kernelkit.compare.measure")
+MEASURE_MODULE = importlib.import_module("kernelkit.compare.measurement")
 
 
 def row(method, T, time_ms, status="ok", batch=1, peak=1024):
@@ -161,7 +161,7 @@ def test_sweep_backward():
 
 
 class FakeMeasure:
-    """Stands in for kernelkit.compare.measure.measure: runs fn once, times from a table."""
+    """Stands in for kernelkit.compare.measurement.measure: runs fn once, times from a table."""
 
     def __init__(self, table):
         self.table, self.calls = table, []

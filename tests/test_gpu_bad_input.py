@@ -16,8 +16,8 @@ import torch
 
 import kernelkit
 import kernelkit_gpu
-from kernelkit_gpu.attention_naive import kernel_attention_naive
-from kernelkit_gpu.kernel_attention import kernel_attention
+from kernelkit_gpu.attention.naive import kernel_attention_naive
+from kernelkit_gpu.attention.smoother import kernel_attention
 from tests.gpu_cases import randn
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")

@@ -16,6 +16,7 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 import kernelkit._compute
 import kernelkit_gpu
+from kernelkit_gpu.pairwise import log_gradient
 from kernelkit.kernels import RBF, Matern, Polynomial, RationalQuadratic
 from kernelkit_math.registry import get_kernel
 from tests.gpu_cases import CASE_IDS, DOT_KINDS, GPU_CASES, to_numpy64
@@ -126,8 +127,8 @@ def test_class_eval_gradient_on_the_gpu(case, device, rng, monkeypatch):
     if device != "cuda":
         pytest.skip("needs a CUDA GPU (pytest --device cuda)")
     calls = []
-    real = kernelkit_gpu.gradient.gram_log_gradient
-    monkeypatch.setattr(kernelkit_gpu.gradient, "gram_log_gradient",
+    real = log_gradient.gram_log_gradient
+    monkeypatch.setattr(log_gradient, "gram_log_gradient",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     X = rng.standard_normal((50, 4)) + 1000.0 * (case != "polynomial-coef0-fixed")
     kernel = CLASS_CASES[case]("cuda")
@@ -148,7 +149,7 @@ def test_class_eval_gradient_falls_back_to_the_cpu_when_it_does_not_fit(monkeypa
     def no_gpu(*args, **kwargs):
         raise AssertionError("the GPU path ran although the result does not fit")
 
-    monkeypatch.setattr(kernelkit_gpu.gradient, "gram_log_gradient", no_gpu)
+    monkeypatch.setattr(log_gradient, "gram_log_gradient", no_gpu)
     monkeypatch.setattr(kernelkit._compute, "_gpu_gram",  # K alone: the reference stands in
                         lambda spec, X, Y, params: spec.value_fn(X, Y, **params))
     X = rng.standard_normal((400, 4))  # K and dK: 400^2 x (1 + 4 + 8) x 8 bytes = 16.6 MB > 1 MiB

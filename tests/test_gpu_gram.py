@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import kernelkit_gpu
 from kernelkit_gpu import _epilogues
-from kernelkit_gpu import _prepare, gram_configs
+from kernelkit_gpu import _prepare
+from kernelkit_gpu.pairwise import gram_configs
 from kernelkit_math.registry import get_kernel, kernel_names
 from tests.conftest import TOL
 from tests.gpu_cases import (
@@ -26,7 +27,7 @@ from tests.gpu_cases import (
     exact_ard, poisoned, randn, reference, rel_fro, scaled_rows, spy_kernels,
 )
 
-gram_module = importlib.import_module("kernelkit_gpu.gram")
+gram_module = importlib.import_module("kernelkit_gpu.pairwise.gram_fused")
 G = kernelkit_gpu.gram
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")

@@ -1,7 +1,7 @@
 """kernelkit_gpu.kernel_attention: the Triton kernel smoother against the float64 reference.
 
 Reference: ``kernelkit_math.attention.kernel_smoother`` (float64 NumPy) for the output; float64
-torch.autograd through ``kernelkit_gpu.attention_naive.kernel_attention_naive`` for the gradients
+torch.autograd through ``kernelkit_gpu.attention.naive.kernel_attention_naive`` for the gradients
 (checked against the reference first). Tolerances follow the FlashAttention rule as in
 tests/test_gpu_softmax_attention.py: our error at most twice that of the eager PyTorch computation
 on the same inputs (``kernel_attention_naive``, which computes 16-bit input in float32) plus a
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit_gpu.attention_naive import (
+from kernelkit_gpu.attention.naive import (
     kernel_attention_naive, smoother_rows, softmax_attention_naive,
 )
 from kernelkit_math.registry import kernel_names
@@ -22,8 +22,8 @@ from tests.gpu_cases import (
     ATTN_DTYPES, CASE_IDS, FLOOR_GRAD, GPU_CASES, check_rule, f64, max_err, spy_calls, to_numpy64,
 )
 
-ka = importlib.import_module("kernelkit_gpu.kernel_attention")
-sa = importlib.import_module("kernelkit_gpu.softmax_attention")
+ka = importlib.import_module("kernelkit_gpu.attention.smoother")
+sa = importlib.import_module("kernelkit_gpu.attention.softmax")
 CASES = dict((c[0], c) for c in GPU_CASES)
 
 # no autotuning inside the suite (compilation time): the first config that fits

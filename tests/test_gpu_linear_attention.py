@@ -1,7 +1,7 @@
 """kernelkit_gpu.linear_attention (chunked Triton kernels) against the float64 reference.
 
 The reference is :func:`kernelkit_math.attention.linear_attention`; gradients are checked against
-the float64 autograd of :func:`kernelkit_gpu.linear_attention_naive.linear_attention_naive`, which
+the float64 autograd of :func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`, which
 is itself checked against that reference (forward) and finite differences (gradients) first.
 
 Tolerances follow the FlashAttention rule: in every dtype the kernel's largest error against the
@@ -21,13 +21,13 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit_gpu import _launch
-from kernelkit_gpu.linear_attention import linear_attention
-from kernelkit_gpu.linear_attention_naive import linear_attention_naive
+from kernelkit_gpu.attention.linear import linear_attention
+from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, UNIT, spy_calls, to_numpy64
 
 # the module itself (a package-level export of the function would shadow the submodule name)
-LC = importlib.import_module("kernelkit_gpu.linear_attention_chunk")
+LC = importlib.import_module("kernelkit_gpu.attention.linear_chunk")
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")
 

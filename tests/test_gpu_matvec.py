@@ -18,7 +18,7 @@ from tests.gpu_cases import (
     exact_ard, randn, reference, scaled_rows, spy_kernels, to_numpy64,
 )
 
-matvec_module = importlib.import_module("kernelkit_gpu.matvec")
+matvec_module = importlib.import_module("kernelkit_gpu.pairwise.matvec_fused")
 MV = kernelkit_gpu.kernel_matvec
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")

@@ -21,11 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit_gpu import _attn_configs
-from kernelkit_gpu.attention_naive import softmax_attention_naive
+from kernelkit_gpu.attention import _configs as _attn_configs
+from kernelkit_gpu.attention.naive import softmax_attention_naive
 from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
 
-sa = importlib.import_module("kernelkit_gpu.softmax_attention")
+sa = importlib.import_module("kernelkit_gpu.attention.softmax")
 
 # no autotuning inside the suite: test_every_config runs each config of the autotuner's sets
 pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
@@ -345,7 +345,7 @@ def test_cpu_without_interpreter_is_a_clear_error():
     """On the CPU with TRITON_INTERPRET unset the call fails with a message naming the fix."""
     code = (
         "import torch\n"
-        "from kernelkit_gpu.softmax_attention import softmax_attention\n"
+        "from kernelkit_gpu.attention.softmax import softmax_attention\n"
         "q = torch.zeros(1, 1, 4, 16)\n"
         "try:\n"
         "    softmax_attention(q, q, q)\n"

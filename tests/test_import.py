@@ -107,5 +107,26 @@ def test_no_import_circles():
     import pathlib
 
     graph = _module_graph(pathlib.Path(__file__).resolve().parents[1])
-    assert "kernelkit.cli.main" in graph and "kernelkit._attention_ops" in graph
+    assert "kernelkit.cli.entry" in graph and "kernelkit._attention_ops" in graph
     assert _cycles(graph) == []
+
+
+def test_no_module_shares_its_name_with_an_exported_function():
+    """A package never imports a function under the name of one of its own submodules (issue 11):
+    ``kernelkit_gpu.gram`` is the function, and the module that defines it has another name."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    inits = sorted(root.glob("kernelkit*/**/__init__.py"))
+    clashes = []
+    for init in inits:
+        package = ".".join(init.parent.relative_to(root).parts)
+        submodules = {p.stem for p in init.parent.glob("*.py")} | {
+            p.parent.name for p in init.parent.glob("*/__init__.py")}
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != package:
+                clashes += [f"{package}.{a.asname or a.name}" for a in node.names
+                            if (a.asname or a.name) in submodules]
+    assert len(inits) >= 8
+    assert clashes == []

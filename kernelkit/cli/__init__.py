@@ -11,6 +11,6 @@ and :func:`main`).
 
 from kernelkit.cli._errors import CLIError
 from kernelkit.cli.gram import parse_param
-from kernelkit.cli.main import build_parser, main
+from kernelkit.cli.entry import build_parser, main
 
 __all__ = ["CLIError", "build_parser", "main", "parse_param"]

@@ -1,6 +1,6 @@
 """``kernelkit attention compare`` and ``kernelkit attention sweep``.
 
-Registered by :mod:`kernelkit.cli.main` through :func:`add_attention_parser`; :func:`cmd_attention`
+Registered by :mod:`kernelkit.cli.entry` through :func:`add_attention_parser`; :func:`cmd_attention`
 runs the chosen subcommand. The comparison tools (and torch, matplotlib) load only when one runs.
 """
 
@@ -298,7 +298,7 @@ def _compare_report(args):
 
 
 def _sweep_report(args):
-    from kernelkit.compare.sweep import sweep
+    from kernelkit.compare.sweeps import sweep
 
     kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
     lengths = None if args.lengths is None else parse_lengths(args.lengths)

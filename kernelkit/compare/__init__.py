@@ -23,15 +23,11 @@ Examples
 ['favor+:32', 'index', 'nystrom:8', 'softmax']
 """
 
-from kernelkit.compare.compare import compare
-from kernelkit.compare.measure import Measurement, measure
+from kernelkit.compare.comparison import compare
+from kernelkit.compare.measurement import Measurement, measure
 from kernelkit.compare.methods import Method, method_names, parse_method
 from kernelkit.compare.report import CompareReport
-from kernelkit.compare.sweep import SweepReport, sweep
-
-# The functions compare, measure and sweep share their names with their modules: the names
-# bound here are the functions (import the modules as kernelkit.compare.<name> through
-# ``from kernelkit.compare.<name> import ...``).
+from kernelkit.compare.sweeps import SweepReport, sweep
 
 __all__ = ["compare", "CompareReport", "sweep", "SweepReport", "measure", "Measurement",
            "parse_method", "method_names", "Method"]

@@ -50,7 +50,7 @@ which runs the final step through :func:`kernelkit.attention.linear_attention` (
 Both take their random draws from :func:`landmark_draws`, so they choose the same landmarks up to
 the rounding of the sampling probabilities.
 
-Cost, measured on an H200 (``kernelkit.compare.sweep``, B=1 H=8 D=64 bfloat16, forward,
+Cost, measured on an H200 (``kernelkit.compare.sweeps``, B=1 H=8 D=64 bfloat16, forward,
 non-causal): at T = 65536, ``nystrom:64`` 13.0 ms (landmark selection 8.9 ms of it) against
 ``favor+:64`` 1.8 ms and softmax 20.2 ms; ``nystrom:256`` 29 ms (causal: 81 ms, its signed
 features run the linear-attention kernel in float32). Nyström buys accuracy, not speed.
@@ -402,6 +402,6 @@ def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e
 
 
 def _linear_attention_float64(phi_q, phi_k, v, causal, eps):
-    from kernelkit_gpu.linear_attention_naive import linear_attention_naive
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 
     return linear_attention_naive(phi_q, phi_k, v, feature_map=None, is_causal=causal, eps=eps)

@@ -332,7 +332,7 @@ def plot_sweep(report, out_dir, formats=("png", "svg")):
 
     Parameters
     ----------
-    report : kernelkit.compare.sweep.SweepReport
+    report : kernelkit.compare.sweeps.SweepReport
     out_dir : str or os.PathLike
         Directory for the files; created if missing.
     formats : sequence of {"png", "svg", "pdf"}, default=("png", "svg")

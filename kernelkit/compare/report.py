@@ -1,4 +1,4 @@
-"""The result of :func:`kernelkit.compare.compare`: a table of methods plus context.
+"""The result of :func:`kernelkit.compare.comparison`: a table of methods plus context.
 
 :class:`CompareReport` holds plain Python data (rows of numbers, a context dict, heatmap arrays,
 metadata), writes strict JSON (NaN as ``null``, infinities as ``"inf"`` / ``"-inf"``) and reads

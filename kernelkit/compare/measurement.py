@@ -179,7 +179,7 @@ def measure(fn, *, device, warmup=1, repeat=5):
     Examples
     --------
     >>> import torch
-    >>> from kernelkit.compare.measure import measure
+    >>> from kernelkit.compare.measurement import measure
     >>> m = measure(lambda: torch.ones(1000, 250), device="cpu", repeat=3)
     >>> m.peak_bytes, m.status
     (1000000, 'ok')

@@ -1,5 +1,5 @@
 """Plain-PyTorch linear attention: the gradient reference and CPU fallback of
-:func:`kernelkit_gpu.linear_attention.linear_attention`, plus the argument validation both share.
+:func:`kernelkit_gpu.linear_attention`, plus the argument validation both share.
 
 Same signature as the Triton version, any device, float64-capable, differentiable through
 torch.autograd (q, k, v and the initial state). Float16 / bfloat16 input is computed in float32

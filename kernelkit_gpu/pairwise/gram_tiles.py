@@ -1,8 +1,8 @@
-"""The ``@triton.jit`` kernels of the fused Gram matrix K(X, Y); launched by :mod:`kernelkit_gpu.gram`.
+"""The ``@triton.jit`` kernels of the fused Gram matrix K(X, Y); launched by :mod:`kernelkit_gpu.pairwise.gram_fused`.
 
 * ``_gram_prep_kernel``: one pass over the rows that centres / scales the data (float64
   arithmetic, rounded once), pads the feature axis to a multiple of 16 and the rows to a multiple
-  of ``PAD_ROWS`` (:mod:`kernelkit_gpu.gram`) with zeros, splits float32 values into a TF32 head
+  of ``PAD_ROWS`` (:mod:`kernelkit_gpu.pairwise.gram_fused`) with zeros, splits float32 values into a TF32 head
   and tail for the accurate mode, and writes the squared row norms;
 * ``_gram_mma_kernel``: one (BLOCK_M, BLOCK_N) tile per program: tensor-core dot products of the
   padded operands (no masks on loads), the epilogue ``KIND``, masked stores; for K(X, X) only the
@@ -11,7 +11,7 @@
   (pairs so close that ||x||² + ||y||² - 2 x·y cancels);
 * ``_gram_direct_kernel``: direct differences feature by feature (D <= 16, and the L1 distance).
 
-The per-kernel epilogues (shared with :mod:`kernelkit_gpu.matvec`) and the output-tile helpers
+The per-kernel epilogues (shared with :mod:`kernelkit_gpu.pairwise.matvec_fused`) and the output-tile helpers
 (tile order, exact diagonal, stores) are in :mod:`kernelkit_gpu._epilogues`.
 """
 

@@ -1,6 +1,6 @@
-"""Launch settings of the softmax-attention kernels (:mod:`kernelkit_gpu.softmax_attention`,
-:mod:`kernelkit_gpu.softmax_attention_bwd`): dot precision, config sets and their pruning, the
-launch helper, and the ``AUTOTUNE`` switch shared with :mod:`kernelkit_gpu.kernel_attention`.
+"""Launch settings of the softmax-attention kernels (:mod:`kernelkit_gpu.attention.softmax`,
+:mod:`kernelkit_gpu.attention.softmax_bwd`): dot precision, config sets and their pruning, the
+launch helper, and the ``AUTOTUNE`` switch shared with :mod:`kernelkit_gpu.attention.smoother`.
 """
 
 from __future__ import annotations

@@ -8,15 +8,15 @@ Layers (see ARCHITECTURE.md):
   runs in two stages: unmasked full tiles (keys fully visible to every query of the block), then the
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the tiles above
   the diagonal are never visited, and query blocks are scheduled longest-first.
-* the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.softmax_attention_bwd`;
-  config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu._attn_configs`; the
-  ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu._attn_tiles`.
+* the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
+  config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
+  ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.
 * ``attn_fwd``: the forward launcher; ``SoftmaxAttentionFunction``: the autograd.Function (it
   calls ``attn_fwd`` and ``attn_bwd`` through this module's namespace, where tests spy on them);
   ``softmax_attention``: the public function.
 
 The float64 reference is ``kernelkit_math.attention.softmax_attention``; the plain-PyTorch twin is
-:func:`kernelkit_gpu.attention_naive.softmax_attention_naive`.
+:func:`kernelkit_gpu.softmax_attention_naive`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _attn_configs
+from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu._attn_tiles import _load_cols, _load_rows, _mm
+from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
-from kernelkit_gpu.softmax_attention_bwd import attn_bwd
+from kernelkit_gpu.attention.softmax_bwd import attn_bwd
 
 __all__ = ["softmax_attention", "attn_fwd", "SoftmaxAttentionFunction"]
 
@@ -246,12 +246,12 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     was measured in emulation at up to 2.5x the error of eager float32, outside the rule). The
     tests check the FlashAttention rule: the error against the float64 reference is at most twice
     that of the eager PyTorch computation in the same dtype
-    (:func:`kernelkit_gpu.attention_naive.softmax_attention_naive`), for the output and for dq,
+    (:func:`kernelkit_gpu.softmax_attention_naive`), for the output and for dq,
     dk, dv.
 
     Performance design (sm_90): 16-bit configs BLOCK_M x BLOCK_N in {128 x 128, 128 x 64, 64 x 64}
     with 4-8 warps and 3 pipeline stages, autotuned once per (D, Dv, causal, dtype), never per
-    length (set ``kernelkit_gpu._attn_configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
+    length (set ``kernelkit_gpu.attention._configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
     before import, for the first config that fits).
     ``benchmarks/attention_softmax.py`` measures it against SDPA.
 
@@ -260,7 +260,7 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
     '1'
     >>> import torch
-    >>> from kernelkit_gpu.softmax_attention import softmax_attention
+    >>> from kernelkit_gpu.attention.softmax import softmax_attention
     >>> q, k, v = torch.randn(1, 2, 5, 16), torch.randn(1, 1, 7, 16), torch.randn(1, 1, 7, 16)
     >>> out, lse = softmax_attention(q, k, v, is_causal=True, enable_gqa=True, return_lse=True)
     >>> out.shape, lse.shape
@@ -270,7 +270,7 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
                                           max_head_dim=_checks.MAX_HEAD_DIM)
     _checks.check_flag(return_lse, "return_lse")
     scale = _checks.check_scale(scale, D)
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention_naive")
+    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
     out, lse = SoftmaxAttentionFunction.apply(q, k, v, is_causal, scale)
     return (out, lse) if return_lse else out

@@ -2,7 +2,7 @@
 
 :func:`sweep` runs each method's fast path (:meth:`kernelkit.compare.methods.Method.run`, the
 public :mod:`kernelkit.attention` API) on synthetic q, k, v at each length, measures it with
-:func:`kernelkit.compare.measure.measure` and returns a :class:`SweepReport`. The crossover of a
+:func:`kernelkit.compare.measurement.measure` and returns a :class:`SweepReport`. The crossover of a
 method is the length from which it is faster than softmax attention (:func:`crossover_lengths`).
 torch is imported only when a sweep runs.
 """
@@ -305,7 +305,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
 
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
     scaled scores have unit spread) and each method's fast path runs under
-    :func:`kernelkit.compare.measure.measure`: the median time over ``repeat`` calls after a
+    :func:`kernelkit.compare.measurement.measure`: the median time over ``repeat`` calls after a
     warm-up, and the peak memory allocated beyond the inputs. A method that runs out of memory
     gets status ``"oom"`` and is ``"skipped"`` at longer lengths; one that cannot run the setup
     (a ValueError or NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
@@ -355,7 +355,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
 
     Examples
     --------
-    >>> from kernelkit.compare.sweep import sweep
+    >>> from kernelkit.compare.sweeps import sweep
     >>> report = sweep(["softmax", "elu+1"], [32, 64], heads=2, d=16, device="cpu", repeat=2)
     >>> [(r["method"], r["T"], r["status"]) for r in report.rows][:2]
     [('softmax', 32, 'ok'), ('elu+1', 32, 'ok')]
@@ -389,8 +389,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     import torch
     from tqdm import tqdm
 
-    from kernelkit.compare.compare import _versions
-    from kernelkit.compare.measure import measure
+    from kernelkit.compare.comparison import _versions
+    from kernelkit.compare.measurement import measure
 
     torch_dtype = getattr(torch, dtype)
     rows, failed = [], {}

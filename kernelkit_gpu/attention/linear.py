@@ -1,10 +1,10 @@
 r"""Linear attention with fused feature maps: chunked Triton kernels, forward and backward.
 
 Layers: the ``@triton.jit`` kernels and their launchers live in
-:mod:`kernelkit_gpu.linear_attention_chunk` (``_la_state_kernel``, ``_la_chunk_kernel``,
+:mod:`kernelkit_gpu.attention.linear_chunk` (``_la_state_kernel``, ``_la_chunk_kernel``,
 ``_la_dden_kernel``); this module holds the pass structure (``linear_attention_fwd`` /
 ``linear_attention_bwd``), the autograd Function and the public :func:`linear_attention`.
-The plain-PyTorch twin is :func:`kernelkit_gpu.linear_attention_naive.linear_attention_naive`;
+The plain-PyTorch twin is :func:`kernelkit_gpu.linear_attention_naive`;
 the float64 reference is :func:`kernelkit_math.attention.linear_attention`.
 
 Parallelisation (B = 1, H = 16, T = 65536 must fill 132 SMs)
@@ -39,8 +39,8 @@ import triton
 
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu import linear_attention_chunk as LC
-from kernelkit_gpu.linear_attention_naive import check_args, linear_attention_naive
+from kernelkit_gpu.attention import linear_chunk as LC
+from kernelkit_gpu.attention.linear_naive import check_args, linear_attention_naive
 from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
@@ -280,7 +280,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
     to max |reference| (T = 256, D = 64): float32 ~4e-7, float16 ~3e-4, bfloat16 ~3e-3 for the
     output, at most 1.1e-6 / 1.1e-3 / 6.8e-3 for the gradients, each no more than a PyTorch
     computation of the same quantity in that dtype (table in
-    :mod:`kernelkit_gpu.linear_attention_chunk`).
+    :mod:`kernelkit_gpu.attention.linear_chunk`).
 
     NaN is never hidden: a NaN in q_t makes row t NaN, one in k_s every row that sees key s and
     the final state, as in the float64 reference (the fused maps and the denominator guard keep
@@ -291,7 +291,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
     >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
     '1'
     >>> import torch
-    >>> from kernelkit_gpu.linear_attention import linear_attention
+    >>> from kernelkit_gpu.attention.linear import linear_attention
     >>> q, k, v = torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16), torch.randn(1, 2, 20, 16)
     >>> out, (S, z) = linear_attention(q, k, v, is_causal=True, return_state=True)
     >>> out.shape, S.shape, z.shape
@@ -301,7 +301,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
     B, H, T, S, M, Dv, code, chunk = check_args(
         q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
         allowed_dtypes=_checks.ATTN_DTYPES, max_dim=MAX_DIM)
-    _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive.linear_attention_naive")
+    _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
     if B * H == 0 or T == 0 or S == 0:
         return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=causal,
                                       normalize=normalize, eps=eps, initial_state=initial_state,

@@ -1,4 +1,4 @@
-"""Launch configs of the Gram kernels (:mod:`kernelkit_gpu.gram`): block shapes, the heuristic
+"""Launch configs of the Gram kernels (:mod:`kernelkit_gpu.pairwise.gram_fused`): block shapes, the heuristic
 defaults, the benchmark variant switches and the opt-in autotuning cache.
 
 Measurements behind the heuristic configs: ``benchmarks/results/gram-tuning-notes.md``.

@@ -2,13 +2,13 @@
 
 Layers (see ARCHITECTURE.md):
 
-* the ``@triton.jit`` kernels, in :mod:`kernelkit_gpu.gram_kernels`: ``_gram_prep_kernel``
+* the ``@triton.jit`` kernels, in :mod:`kernelkit_gpu.pairwise.gram_tiles`: ``_gram_prep_kernel``
   (centre / scale / pad / split the operands, squared row norms), ``_gram_mma_kernel``
   (tensor-core tiles; K(X, X) on the upper block triangle), ``_gram_fix_kernel`` (direct
   recomputation of the tiles where the expansion cancels), ``_gram_direct_kernel`` (direct
   differences, feature by feature: D <= 16 and the L1 distance);
 * their launch configs (heuristic defaults, or autotuning with ``KERNELKIT_GPU_AUTOTUNE=1``), in
-  :mod:`kernelkit_gpu.gram_configs`;
+  :mod:`kernelkit_gpu.pairwise.gram_configs`;
 * here: operand preparation (``prepare_mma``, ``prepare_direct``), the launchers and their
   dispatch (``gram_fwd``), and ``gram`` (public: validation, preparation).
 
@@ -28,11 +28,11 @@ from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
-from kernelkit_gpu.gram_configs import (
+from kernelkit_gpu.pairwise.gram_configs import (
     DEFAULT_VARIANT, autotuned, direct_configs, direct_default_config, mma_configs,
     mma_default_config,
 )
-from kernelkit_gpu.gram_kernels import (
+from kernelkit_gpu.pairwise.gram_tiles import (
     _gram_direct_kernel, _gram_fix_kernel, _gram_mma_kernel, _gram_prep_kernel,
 )
 
@@ -286,7 +286,7 @@ def uses_mma(plan, d):
 def gram_fwd(x, y, plan, out, precision, symmetric, config=None, variant=None):
     """Prepare the operands and launch the Gram kernels; ``y`` is None for K(X, X).
 
-    ``config``: a :class:`kernelkit_gpu.gram_configs.GramConfig` to launch with instead of the
+    ``config``: a :class:`kernelkit_gpu.pairwise.gram_configs.GramConfig` to launch with instead of the
     heuristic / autotuned one (tests run every candidate); ``variant``: switches of
     ``DEFAULT_VARIANT`` (benchmarks).
     """

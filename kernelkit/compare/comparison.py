@@ -3,12 +3,12 @@ r"""How far is an attention approximation from softmax on given q, k, v: :func:`
 The reference is float64 softmax attention. Every method (see :mod:`kernelkit.compare.methods`)
 is evaluated in float64 for accuracy, once per seed when it is random, and, unless
 ``measure=False``, run once more through its fast torch / Triton path for time and peak memory
-(:func:`kernelkit.compare.measure.measure`). The result is a
+(:func:`kernelkit.compare.measurement.measure`). The result is a
 :class:`kernelkit.compare.report.CompareReport`.
 
 Cost: the metrics hold the (B, H, T, S) weight matrices in float64 and take one SVD per
 (batch, head), so compare() is meant for heads of up to a few thousand positions; the timing
-side (:func:`kernelkit.compare.sweep.sweep`) is the tool for long sequences.
+side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
       KL(A_i || A'_i) in nats (mean and max over the rows where it is finite; ``kl_inf_rows``
       counts the rows where A' gives weight <= 0 to a key that A attends to);
     - the number of denominators <= 0 (guarded as max(den, 1e-6));
-    - time and peak memory of the method's fast path (:func:`~kernelkit.compare.measure.measure`).
+    - time and peak memory of the method's fast path (:func:`~kernelkit.compare.measurement.measure`).
 
     Row statistics and counts pool the rows of all seeds; ``n_rows`` says how many.
 
@@ -428,7 +428,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
 def _timing(method, timing, causal, seed, scale, where):
     if timing is None:
         return {"time_ms": math.nan, "peak_bytes": -1, "device": where, "status": "not measured"}
-    from kernelkit.compare.measure import measure
+    from kernelkit.compare.measurement import measure
 
     q, k, v = timing
     m = measure(lambda: method.run(q, k, v, is_causal=causal, seed=seed, scale=scale), device=where)

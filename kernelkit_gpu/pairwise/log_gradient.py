@@ -4,7 +4,7 @@ What scikit-learn's Gaussian-process code asks of a kernel (``kernel(X, eval_gra
 computed where the data are (the GPU) instead of by the NumPy reference on the CPU. The float64
 twin is :meth:`kernelkit_math.registry.KernelSpec.gradient`: same values, same column layout.
 
-The kernel is the plain-PyTorch Gram matrix of :func:`kernelkit_gpu.naive.symmetric_gram`
+The kernel is the plain-PyTorch Gram matrix of :func:`kernelkit_gpu.pairwise.naive.symmetric_gram`
 (distances by direct differences, as the reference: exact for near-duplicate points), with the
 epilogue parameters and per-feature scales computed from the hyperparameters by the very function
 the Triton launchers use (the row's ``pack`` in :data:`kernelkit_gpu._epilogues.EPILOGUES`); each
@@ -28,7 +28,7 @@ import torch
 from kernelkit_gpu import _checks, _launch
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
-from kernelkit_gpu.naive import symmetric_gram
+from kernelkit_gpu.pairwise.naive import symmetric_gram
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["gram_log_gradient", "log_gradient_bytes"]

@@ -104,7 +104,7 @@ def symmetric_gram(x, plan, direct=False):
 
     The plan's ``prm`` and ``scale`` may be torch tensors. With ``direct``, distances are formed
     by direct differences (float64 accuracy for near-duplicate points, as the reference) and
-    every operation supports forward-mode automatic differentiation (:mod:`kernelkit_gpu.gradient`).
+    every operation supports forward-mode automatic differentiation (:mod:`kernelkit_gpu.pairwise.log_gradient`).
     """
     n = x.shape[0]
     prep = _Prepared(x, None, plan, symmetric=True, direct=direct)
@@ -159,7 +159,7 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
     Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` included
     (ValueError).
     """
-    from kernelkit_gpu.matvec import check_matvec_args
+    from kernelkit_gpu.pairwise.matvec_fused import check_matvec_args
 
     xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)

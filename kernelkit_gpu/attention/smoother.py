@@ -10,7 +10,7 @@ kernels), ``kattn_fwd`` (launcher; data prepared by :func:`kernelkit_gpu._prepar
 ``KernelAttentionFunction`` and ``kernel_attention`` (public).
 
 ``kernel="exponential"`` is softmax attention without the max subtraction, which overflows for
-large scores: it is routed to :func:`kernelkit_gpu.softmax_attention.softmax_attention` (online
+large scores: it is routed to :func:`kernelkit_gpu.softmax_attention` (online
 max) and the eps guard is applied from its log-sum-exp.
 """
 
@@ -20,14 +20,14 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _attn_configs
+from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
-from kernelkit_gpu.attention_naive import exponential_scale, guard_from_lse, smoother_rows
-from kernelkit_gpu.softmax_attention import softmax_attention
+from kernelkit_gpu.attention.naive import exponential_scale, guard_from_lse, smoother_rows
+from kernelkit_gpu.attention.softmax import softmax_attention
 
 __all__ = ["kernel_attention", "kattn_fwd", "KernelAttentionFunction"]
 
@@ -205,7 +205,7 @@ def kattn_fwd(q, k, v, plan, *, causal, eps):
 
 class KernelAttentionFunction(torch.autograd.Function):
     """Forward: the Triton kernel. Backward: recomputation through the plain-PyTorch smoother
-    (:func:`kernelkit_gpu.attention_naive.smoother_rows`) in float32, one chunk of queries at a
+    (:func:`kernelkit_gpu.attention.naive.smoother_rows`) in float32, one chunk of queries at a
     time, differentiated by torch.autograd."""
 
     @staticmethod
@@ -284,7 +284,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     Raises
     ------
     TypeError, ValueError
-        As :func:`kernelkit_gpu.softmax_attention.softmax_attention` for the tensors; the registry's
+        As :func:`kernelkit_gpu.softmax_attention` for the tensors; the registry's
         errors for the kernel name and parameters; ValueError for a negative or non-finite eps.
     ValueError
         ``q``, ``k`` or ``v`` contains NaN or infinity ("q contains NaN or infinity; ..."). Unlike
@@ -304,7 +304,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
       K @ V uses split-TF32 tensor-core products for 16-bit input (far below the output's 16-bit
       rounding) and IEEE float32 products for float32 input; only the output is rounded to the
       input dtype. Measured (interpreter, T, S <= 100): within 2x of the eager float32 error.
-    * ``kernel="exponential"`` runs :func:`kernelkit_gpu.softmax_attention.softmax_attention`
+    * ``kernel="exponential"`` runs :func:`kernelkit_gpu.softmax_attention`
       (online max; never overflows) with ``scale`` (default 1 / sqrt(D)) and multiplies by
       min(1, exp(lse) / eps), which is the guard max(den, eps) exactly. Forward and backward are
       then both the Triton flash-attention kernels.
@@ -318,7 +318,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
     '1'
     >>> import torch
-    >>> from kernelkit_gpu.kernel_attention import kernel_attention
+    >>> from kernelkit_gpu.attention.smoother import kernel_attention
     >>> q, k, v = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 7, 16), torch.randn(1, 2, 7, 16)
     >>> kernel_attention(q, k, v, "rbf", gamma=0.1, is_causal=True).shape
     torch.Size([1, 2, 5, 16])
@@ -327,7 +327,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
                                           max_head_dim=_checks.MAX_HEAD_DIM)
     eps = _checks.check_eps(eps)
     plan = P.kernel_plan(kernel, D, params)
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention_naive")
+    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.check_finite(t, name)
     if plan.kind == E.K_EXPONENTIAL.value:

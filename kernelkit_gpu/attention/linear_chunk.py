@@ -1,6 +1,6 @@
 r"""Triton kernels and launchers of chunked linear attention (forward and backward).
 
-Every pass of :func:`kernelkit_gpu.linear_attention.linear_attention`, forward and backward, causal
+Every pass of :func:`kernelkit_gpu.linear_attention`, forward and backward, causal
 or not, is one of three kernels:
 
 ``_la_state_kernel`` (segment sums)

@@ -1,4 +1,4 @@
-"""Backward of the FlashAttention-2-style softmax attention (:mod:`kernelkit_gpu.softmax_attention`).
+"""Backward of the FlashAttention-2-style softmax attention (:mod:`kernelkit_gpu.attention.softmax`).
 
 Layers (see ARCHITECTURE.md):
 
@@ -8,10 +8,10 @@ Layers (see ARCHITECTURE.md):
   registers. GQA therefore needs no atomics and no (B, H, S, D) scratch buffers.
 * ``_attn_bwd_dq_kernel``: one program per (BLOCK_M2 queries, batch-head), looping over key blocks.
 * ``attn_bwd``: the launcher, called by
-  :class:`kernelkit_gpu.softmax_attention.SoftmaxAttentionFunction`.
+  :class:`kernelkit_gpu.attention.softmax.SoftmaxAttentionFunction`.
 
-Config sets and pruning: :mod:`kernelkit_gpu._attn_configs`; tile loads and the tensor-core
-product: :mod:`kernelkit_gpu._attn_tiles`.
+Config sets and pruning: :mod:`kernelkit_gpu.attention._configs`; tile loads and the tensor-core
+product: :mod:`kernelkit_gpu.attention._tiles`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _attn_configs
+from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu import _launch
-from kernelkit_gpu._attn_tiles import _load_cols, _load_rows, _mm
+from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
 
 __all__ = ["attn_bwd"]

@@ -1,8 +1,8 @@
 """Plain-PyTorch softmax attention and kernel smoothers: the twins of the Triton attention kernels.
 
 :func:`softmax_attention_naive` and :func:`kernel_attention_naive` have the signatures of
-:func:`kernelkit_gpu.softmax_attention.softmax_attention` and
-:func:`kernelkit_gpu.kernel_attention.kernel_attention`. They materialise the (T, S) score matrix
+:func:`kernelkit_gpu.softmax_attention` and
+:func:`kernelkit_gpu.kernel_attention`. They materialise the (T, S) score matrix
 of every head, run on any device (CPU included, no Triton), accept float64, and are differentiable
 with torch.autograd. They serve as CPU fallback, as the gradient reference of the tests (float64
 autograd through them) and, in float16 / bfloat16 / float32, as the *same-dtype PyTorch
@@ -23,7 +23,7 @@ import torch
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
-from kernelkit_gpu.naive import epilogue_torch
+from kernelkit_gpu.pairwise.naive import epilogue_torch
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["softmax_attention_naive", "kernel_attention_naive"]
@@ -174,7 +174,7 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
         \mathrm{out}_i = \frac{\sum_j k(q_i, k_j)\, v_j}{\max\big(\sum_j k(q_i, k_j),\ \varepsilon\big)}
 
     Equivalent to ``kernelkit_math.attention.kernel_smoother`` up to dtype tolerance. The kernel
-    values come from :func:`kernelkit_gpu.naive.epilogue_torch` (the torch twin of the Triton
+    values come from :func:`kernelkit_gpu.pairwise.naive.epilogue_torch` (the torch twin of the Triton
     epilogues) on centred data; ``kernel="exponential"`` goes through
     :func:`softmax_attention_naive` (online-max safe) and applies the guard from the lse.
 

@@ -1,0 +1,5 @@
+"""Attention on torch tensors: FlashAttention-style softmax (``softmax``, backward in
+``softmax_bwd``), the exact kernel smoother for any registry kernel (``smoother``) and chunked
+linear attention (``linear``, Triton passes in ``linear_chunk``), each beside its plain-PyTorch
+twin (``naive``, ``linear_naive``); tile helpers (``_tiles``) and launch configurations
+(``_configs``). The public functions are exported by :mod:`kernelkit_gpu`."""
