@@ -47,7 +47,6 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-import importlib  # noqa: E402
 
 import kernelkit_gpu  # noqa: E402
 from kernelkit_gpu import _epilogues as E  # noqa: E402
