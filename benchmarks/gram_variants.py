@@ -1,4 +1,4 @@
-"""Tuning runs for the Gram kernels: every variant checked against float64, then timed, in one call.
+"""Tuning runs for the Gram kernels: every launch config checked against float64, then timed, in one call.
 
 Run on the GPU machine (about 3-5 minutes on an H100)::
 
@@ -7,11 +7,9 @@ Run on the GPU machine (about 3-5 minutes on an H100)::
 Parts (default: all):
 
 * ``mma``: the tensor-core Gram kernel (rbf, K(X, X)) at D = 64 and 512, N = 32768 (and 16384):
-  block / warps / stages candidates, persistent grid, transposed-store variant, the near-duplicate
-  fix-up switched off (TAU = 0: what the flags and the fix-up launch cost), fast vs accurate;
-* ``direct``: the direct-difference kernel (laplacian D = 64, rbf D = 3): triangle or full grid,
-  tile shapes;
-* ``baseline``: the previous kernel (commit 06960e1, embedded below) at the same sizes, same run;
+  block / warps / stages candidates, fast vs accurate;
+* ``direct``: the direct-difference kernel (laplacian D = 64, rbf D = 3): tile shapes;
+* ``warps``: sixteen warps per tile;
 * ``small``: host overhead at N = 4096 and N = 256 (wall time per call vs GPU time);
 * ``first``: first call (compile included) in a fresh process with an empty Triton cache, and
   whether a new N recompiles;
@@ -44,12 +42,10 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 
 import kernelkit_gpu  # noqa: E402
-from kernelkit_gpu import _epilogues as E  # noqa: E402
 from kernelkit_gpu import _prepare as P  # noqa: E402
 from kernelkit_gpu.pairwise.naive import gram_naive  # noqa: E402
 from kernelkit_gpu.pairwise.gram_configs import GramConfig  # noqa: E402
@@ -60,110 +56,6 @@ DEV = "cuda"
 
 def log(*a):
     print(*a, flush=True)
-
-
-# --------------------------------------------------------------------------- the old kernel
-# The Gram kernel as of commit 06960e1 (before this tuning), for same-run before/after ratios:
-# in-kernel tf32x3, K-masked loads, near-duplicate recompute inside the kernel, autotuned over
-# its three configs. It runs on P.prepare's operands and _epilogues._pairwise_tile.
-def _old_configs():
-    return [
-        triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, num_warps=8, num_stages=3),
-        triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
-        triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4, num_stages=4),
-    ]
-
-
-@triton.autotune(configs=_old_configs(), key=["D_BUCKET", "KIND", "PAIRWISE", "MODE", "TRIANGLE", "DOT_PREC"])
-@triton.jit(do_not_specialize=["N", "D", "DEG"])
-def _old_gram_kernel(
-    x_ptr, y_ptr, nx_ptr, ny_ptr, prm_ptr, out_ptr, N, M, D, DEG,
-    stride_xm, stride_xk, stride_ym, stride_yk, stride_om, stride_on,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, TRIANGLE: tl.constexpr,
-    DIAG: tl.constexpr, STATIONARY: tl.constexpr, DOT_PREC: tl.constexpr, DK: tl.constexpr,
-    D_BUCKET: tl.constexpr, TAU_: tl.constexpr,
-):
-    ACC: tl.constexpr = out_ptr.dtype.element_ty
-    pid = tl.program_id(0)
-    if TRIANGLE:
-        p = pid.to(tl.int64)
-        a = ((tl.sqrt((8 * p + 1).to(tl.float32)) - 1.0) * 0.5).to(tl.int64)
-        a = tl.where(a * (a + 1) // 2 > p, a - 1, a)
-        a = tl.where((a + 1) * (a + 2) // 2 <= p, a + 1, a)
-        pid_m = (p - a * (a + 1) // 2).to(tl.int32)
-        pid_n = a.to(tl.int32)
-    else:
-        num_pid_m = tl.cdiv(N, BLOCK_M)
-        num_pid_n = tl.cdiv(M, BLOCK_N)
-        group = 8 * num_pid_n
-        first_m = (pid // group) * 8
-        size_m = tl.minimum(num_pid_m - first_m, 8)
-        pid_m = first_m + (pid % group) % size_m
-        pid_n = (pid % group) // size_m
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask_m = offs_m < (M if TRIANGLE else N)
-    mask_n = offs_n < M
-    USE_NORMS: tl.constexpr = (PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA) or \
-        (DIAG and PAIRWISE == E.PW_DOT)
-    if USE_NORMS:
-        nx = tl.load(nx_ptr + offs_m, mask=mask_m, other=0.0)
-        ny = tl.load(ny_ptr + offs_n, mask=mask_n, other=0.0)
-    else:
-        nx = tl.zeros((BLOCK_M,), ACC)
-        ny = tl.zeros((BLOCK_N,), ACC)
-    s = E._pairwise_tile(x_ptr, y_ptr, nx, ny, offs_m, offs_n, mask_m, mask_n, D,
-                         stride_xm, stride_xk, stride_ym, stride_yk,
-                         BLOCK_M, BLOCK_N, BLOCK_K, PAIRWISE, MODE, DK, DOT_PREC, DIAG, TAU_, False, ACC)
-    if DIAG:
-        on_diag = offs_m[:, None] == offs_n[None, :]
-        if PAIRWISE == E.PW_DOT:
-            s = tl.where(on_diag, nx[:, None] + tl.zeros_like(s), s)
-        else:
-            s = tl.where(on_diag, 0.0, s)
-    p0, p1, p2 = E._load_params(prm_ptr)
-    k = E._epilogue(s, p0, p1, p2, DEG, KIND)
-    if DIAG and STATIONARY:
-        k = tl.where(on_diag, 1.0, k)
-    k = k.to(out_ptr.dtype.element_ty)
-    rows = offs_m.to(tl.int64)
-    cols = offs_n.to(tl.int64)
-    mask = mask_m[:, None] & mask_n[None, :]
-    if TRIANGLE:
-        if pid_m == pid_n:
-            tri = mask & (offs_m[:, None] <= offs_n[None, :])
-            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, k, mask=tri)
-            tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, k, mask=tri)
-        else:
-            tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, k, mask=mask)
-            tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on, k, mask=mask)
-    else:
-        tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, k, mask=mask)
-
-
-def old_gram(x, kernel, precision="accurate", out=None, **params):
-    """K(X, X) with the old kernel and the old preparation (old dot precisions: tf32x3 / tf32)."""
-    plan = P.kernel_plan(kernel, x.shape[1], params)
-    n = x.shape[0]
-    if out is None:
-        out = torch.empty((n, n), dtype=torch.float32, device=x.device)
-    ops = P.prepare(x, None, plan, precision, True, want_diag=True)
-    triangle = ops.mode == E.MODE_MMA.value
-
-    def grid(meta):
-        nb = triton.cdiv(n, meta["BLOCK_M"])
-        return (nb * (nb + 1) // 2,) if triangle else (nb * nb,)
-
-    _old_gram_kernel[grid](
-        ops.x, ops.y, ops.nx, ops.ny, ops.prm, out, n, n, ops.d, plan.deg,
-        ops.stride_x[0], ops.stride_x[1], ops.stride_y[0], ops.stride_y[1],
-        out.stride(0), out.stride(1),
-        KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, TRIANGLE=triangle, DIAG=True,
-        STATIONARY=plan.stationary, DOT_PREC=ops.dot_prec, DK=ops.dk, D_BUCKET=ops.d_bucket,
-        TAU_=E.TAU,
-    )
-    return out
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -237,23 +129,16 @@ def near_dups(n, d, g):
 
 # ----------------------------------------------------------------------------------- parts
 def run_variant(spec, g, sizes, spies, results, check_n=4096):
-    """spec: dict(name, kernel, d, precision, config, variant, tau). Check, then time at sizes."""
+    """spec: dict(name, kernel, d, precision, config). Check, then time at sizes."""
     name, kern, d = spec["name"], spec["kernel"], spec["d"]
     p = params_for(kern, d)
     prec = spec.get("precision", "accurate")
-    cfg, var = spec.get("config"), spec.get("variant", {})
-    tau = spec.get("tau")
+    cfg = spec.get("config")
     plan = P.kernel_plan(kern, d, p)
-    row = dict(name=name, kernel=kern, d=d, precision=prec,
-               config=None if cfg is None else vars(cfg), variant=var, tau=tau)
-    old_tau = E.TAU
-    if tau is not None:
-        E.TAU = tau
+    row = dict(name=name, kernel=kern, d=d, precision=prec, config=None if cfg is None else vars(cfg))
 
     def call(x, out):
-        if spec.get("old"):
-            return old_gram(x, kern, prec, out=out, **p)
-        return G.gram_fwd(x, None, plan, out, prec, True, config=cfg, variant=var)
+        return G.gram_fwd(x, None, plan, out, prec, True, config=cfg)
 
     try:
         # compile (first call) at a small N, then correctness at check_n on three data sets
@@ -281,10 +166,7 @@ def run_variant(spec, g, sizes, spies, results, check_n=4096):
             if pp is not p:
                 plan_c = P.kernel_plan(kern, d, pp)
                 out = torch.full((check_n, check_n), float("nan"), device=DEV)
-                if spec.get("old"):
-                    old_gram(x, kern, prec, out=out, **pp)
-                else:
-                    G.gram_fwd(x, None, plan_c, out, prec, True, config=cfg, variant=var)
+                G.gram_fwd(x, None, plan_c, out, prec, True, config=cfg)
             else:
                 out = torch.full((check_n, check_n), float("nan"), device=DEV)
                 call(x, out)
@@ -301,7 +183,7 @@ def run_variant(spec, g, sizes, spies, results, check_n=4096):
             v for k, v in errs.items() if k.endswith("_finite") or k.endswith("_symmetric"))
         row["correct"] = bool(ok)
         row["times_ms"] = {}
-        if ok or spec.get("time_anyway"):
+        if ok:
             for n in sizes:
                 xs = [torch.randn(n, d, device=DEV, generator=g) for _ in range(2)]
                 out = torch.empty((n, n), device=DEV)
@@ -316,8 +198,6 @@ def run_variant(spec, g, sizes, spies, results, check_n=4096):
                 torch.cuda.empty_cache()
     except Exception as e:  # noqa: BLE001 - record and continue with the next variant
         row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
-    finally:
-        E.TAU = old_tau
     log(f"  {name:44s} ok={row.get('correct')} compile={row.get('compile_s', float('nan')):.2f}s "
         f"err={row.get('errors', {}).get('random', float('nan')):.1e}/"
         f"{row.get('errors', {}).get('offset1000', float('nan')):.1e}/"
@@ -334,23 +214,16 @@ def C(block, bk, w, st, maxnreg=0):
 
 def part_mma(g, spies, results, quick):
     big = [32768] if quick else [32768, 16384]
-    acc_cfg = C(128, 32, 8, 2)
-    ptr = dict(tma=False, store_cs=True)
     specs = [
-        dict(name="rbf64 acc default (tma cs g8)", kernel="rbf", d=64),
-        dict(name="rbf64 acc ptr-cs g8", kernel="rbf", d=64, config=acc_cfg, variant=ptr),
-        dict(name="rbf64 acc tma g16", kernel="rbf", d=64, config=acc_cfg, variant=dict(group=16)),
-        dict(name="rbf64 acc tma k16/s2 nreg128", kernel="rbf", d=64, config=C(128, 16, 8, 2, 128)),
-        dict(name="rbf64 acc tma k16/s3", kernel="rbf", d=64, config=C(128, 16, 8, 3)),
-        dict(name="rbf64 acc tma 64/w4/k32/s2", kernel="rbf", d=64, config=C(64, 32, 4, 2)),
-        dict(name="rbf64 acc tma FULL grid (timing only)", kernel="rbf", d=64, config=acc_cfg,
-             variant=dict(mma_triangle=False), time_anyway=True),
-        dict(name="rbf64 acc tma TAU=0", kernel="rbf", d=64, config=acc_cfg, tau=0.0, time_anyway=True),
+        dict(name="rbf64 acc default", kernel="rbf", d=64),
+        dict(name="rbf64 acc 128/k32/w8/s2", kernel="rbf", d=64, config=C(128, 32, 8, 2)),
+        dict(name="rbf64 acc 128/k16/w8/s2 nreg128", kernel="rbf", d=64, config=C(128, 16, 8, 2, 128)),
+        dict(name="rbf64 acc 128/k16/w8/s3", kernel="rbf", d=64, config=C(128, 16, 8, 3)),
+        dict(name="rbf64 acc 64/k32/w4/s2", kernel="rbf", d=64, config=C(64, 32, 4, 2)),
         dict(name="rbf64 fast default", kernel="rbf", d=64, precision="fast"),
-        dict(name="rbf64 fast ptr-cs", kernel="rbf", d=64, precision="fast", config=C(128, 64, 8, 2),
-             variant=ptr),
+        dict(name="rbf64 fast 128/k64/w8/s2", kernel="rbf", d=64, precision="fast", config=C(128, 64, 8, 2)),
         dict(name="rbf512 acc default", kernel="rbf", d=512),
-        dict(name="rbf512 acc tma k32/s3", kernel="rbf", d=512, config=C(128, 32, 8, 3)),
+        dict(name="rbf512 acc 128/k32/w8/s3", kernel="rbf", d=512, config=C(128, 32, 8, 3)),
         dict(name="rbf512 fast default", kernel="rbf", d=512, precision="fast"),
         dict(name="matern64 acc default", kernel="matern", d=64),
     ]
@@ -360,17 +233,12 @@ def part_mma(g, spies, results, quick):
 
 def part_direct(g, spies, results, quick):
     big = [32768] if quick else [32768, 16384]
-    ptr = dict(tma=False, store_cs=True)
     specs = [
-        dict(name="lap64 default (64/w4 tma cs g8)", kernel="laplacian", d=64),
-        dict(name="lap64 64/w4 ptr-cs g8", kernel="laplacian", d=64, config=C(64, 16, 4, 1), variant=ptr),
-        dict(name="lap64 64/w4 ptr-cs g1", kernel="laplacian", d=64, config=C(64, 16, 4, 1),
-             variant=dict(ptr, group=1)),
-        dict(name="lap64 64/w4 tma g1", kernel="laplacian", d=64, config=C(64, 16, 4, 1), variant=dict(group=1)),
-        dict(name="lap64 64/w2 tma g8", kernel="laplacian", d=64, config=C(64, 16, 2, 1)),
-        dict(name="lap64 128/w8 tma g8", kernel="laplacian", d=64, config=C(128, 16, 8, 1)),
+        dict(name="lap64 default", kernel="laplacian", d=64),
+        dict(name="lap64 64/w2", kernel="laplacian", d=64, config=C(64, 16, 2, 1)),
+        dict(name="lap64 128/w8", kernel="laplacian", d=64, config=C(128, 16, 8, 1)),
         dict(name="rbf3 default", kernel="rbf", d=3),
-        dict(name="rbf3 64/w4 ptr-cs", kernel="rbf", d=3, config=C(64, 16, 4, 1), variant=ptr),
+        dict(name="rbf3 64/w4", kernel="rbf", d=3, config=C(64, 16, 4, 1)),
     ]
     for s in specs:
         run_variant(s, g, big, spies, results)
@@ -391,14 +259,6 @@ def part_warps(g, spies, results, quick):
     ]
     for s in specs:
         run_variant(s, g, [32768], spies, results)
-
-
-def part_baseline(g, spies, results, quick):
-    big = [32768] if quick else [32768, 16384]
-    for name, kern, d, prec in (("OLD rbf64 acc", "rbf", 64, "accurate"), ("OLD rbf64 fast", "rbf", 64, "fast"),
-                                ("OLD lap64", "laplacian", 64, "accurate"), ("OLD rbf512 acc", "rbf", 512, "accurate")):
-        run_variant(dict(name=name, kernel=kern, d=d, precision=prec, old=True), g,
-                    [32768] if d == 512 else big, spies, results)
 
 
 def part_small(g, results):
@@ -569,7 +429,7 @@ def part_tests(results, timeout, outdir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
-    ap.add_argument("--parts", default="mma,direct,baseline,small,first,matvec")
+    ap.add_argument("--parts", default="mma,direct,small,first,matvec")
     ap.add_argument("--quick", action="store_true", help="N = 32768 only")
     ap.add_argument("--test-timeout", type=int, default=280, help="seconds per test shard (part tests)")
     args = ap.parse_args()
@@ -594,8 +454,6 @@ def main():
                 part_direct(g, spies, rows, args.quick)
             elif part == "warps":
                 part_warps(g, spies, rows, args.quick)
-            elif part == "baseline":
-                part_baseline(g, spies, rows, args.quick)
             elif part == "small":
                 part_small(g, rows)
             elif part == "first":

@@ -167,7 +167,8 @@ def _pairwise_tile(x_ptr, y_ptr, nx, ny, offs_m, offs_n, mask_m, mask_n, D,
     """The (BLOCK_M, BLOCK_N) tile of x·y, ||x - y||² (>= 0) or |x - y|_1, in ACC precision.
 
     ``nx``/``ny`` are the row norms ||x||², ||y||² of the (centred) rows, used by MODE_MMA squared
-    distances only. ``SKIP_DIAG``: pairs with row == column (K(X, X)) never trigger the direct
+    distances only; there a tile with a pair closer than ``TAU_`` times its norms (the expansion
+    cancels) is recomputed by direct differences. ``SKIP_DIAG``: pairs with row == column (K(X, X)) never trigger the direct
     recomputation, since the caller overwrites them anyway.
     """
     if MODE == MODE_DIRECT:
@@ -181,14 +182,13 @@ def _pairwise_tile(x_ptr, y_ptr, nx, ny, offs_m, offs_n, mask_m, mask_n, D,
         if PAIRWISE == PW_SQEUCLIDEAN:
             nsum = nx[:, None] + ny[None, :]
             s = tl.maximum(nsum - 2.0 * s, 0.0)
-            if TAU_ > 0:  # TAU_ == 0 compiles the plain expansion (ablation / benchmarks)
-                need = s < TAU_ * nsum
-                if SKIP_DIAG:
-                    need = need & (offs_m[:, None] != offs_n[None, :])
-                if tl.max(tl.max(need.to(tl.int32), axis=1), axis=0) > 0:
-                    s = _direct_tile(x_ptr, y_ptr, offs_m, offs_n, mask_m, mask_n, D,
-                                     stride_xm, stride_xk, stride_ym, stride_yk,
-                                     BLOCK_M, BLOCK_N, PW_SQEUCLIDEAN, 0, False, ACC)
+            need = s < TAU_ * nsum
+            if SKIP_DIAG:
+                need = need & (offs_m[:, None] != offs_n[None, :])
+            if tl.max(tl.max(need.to(tl.int32), axis=1), axis=0) > 0:
+                s = _direct_tile(x_ptr, y_ptr, offs_m, offs_n, mask_m, mask_n, D,
+                                 stride_xm, stride_xk, stride_ym, stride_yk,
+                                 BLOCK_M, BLOCK_N, PW_SQEUCLIDEAN, 0, False, ACC)
     return s
 
 
@@ -439,50 +439,33 @@ def _tile_coords(t, N, M, group, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 
 
 @triton.jit
-def _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
-                TRANSPOSED: tl.constexpr, TSTORE: tl.constexpr, OFF64: tl.constexpr,
-                STORE_CS: tl.constexpr, TMA: tl.constexpr):
+def _store_tile(out_ptr, k, row0, col0, lm, ln, mask, stride_om, stride_on,
+                TRANSPOSED: tl.constexpr, OFF64: tl.constexpr):
     """Store the tile at (row0, col0), or (TRANSPOSED) its transpose at (col0, row0).
 
     Addresses are a 64-bit tile base plus 32-bit offsets inside the tile (OFF64: 64-bit offsets,
     for outputs whose strides times the block size overflow 32 bits): fewer registers than a
-    64-bit pointer per element. TSTORE: write the transpose as ``tl.trans(k)`` with column-major
-    offsets (rows of the transposed tile contiguous) instead of swapping the strides. STORE_CS:
-    streaming stores (``st.global.cs``: evict-first in L2, so the output does not push the
-    operands out). TMA: through the tensor descriptor ``out_desc`` (the copy engine writes the
-    tile from shared memory while the program goes on; edges clipped by the descriptor's shape).
+    64-bit pointer per element. Streaming stores (``st.global.cs``: evict-first in L2, so the
+    output does not push the operands out).
     """
-    CM: tl.constexpr = ".cs" if STORE_CS else ""
-    if TMA:
-        if TRANSPOSED:
-            out_desc.store([col0, row0], tl.trans(k))
-        else:
-            out_desc.store([row0, col0], k)
-        return
     if OFF64:
         lm = lm.to(tl.int64)
         ln = ln.to(tl.int64)
     if TRANSPOSED:
         base = out_ptr + col0.to(tl.int64) * stride_om + row0.to(tl.int64) * stride_on
-        if TSTORE:
-            tl.store(base + (ln[:, None] * stride_om + lm[None, :] * stride_on), tl.trans(k),
-                     mask=tl.trans(mask), cache_modifier=CM)
-        else:
-            tl.store(base + (ln[None, :] * stride_om + lm[:, None] * stride_on), k, mask=mask,
-                     cache_modifier=CM)
+        tl.store(base + (ln[None, :] * stride_om + lm[:, None] * stride_on), k, mask=mask,
+                 cache_modifier=".cs")
     else:
         base = out_ptr + row0.to(tl.int64) * stride_om + col0.to(tl.int64) * stride_on
         tl.store(base + (lm[:, None] * stride_om + ln[None, :] * stride_on), k, mask=mask,
-                 cache_modifier=CM)
+                 cache_modifier=".cs")
 
 
 @triton.jit
-def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M, stride_om,
-                 stride_on,
+def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M, stride_om, stride_on,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr,
                  NORM_DIAG: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
-                 STATIONARY: tl.constexpr, TSTORE: tl.constexpr, OFF64: tl.constexpr,
-                 STORE_CS: tl.constexpr, TMA: tl.constexpr):
+                 STATIONARY: tl.constexpr, OFF64: tl.constexpr):
     """Epilogue and stores of one tile of the pairwise quantity ``s``.
 
     DIAG (K(X, X), square blocks): tiles on the block diagonal write the diagonal exactly (k(0)
@@ -517,16 +500,12 @@ def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N,
                 # mirror the upper triangle of the tile onto its lower one: one store, symmetric
                 kd = tl.where(lm[:, None] <= ln[None, :], kd, tl.trans(kd))
             kd = kd.to(OT)
-            _store_tile(out_ptr, out_desc, kd, row0, col0, lm, ln, mask, stride_om, stride_on,
-                        False, False, OFF64, STORE_CS, TMA)
+            _store_tile(out_ptr, kd, row0, col0, lm, ln, mask, stride_om, stride_on, False, OFF64)
         else:
             k = k.to(OT)
-            _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
-                        False, False, OFF64, STORE_CS, TMA)
+            _store_tile(out_ptr, k, row0, col0, lm, ln, mask, stride_om, stride_on, False, OFF64)
             if TRIANGLE:
-                _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
-                            True, TSTORE, OFF64, STORE_CS, TMA)
+                _store_tile(out_ptr, k, row0, col0, lm, ln, mask, stride_om, stride_on, True, OFF64)
     else:
         k = k.to(OT)
-        _store_tile(out_ptr, out_desc, k, row0, col0, lm, ln, mask, stride_om, stride_on,
-                    False, False, OFF64, STORE_CS, TMA)
+        _store_tile(out_ptr, k, row0, col0, lm, ln, mask, stride_om, stride_on, False, OFF64)

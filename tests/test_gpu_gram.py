@@ -264,39 +264,32 @@ def _candidate_configs(name, d, precision="accurate"):
 @pytest.mark.parametrize("name,d", [("rbf", 3), ("matern", 40), ("laplacian", 20), ("polynomial", 40)])
 def test_every_config_is_correct(name, d, symmetric, device, rng):
     """Each candidate config (one under the interpreter), launched directly: right values, every
-    element written, K(X, X) exactly symmetric; TMA and pointer stores, both forms of the
-    transposed pointer store."""
+    element written, K(X, X) exactly symmetric."""
     x = randn(rng, (152, d), torch.float32, device)
     y = None if symmetric else randn(rng, (80, d), torch.float32, device)
     ref = reference(name, {}, x, y)
     plan = _prepare.kernel_plan(name, d, {})
     for config in _candidate_configs(name, d):
-        # rows of 152 / 80 floats are 16-byte aligned: the default stores through a tensor
-        # descriptor (TMA); the second variant takes the pointer stores
-        for variant in ({}, {"tstore": True, "direct_triangle": False, "group": 1, "tma": False,
-                             "store_cs": False}):
-            out = poisoned(ref.shape, torch.float32, device)
-            gram_module.gram_fwd(x, y, plan, out, "accurate", symmetric, config=config,
-                                 variant=variant)
-            check_values(out, ref, "float32", name, {}, x, y)
-            if symmetric:
-                assert torch.equal(out, out.T), (config, variant)
+        out = poisoned(ref.shape, torch.float32, device)
+        gram_module.gram_fwd(x, y, plan, out, "accurate", symmetric, config=config)
+        check_values(out, ref, "float32", name, {}, x, y)
+        if symmetric:
+            assert torch.equal(out, out.T), config
 
 
-@pytest.mark.parametrize("variant", [dict(group=1), dict(group=2, store_cs=True, load_el=True),
-                                     dict(group=2, tma=True)],
-                         ids=["plain-triangle", "group2-cs-el", "group2-tma"])
+@pytest.mark.parametrize("super_tile", [1, 2])
 @pytest.mark.parametrize("precision", ["accurate", "fast"])
-def test_store_and_order_variants(precision, variant, device, rng):
-    """The tile-order and cache-hint variants (benchmarks) compute the same K, near-duplicate
-    flags and fix-ups included (group 2 over 3 blocks of the interpreter's 64: super-tiles with
-    programs below the diagonal and past the edge that must write nothing)."""
+def test_super_tile_orders(precision, super_tile, device, rng, monkeypatch):
+    """Other super-tile sizes of the triangle order compute the same K, near-duplicate flags and
+    fix-ups included (1: plain triangle order; 2 over 3 blocks of the interpreter's 64:
+    super-tiles with programs below the diagonal and past the edge that must write nothing)."""
+    monkeypatch.setattr(gram_module, "SUPER_TILE", super_tile)
     _, _, xx = _near_duplicates(rng, 70, 20, device)  # 140 rows
     params = dict(nu=0.5, length_scale=1.3)
     plan = _prepare.kernel_plan("matern", 20, params)
     ref = reference("matern", params, xx)
     out = poisoned(ref.shape, torch.float32, device)
-    gram_module.gram_fwd(xx, None, plan, out, precision, True, variant=variant)
+    gram_module.gram_fwd(xx, None, plan, out, precision, True)
     assert torch.equal(out, out.T)
     assert rel_fro(out, ref) <= (1e-6 if precision == "accurate" else 2e-3)
     check_values(out, ref, "float32", "matern", params, xx,

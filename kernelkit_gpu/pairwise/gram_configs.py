@@ -1,5 +1,5 @@
 """Launch configs of the Gram kernels (:mod:`kernelkit_gpu.pairwise.gram_fused`): block shapes, the heuristic
-defaults, the benchmark variant switches and the opt-in autotuning cache.
+defaults and the opt-in autotuning cache.
 
 Measurements behind the heuristic configs: ``benchmarks/results/gram-tuning-notes.md``.
 """
@@ -14,7 +14,7 @@ from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
 
 __all__ = ["GramConfig", "mma_configs", "mma_default_config", "direct_configs",
-           "direct_default_config", "DEFAULT_VARIANT", "autotuned"]
+           "direct_default_config", "autotuned"]
 
 
 @dataclass(frozen=True)
@@ -84,18 +84,6 @@ def direct_default_config(d, pairwise):
     # distance at D = 64, ALU-bound, where a cap of 72 registers fits 7 programs per
     # multiprocessor instead of 6: benchmarks/results/gram-tuning-notes.md)
     return direct_configs(d, pairwise)[0]
-
-
-#: Variant switches for benchmarks/gram_variants.py (defaults = the shipped choice):
-#: tstore: transposed tile written as tl.trans (no difference in SASS on triton 3.6);
-#: group: super-tile size of the triangle order (1: plain triangle order);
-#: store_cs / load_el: streaming stores / evict-last operand loads (pointer stores);
-#: tma: stores through a tensor descriptor where ``out`` allows it;
-#: direct_triangle: K(X, X) by direct differences on the upper block triangle only;
-#: mma_triangle: False computes every tile of K(X, X) on tensor cores (timing experiments
-#: only: tensor-core sums need not be bitwise symmetric, so K is then not exactly symmetric).
-DEFAULT_VARIANT = dict(tstore=False, group=8, store_cs=True, load_el=False, direct_triangle=True,
-                       tma=False)
 
 
 # ------------------------------------------------------------------ opt-in autotuning (cached)

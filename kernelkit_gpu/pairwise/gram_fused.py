@@ -29,17 +29,11 @@ from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.pairwise.gram_configs import (
-    DEFAULT_VARIANT, autotuned, direct_configs, direct_default_config, mma_configs,
-    mma_default_config,
+    autotuned, direct_configs, direct_default_config, mma_configs, mma_default_config,
 )
 from kernelkit_gpu.pairwise.gram_tiles import (
     _gram_direct_kernel, _gram_fix_kernel, _gram_mma_kernel, _gram_prep_kernel,
 )
-
-try:  # host-side tensor descriptors (TMA stores on Hopper; the interpreter emulates them)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton: pointer stores only
-    TensorDescriptor = None
 
 __all__ = ["gram", "gram_fwd"]
 
@@ -48,6 +42,9 @@ __all__ = ["gram", "gram_fwd"]
 PAD_ROWS = 128
 #: The feature axis of MMA operands is padded with zeros to a multiple of this.
 PAD_K = 16
+#: K(X, X) computes its upper block triangle in super-tiles of SUPER_TILE x SUPER_TILE blocks,
+#: so each super-tile's operand blocks are reused from L2 (``_epilogues._tile_coords``).
+SUPER_TILE = 8
 
 
 # ------------------------------------------------------------------------------- preparation
@@ -163,18 +160,6 @@ def _padded_like(like, values):
 
 
 # ---------------------------------------------------------------------------------- launchers
-def _tma_desc(out, block, variant):
-    """A tensor descriptor of ``out`` for TMA stores, or None where TMA cannot address it
-    (strided or misaligned rows) or the variant switches it off."""
-    if not variant.get("tma", True) or TensorDescriptor is None:
-        return None
-    es = out.element_size()
-    if out.stride(1) != 1 or (out.stride(0) * es) % 16 or out.data_ptr() % 16 or out.shape[0] < 1:
-        return None
-    return TensorDescriptor(out, shape=list(out.shape), strides=[out.stride(0), 1],
-                            block_shape=[block, block])
-
-
 def _off64(out, block):
     return 2 * block * max(abs(out.stride(0)), abs(out.stride(1)), 1) >= 2**31
 
@@ -190,35 +175,28 @@ def _grid(n, m, block, triangle, group):
     return ns * (ns + 1) // 2 * group * group, group
 
 
-def _launch_mma(ops, plan, out, symmetric, cfg, variant):
-    triangle = symmetric and bool(variant.get("mma_triangle", True))
-    nprog, group = _grid(ops.n, ops.m, cfg.block, triangle, variant.get("group", 1))
+def _launch_mma(ops, plan, out, symmetric, cfg):
+    nprog, group = _grid(ops.n, ops.m, cfg.block, symmetric, SUPER_TILE)
     sq = plan.pairwise == E.PW_SQEUCLIDEAN.value
-    tau = E.TAU if sq else 0.0
-    flags = torch.empty((nprog,), dtype=torch.int32, device=out.device) if tau > 0 else ops.nx
+    flags = torch.empty((nprog,), dtype=torch.int32, device=out.device) if sq else ops.nx
     off64 = _off64(out, cfg.block)
-    desc = _tma_desc(out, cfg.block, variant)
     _gram_mma_kernel[(nprog,)](
-        ops.x, ops.y, ops.nx, ops.ny, ops.dg, ops.prm, out, desc, flags,
+        ops.x, ops.y, ops.nx, ops.ny, ops.dg, ops.prm, out, flags,
         ops.n, ops.m, ops.kd, plan.deg, group,
         ops.x.stride(0), ops.y.stride(0), out.stride(0), out.stride(1),
-        BLOCK_K=cfg.block_k, KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=triangle,
+        BLOCK_K=cfg.block_k, KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=symmetric,
         DIAG=symmetric, STATIONARY=plan.stationary, SPLIT=ops.split, DOT_PREC=ops.dot_prec,
-        TAU_=tau, TSTORE=bool(variant.get("tstore", False)), OFF64=off64,
-        STORE_CS=bool(variant.get("store_cs", False)), LOAD_EL=bool(variant.get("load_el", False)),
-        TMA=desc is not None, BIAS=ops.bias, NORM_DIAG=plan.pairwise == E.PW_DOT.value,
+        TAU_=E.TAU, OFF64=off64, BIAS=ops.bias, NORM_DIAG=plan.pairwise == E.PW_DOT.value,
         SLICED=ops.sliced, **cfg.kwargs(),
     )
-    if tau > 0:
+    if sq:
         rx, ry = ops.raw_x, ops.raw_y
         scan = 32 if _launch.INTERPRET else 256
         _gram_fix_kernel[(triton.cdiv(nprog, scan),)](
-            rx, ry, ops.mean, ops.scale if ops.scale is not None else ops.mean, ops.prm, out, desc,
-            flags, ops.n, ops.m, ops.d, plan.deg, group, nprog,
+            rx, ry, ops.mean, ops.scale if ops.scale is not None else ops.mean, ops.prm, out, flags, ops.n, ops.m, ops.d, plan.deg, group, nprog,
             rx.stride(0), rx.stride(1), ry.stride(0), ry.stride(1), out.stride(0), out.stride(1),
-            BLOCK_M=cfg.block, BLOCK_N=cfg.block, KIND=plan.kind, TRIANGLE=triangle,
-            DIAG=symmetric, SCALE=ops.scale is not None, OFF64=off64, TMA=desc is not None,
-            SCAN=scan, num_warps=cfg.num_warps, num_stages=1,
+            BLOCK_M=cfg.block, BLOCK_N=cfg.block, KIND=plan.kind, TRIANGLE=symmetric,
+            DIAG=symmetric, SCALE=ops.scale is not None, OFF64=off64, SCAN=scan, num_warps=cfg.num_warps, num_stages=1,
         )
     return out
 
@@ -261,19 +239,16 @@ def prepare_direct(x, y, plan, symmetric):
                           d=d, dk=d if d <= P.DIRECT_MAX_D else 0)
 
 
-def _launch_direct(ops, plan, out, symmetric, cfg, variant):
-    triangle = symmetric and bool(variant.get("direct_triangle", True))
-    nprog, group = _grid(ops.n, ops.m, cfg.block, triangle, variant.get("group", 1))
-    desc = _tma_desc(out, cfg.block, variant)
+def _launch_direct(ops, plan, out, symmetric, cfg):
+    nprog, group = _grid(ops.n, ops.m, cfg.block, symmetric, SUPER_TILE)
     _gram_direct_kernel[(nprog,)](
-        ops.x, ops.y, ops.nx, ops.prm, out, desc,
+        ops.x, ops.y, ops.nx, ops.prm, out,
         ops.n, ops.m, ops.d, plan.deg, group,
         ops.x.stride(0), ops.x.stride(1), ops.y.stride(0), ops.y.stride(1),
         out.stride(0), out.stride(1),
-        KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=triangle, DIAG=symmetric,
-        STATIONARY=plan.stationary, DK=ops.dk, TSTORE=bool(variant.get("tstore", False)),
-        OFF64=_off64(out, cfg.block), STORE_CS=bool(variant.get("store_cs", False)),
-        TMA=desc is not None, NORM_DIAG=plan.pairwise == E.PW_DOT.value, **cfg.kwargs(),
+        KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=symmetric, DIAG=symmetric,
+        STATIONARY=plan.stationary, DK=ops.dk, OFF64=_off64(out, cfg.block),
+        NORM_DIAG=plan.pairwise == E.PW_DOT.value, **cfg.kwargs(),
     )
     return out
 
@@ -283,43 +258,41 @@ def uses_mma(plan, d):
     return not (plan.pairwise == E.PW_MANHATTAN.value or d <= P.DIRECT_MAX_D)
 
 
-def gram_fwd(x, y, plan, out, precision, symmetric, config=None, variant=None):
+def gram_fwd(x, y, plan, out, precision, symmetric, config=None):
     """Prepare the operands and launch the Gram kernels; ``y`` is None for K(X, X).
 
-    ``config``: a :class:`kernelkit_gpu.pairwise.gram_configs.GramConfig` to launch with instead of the
-    heuristic / autotuned one (tests run every candidate); ``variant``: switches of
-    ``DEFAULT_VARIANT`` (benchmarks).
+    ``config``: a :class:`kernelkit_gpu.pairwise.gram_configs.GramConfig` to launch with instead
+    of the heuristic / autotuned one (tests run every candidate; benchmarks time them).
     """
-    var = dict(DEFAULT_VARIANT, **(variant or {}))
     d = x.shape[1]
     if uses_mma(plan, d):
         ops = prepare_mma(x, y, plan, precision, symmetric)
         elem = ops.x.element_size()
         if config is None:
-            config = (_autotuned_mma(ops, plan, out, symmetric, var) if _launch.autotuning()
+            config = (_autotuned_mma(ops, plan, out, symmetric) if _launch.autotuning()
                       else mma_default_config(ops.kd, ops.split, elem, ops.sliced))
-        return _launch_mma(ops, plan, out, symmetric, config, var)
+        return _launch_mma(ops, plan, out, symmetric, config)
     ops = prepare_direct(x, y, plan, symmetric)
     if config is None:
-        config = (_autotuned_direct(ops, plan, out, symmetric, var) if _launch.autotuning()
+        config = (_autotuned_direct(ops, plan, out, symmetric) if _launch.autotuning()
                   else direct_default_config(d, plan.pairwise))
-    return _launch_direct(ops, plan, out, symmetric, config, var)
+    return _launch_direct(ops, plan, out, symmetric, config)
 
 
 # ------------------------------------------------------------------ opt-in autotuning (cached)
-def _autotuned_mma(ops, plan, out, symmetric, var):
+def _autotuned_mma(ops, plan, out, symmetric):
     elem = ops.x.element_size()
     key = ("mma", ops.kd, ops.split, elem, plan.kind, plan.pairwise, symmetric, ops.dot_prec,
            str(out.device))
     return autotuned(key, mma_configs(ops.kd, ops.split, elem, ops.sliced),
-                      lambda c: _launch_mma(ops, plan, out, symmetric, c, var))
+                      lambda c: _launch_mma(ops, plan, out, symmetric, c))
 
 
-def _autotuned_direct(ops, plan, out, symmetric, var):
+def _autotuned_direct(ops, plan, out, symmetric):
     key = ("direct", ops.dk, _launch.block_size(ops.d, lo=1), plan.kind, plan.pairwise, symmetric,
            str(out.device))
     return autotuned(key, direct_configs(ops.d, plan.pairwise),
-                      lambda c: _launch_direct(ops, plan, out, symmetric, c, var))
+                      lambda c: _launch_direct(ops, plan, out, symmetric, c))
 
 
 def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):

@@ -82,14 +82,13 @@ def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, N, D, KD,
 # ------------------------------------------------------------------------ tensor-core tiles
 @triton.jit(do_not_specialize=["N", "DEG", "group"])
 def _gram_mma_kernel(
-    x_ptr, y_ptr, nx_ptr, ny_ptr, dg_ptr, prm_ptr, out_ptr, out_desc, flag_ptr,
+    x_ptr, y_ptr, nx_ptr, ny_ptr, dg_ptr, prm_ptr, out_ptr, flag_ptr,
     N, M, KD, DEG, group,
     stride_xm, stride_ym, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
     STATIONARY: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr, TAU_: tl.constexpr,
-    TSTORE: tl.constexpr, OFF64: tl.constexpr, STORE_CS: tl.constexpr, LOAD_EL: tl.constexpr,
-    TMA: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr, SLICED: tl.constexpr,
+    OFF64: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr, SLICED: tl.constexpr,
 ):
     """One tile of K from padded operands (``_gram_prep_kernel``) with tl.dot over KD features.
 
@@ -101,12 +100,11 @@ def _gram_mma_kernel(
     added to the running sum with IEEE float32 adds (tensor cores accumulate with truncation, which
     over hundreds of features costs dot products that cancel several digits). NORM_DIAG: the diagonal of K(X, X) is the epilogue of ``dg`` (the squared row norms of
     the caller's data), not of the tile. Squared distances are
-    ||x||² + ||y||² - 2 x·y clamped at 0; with TAU_ > 0 each tile stores in ``flag_ptr[tile]``
-    whether a pair is closer than TAU_ times its norms (the expansion cancels there:
-    ``_gram_fix_kernel`` recomputes that tile). LOAD_EL: operand loads marked evict-last.
+    ||x||² + ||y||² - 2 x·y clamped at 0; each tile stores in ``flag_ptr[tile]`` whether a pair
+    is closer than TAU_ times its norms (the expansion cancels there: ``_gram_fix_kernel``
+    recomputes that tile).
     """
     ACC: tl.constexpr = out_ptr.dtype.element_ty
-    EV: tl.constexpr = "evict_last" if LOAD_EL else ""
     t = tl.program_id(0)
     pid_m, pid_n, valid = _tile_coords(t, N, M, group, BLOCK_M, BLOCK_N, TRIANGLE)
     if valid:
@@ -120,13 +118,13 @@ def _gram_mma_kernel(
         yb = y_ptr + col0.to(tl.int64) * stride_ym + (ln[None, :] * stride_ym + lk[:, None])
         acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
         for k0 in range(0, KD, BLOCK_K):
-            a = tl.load(xa, eviction_policy=EV)
-            b = tl.load(yb, eviction_policy=EV)
+            a = tl.load(xa)
+            b = tl.load(yb)
             part = tl.zeros((BLOCK_M, BLOCK_N), ACC) if SLICED else acc
             if SPLIT:  # 3xTF32: small terms first
-                part = tl.dot(tl.load(xa + KD, eviction_policy=EV), b, part,
+                part = tl.dot(tl.load(xa + KD), b, part,
                               input_precision=DOT_PREC, out_dtype=ACC)
-                part = tl.dot(a, tl.load(yb + KD, eviction_policy=EV), part,
+                part = tl.dot(a, tl.load(yb + KD), part,
                               input_precision=DOT_PREC, out_dtype=ACC)
             part = tl.dot(a, b, part, input_precision=DOT_PREC, out_dtype=ACC)
             acc = acc + part if SLICED else part
@@ -137,32 +135,30 @@ def _gram_mma_kernel(
             ny = tl.load(ny_ptr + col0 + ln)
             nsum = nx[:, None] + ny[None, :]
             s = tl.maximum(nsum - 2.0 * acc, 0.0)
-            if TAU_ > 0:  # TAU_ == 0 compiles the plain expansion (ablation / benchmarks)
-                need = s < TAU_ * nsum
-                if DIAG:
-                    need = need & (lm[:, None] + row0 != ln[None, :] + col0)
-                tl.store(flag_ptr + t, tl.max(tl.max(need.to(tl.int32), axis=1), axis=0))
+            need = s < TAU_ * nsum
+            if DIAG:
+                need = need & (lm[:, None] + row0 != ln[None, :] + col0)
+            tl.store(flag_ptr + t, tl.max(tl.max(need.to(tl.int32), axis=1), axis=0))
         elif BIAS:
             s = acc + (tl.load(nx_ptr + row0 + lm)[:, None] + tl.load(ny_ptr + col0 + ln)[None, :])
         else:
             s = acc
         p0, p1, p2 = _load_params(prm_ptr)
-        _finish_tile(s, dg_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
+        _finish_tile(s, dg_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M,
                      stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE, DIAG,
-                     STATIONARY, TSTORE, OFF64, STORE_CS, TMA)
+                     STATIONARY, OFF64)
     else:
-        if PAIRWISE == E.PW_SQEUCLIDEAN and TAU_ > 0:
+        if PAIRWISE == E.PW_SQEUCLIDEAN:
             tl.store(flag_ptr + t, 0)  # every flag is written: the fix-up scans them as vectors
 
 
 @triton.jit(do_not_specialize=["N", "D", "DEG", "group", "NPROG"])
 def _gram_fix_kernel(
-    x_ptr, y_ptr, mean_ptr, scale_ptr, prm_ptr, out_ptr, out_desc, flag_ptr,
+    x_ptr, y_ptr, mean_ptr, scale_ptr, prm_ptr, out_ptr, flag_ptr,
     N, M, D, DEG, group, NPROG,
     stride_xm, stride_xk, stride_ym, stride_yk, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr, TRIANGLE: tl.constexpr,
-    DIAG: tl.constexpr, SCALE: tl.constexpr, OFF64: tl.constexpr, TMA: tl.constexpr,
-    SCAN: tl.constexpr,
+    DIAG: tl.constexpr, SCALE: tl.constexpr, OFF64: tl.constexpr, SCAN: tl.constexpr,
 ):
     """Recompute the flagged tiles of a squared-distance Gram matrix by direct differences.
 
@@ -204,21 +200,20 @@ def _gram_fix_kernel(
                     xp += stride_xk
                     yp += stride_yk
                 p0, p1, p2 = _load_params(prm_ptr)
-                _finish_tile(s, prm_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
+                _finish_tile(s, prm_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M,
                              stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, False,
-                             TRIANGLE, DIAG, True, False, OFF64, False, TMA)
+                             TRIANGLE, DIAG, True, OFF64)
 
 
 # ---------------------------------------------------------------------- direct differences
 @triton.jit(do_not_specialize=["N", "D", "DEG", "group"])
 def _gram_direct_kernel(
-    x_ptr, y_ptr, nx_ptr, prm_ptr, out_ptr, out_desc,
+    x_ptr, y_ptr, nx_ptr, prm_ptr, out_ptr,
     N, M, D, DEG, group,
     stride_xm, stride_xk, stride_ym, stride_yk, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr, PAIRWISE: tl.constexpr,
     TRIANGLE: tl.constexpr, DIAG: tl.constexpr, STATIONARY: tl.constexpr, DK: tl.constexpr,
-    TSTORE: tl.constexpr, OFF64: tl.constexpr, STORE_CS: tl.constexpr, TMA: tl.constexpr,
-    NORM_DIAG: tl.constexpr,
+    OFF64: tl.constexpr, NORM_DIAG: tl.constexpr,
 ):
     """One tile of K from one feature at a time (feature-major, row-padded x / y from
     ``_gram_prep_kernel``: coalesced, unmasked loads).
@@ -242,6 +237,6 @@ def _gram_direct_kernel(
                          stride_xm, stride_xk, stride_ym, stride_yk,
                          BLOCK_M, BLOCK_N, PAIRWISE, DK, True, ACC)
         p0, p1, p2 = _load_params(prm_ptr)
-        _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, out_desc, pid_m, pid_n, N, M,
+        _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M,
                      stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE,
-                     DIAG, STATIONARY, TSTORE, OFF64, STORE_CS, TMA)
+                     DIAG, STATIONARY, OFF64)
