@@ -27,7 +27,8 @@ import numpy as np
 from kernelkit_math import feature_maps as _fm
 from kernelkit_math import kernels as _k
 
-__all__ = ["Param", "KernelSpec", "REGISTRY", "get_kernel", "kernel_names"]
+__all__ = ["Param", "Example", "SklearnEquivalent", "KernelSpec", "REGISTRY", "get_kernel",
+           "kernel_names"]
 
 
 def _is_single_number_array(value):
@@ -144,16 +145,63 @@ class Example:
     """A parameter setting every registry-wide test runs the kernel with.
 
     ``params(d)`` returns registry parameters for data with ``d`` features (per-feature values
-    with ``d`` entries), chosen so that K is neither ~0 nor ~1 on standard-normal data. ``math``:
-    a case of the float64 reference tests (``tests/cases.py``); ``gpu``: a case of the GPU kernel
-    tests (``tests/gpu_cases.py``), which multiply each case by dtypes, sizes and devices, so they
-    take a representative few.
+    with ``d`` entries), chosen so that K is neither ~0 nor ~1 on standard-normal data. The
+    kernel-class and scikit-learn agreement tests (``tests/cases.py``) take every example not
+    marked ``offset``; ``math``: also a case of the float64 reference tests; ``gpu``: also a case
+    of the GPU kernel tests (``tests/gpu_cases.py``), which multiply each case by dtypes, sizes and
+    devices, so they take a representative few.
+
+    ``offset``: the parameters are chosen for data at 1000 + 0.05 N(0, 1) instead (widths ~0.05
+    sqrt(d), dot-product scales ~1e-6 / d so that x·y ~ 1e6 d gives O(1) arguments), for the
+    float32 offset-1000 tests (``tests/test_pairwise.py``) and nothing else; :func:`_offset`
+    makes them, with ``gpu`` and ``math`` False.
     """
 
     id: str
     params: Callable
     gpu: bool = True
     math: bool = True
+    offset: bool = False
+
+
+def _offset(id, params):
+    """An :class:`Example` for data at offset 1000 (spread 0.05) only."""
+    return Example(id, params, gpu=False, math=False, offset=True)
+
+
+@dataclass(frozen=True)
+class SklearnEquivalent:
+    """Where scikit-learn computes the same kernel, by name (this package never imports it).
+
+    Every registry entry declares one, with None where scikit-learn has no equivalent;
+    ``tests/cases.py`` resolves the names into scikit-learn functions and kernel objects.
+
+    Attributes
+    ----------
+    pairwise : str or None
+        The kernel's key in ``sklearn.metrics.pairwise.PAIRWISE_KERNEL_FUNCTIONS``, which is also
+        the ``kernel="..."`` string of scikit-learn's estimators (``"poly"`` for polynomial). It
+        takes the registry parameters under the same names (``gamma``, ``degree``, ``coef0``;
+        ``gamma=None`` is 1 / n_features there too), scalar values only: scikit-learn has no
+        per-feature gamma.
+    gp_kernel : str or None
+        The class in ``sklearn.gaussian_process.kernels`` equal in value and log-gradient. It
+        takes the parameters in scikit-learn's Gaussian-process convention, exactly those of
+        kernelkit's class for the kernel (``kernelkit.kernels``: rbf's ``length_scale`` with
+        gamma = 1 / (2 length_scale**2)); that class's parameter map is the one copy of the
+        conversion from the registry parameters.
+    gp_fixed : tuple of (str, object) pairs
+        Further constructor arguments that make ``gp_kernel`` this kernel, for example
+        ``DotProduct``'s ``sigma_0=0`` with ``sigma_0_bounds="fixed"`` for the linear kernel.
+    gp_per_feature : bool
+        ``gp_kernel`` also takes per-feature values of the per-feature parameters (scikit-learn's
+        RBF and Matern do, its RationalQuadratic does not).
+    """
+
+    pairwise: Optional[str]
+    gp_kernel: Optional[str]
+    gp_fixed: tuple = ()
+    gp_per_feature: bool = False
 
 
 def _ramp(d, lo, hi):
@@ -178,6 +226,8 @@ class KernelSpec:
     feature_map_fn: Optional[Callable] = None
     #: The settings the shared tests run (tests/cases.py, tests/gpu_cases.py derive their tables).
     examples: tuple = ()
+    #: Where scikit-learn computes the same kernel (a :class:`SklearnEquivalent`; every entry has one).
+    sklearn: Optional[SklearnEquivalent] = None
 
     @property
     def param_names(self):
@@ -273,7 +323,10 @@ REGISTRY = {
             feature_map_fn=_fm.linear_features,
             examples=(
                 Example("default", lambda d: {}),
+                _offset("offset", lambda d: {}),
             ),
+            sklearn=SklearnEquivalent("linear", "DotProduct",
+                                      gp_fixed=(("sigma_0", 0.0), ("sigma_0_bounds", "fixed"))),
         ),
         KernelSpec(
             "polynomial", "(gamma x·y + coef0) ** degree",
@@ -289,7 +342,10 @@ REGISTRY = {
                 Example("neg", lambda d: dict(gamma=0.3, degree=2, coef0=-0.5), math=False),
                 Example("d2", lambda d: dict(gamma=0.3, degree=2, coef0=0.5), gpu=False),
                 Example("d1", lambda d: dict(gamma=0.2, degree=1, coef0=2.0), gpu=False),
+                _offset("offset", lambda d: {}),
+                _offset("offset-cancel", lambda d: dict(degree=2, gamma=1e-6 / d, coef0=-1.0)),
             ),
+            sklearn=SklearnEquivalent("poly", None),
         ),
         KernelSpec(
             "rbf", "exp(-sum_k gamma_k (x_k - y_k)**2)", (_gamma_param(per_feature=True),),
@@ -300,7 +356,10 @@ REGISTRY = {
                 Example("pf", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d), math=False),
                 Example("g", lambda d: dict(gamma=1.2 / d), gpu=False),
                 Example("pf3", lambda d: dict(gamma=np.resize([0.1, 0.7, 0.3], d) * 3 / d), gpu=False),
+                _offset("offset", lambda d: {}),
+                _offset("offset-g", lambda d: dict(gamma=200.0 / d)),
             ),
+            sklearn=SklearnEquivalent("rbf", "RBF", gp_per_feature=True),
         ),
         KernelSpec(
             "laplacian", "exp(-sum_k gamma_k |x_k - y_k|)", (_gamma_param(per_feature=True),),
@@ -311,7 +370,10 @@ REGISTRY = {
                 Example("pf", lambda d: dict(gamma=_ramp(d, 0.5, 1.5) / d), math=False),
                 Example("g", lambda d: dict(gamma=1.2 / d), gpu=False),
                 Example("pf3", lambda d: dict(gamma=np.resize([0.2, 0.5, 0.9], d) * 3 / d), gpu=False),
+                _offset("offset", lambda d: {}),
+                _offset("offset-g", lambda d: dict(gamma=40.0 / d)),
             ),
+            sklearn=SklearnEquivalent("laplacian", None),
         ),
         KernelSpec(
             "matern", "Matérn(nu) of r = ||(x - y) / length_scale||",
@@ -320,11 +382,16 @@ REGISTRY = {
             value_fn=_k.matern, diag_fn=_k.matern_diag, gradient_fn=_k.matern_gradient,
             examples=(
                 Example("05", lambda d: dict(nu=0.5, length_scale=1.3 * np.sqrt(d / 3))),
+                Example("05-pf", lambda d: dict(nu=0.5, length_scale=np.resize([0.7, 1.0, 2.0, 1.5], d) * np.sqrt(d / 3)), gpu=False),
                 Example("15-pf", lambda d: dict(nu=1.5, length_scale=_ramp(d, 0.8, 2.0) * np.sqrt(d / 3)), math=False),
                 Example("25", lambda d: dict(nu=2.5, length_scale=0.9 * np.sqrt(d / 3)), math=False),
                 Example("15", lambda d: dict(nu=1.5, length_scale=0.9 * np.sqrt(d / 3)), gpu=False),
                 Example("25-pf", lambda d: dict(nu=2.5, length_scale=np.resize([0.8, 1.5, 2.0], d) * np.sqrt(d / 3)), gpu=False),
+                _offset("offset-05", lambda d: dict(nu=0.5, length_scale=0.05 * np.sqrt(d))),
+                _offset("offset-15", lambda d: dict(nu=1.5, length_scale=0.05 * np.sqrt(d))),
+                _offset("offset-25", lambda d: dict(nu=2.5, length_scale=0.05 * np.sqrt(d))),
             ),
+            sklearn=SklearnEquivalent(None, "Matern", gp_per_feature=True),
         ),
         KernelSpec(
             "rational_quadratic", "(1 + r**2 / (2 alpha)) ** -alpha",
@@ -337,7 +404,9 @@ REGISTRY = {
                 Example("pf", lambda d: dict(length_scale=_ramp(d, 1.0, 2.0) * np.sqrt(d / 3), alpha=0.3), math=False),
                 Example("a", lambda d: dict(length_scale=0.7 * np.sqrt(d / 3), alpha=2.5), gpu=False),
                 Example("pf3", lambda d: dict(length_scale=np.resize([1.0, 2.0, 0.5], d) * np.sqrt(d / 3), alpha=0.3), gpu=False),
+                _offset("offset", lambda d: dict(length_scale=0.05 * np.sqrt(d), alpha=0.5)),
             ),
+            sklearn=SklearnEquivalent(None, "RationalQuadratic"),
         ),
         KernelSpec(
             "periodic", "exp(-2 sin(pi ||x - y|| / periodicity)**2 / length_scale**2)",
@@ -349,14 +418,18 @@ REGISTRY = {
             examples=(
                 Example("default", lambda d: dict(periodicity=2.0 * np.sqrt(d / 3))),
                 Example("lp", lambda d: dict(length_scale=0.7, periodicity=4.5 * np.sqrt(d / 3))),
+                _offset("offset", lambda d: dict(length_scale=1.0, periodicity=0.2 * np.sqrt(d))),
             ),
+            sklearn=SklearnEquivalent(None, "ExpSineSquared"),
         ),
         KernelSpec(
             "cosine", "x·y / (||x|| ||y||)", (), stationary=False, psd=True, pairwise="cosine",
             value_fn=_k.cosine, diag_fn=_k.cosine_diag, gradient_fn=_k.cosine_gradient,
             examples=(
                 Example("default", lambda d: {}),
+                _offset("offset", lambda d: {}),
             ),
+            sklearn=SklearnEquivalent("cosine", None),
         ),
         KernelSpec(
             "sigmoid", "tanh(gamma x·y + coef0)",
@@ -367,7 +440,10 @@ REGISTRY = {
                 Example("default", lambda d: {}),
                 Example("neg", lambda d: dict(gamma=0.2, coef0=-0.3), math=False),
                 Example("pos", lambda d: dict(gamma=0.2, coef0=0.3), gpu=False),
+                _offset("offset", lambda d: {}),
+                _offset("offset-cancel", lambda d: dict(gamma=1e-6 / d, coef0=-1.0)),
             ),
+            sklearn=SklearnEquivalent("sigmoid", None),
         ),
         KernelSpec(
             "exponential", "exp(scale x·y)",
@@ -377,7 +453,9 @@ REGISTRY = {
             examples=(
                 Example("default", lambda d: {}),
                 Example("s", lambda d: dict(scale=0.25), gpu=False),
+                _offset("offset", lambda d: dict(scale=1e-6 / d)),
             ),
+            sklearn=SklearnEquivalent(None, None),
         ),
     ]
 }

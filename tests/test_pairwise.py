@@ -21,7 +21,7 @@ from sklearn.metrics import pairwise as skp
 
 import kernelkit.pairwise as kp
 from kernelkit_math.registry import REGISTRY, get_kernel, kernel_names
-from tests.cases import N_FEATURES, PARAM_CASES
+from tests.cases import N_FEATURES, PARAM_CASES, examples, sklearn_function_name, sklearn_metric
 from tests.conftest import TOL
 
 F64 = TOL["float64"]
@@ -42,11 +42,9 @@ SK_FUNCS = {
     "cosine_similarity": [{}, dict(dense_output=True)],
 }
 FUNC_NAMES = list(SK_FUNCS)
-#: The registry kernel behind each function.
-REGISTRY_NAME = {
-    "linear_kernel": "linear", "polynomial_kernel": "polynomial", "rbf_kernel": "rbf",
-    "laplacian_kernel": "laplacian", "sigmoid_kernel": "sigmoid", "cosine_similarity": "cosine",
-}
+#: The registry kernel behind each function (from the scikit-learn equivalents it declares).
+REGISTRY_NAME = {sklearn_function_name(name): name for name in kernel_names()
+                 if sklearn_function_name(name) in FUNC_NAMES}
 
 # (n_X, n_Y, n_features): one row, one feature, 63 rows (not a power of two), a plain square.
 SHAPES = [
@@ -196,8 +194,25 @@ def test_pairwise_kernels_equals_registry_reference(rng, name, params, same):
     assert K.dtype == np.float64
 
 
+SKLEARN_METRIC_CASES = [case for case in REGISTRY_CASES
+                        if sklearn_metric(case.values[0], case.values[1]) is not None]
+
+
+@pytest.mark.parametrize("name, params", SKLEARN_METRIC_CASES)
+@SAME
+def test_declared_sklearn_metric_is_the_registry_kernel(rng, name, params, same):
+    """The scikit-learn equivalent a registry entry declares computes that kernel."""
+    X = _data(rng, 13, N_FEATURES)
+    Y = None if same else _data(rng, 8, N_FEATURES)
+    expected = skp.pairwise_kernels(X, Y, metric=sklearn_metric(name), **params)
+    np.testing.assert_allclose(get_kernel(name).value(X, Y, **params), expected,
+                               rtol=F64["rtol"], atol=0)
+
+
 def test_every_registry_kernel_is_a_metric():
     assert set(PARAM_CASES) == set(REGISTRY)
+    # each scikit-learn-named function is the declared equivalent of one registry kernel
+    assert set(REGISTRY_NAME) == set(FUNC_NAMES)
     X = np.eye(3)
     for name in kernel_names():
         assert kp.pairwise_kernels(X, metric=name).shape == (3, 3)
@@ -279,42 +294,32 @@ def _offset_data(n, d, seed):
     return X
 
 
-#: Registry parameters for data at offset 1000 with spread 0.05: widths ~0.1, and dot-product
-#: scales ~1 / (1e6 n_features) so that gamma x.y + coef0 is O(1) (exp(x.y / 2) would overflow).
-OFFSET_PARAMS = {
-    "linear": [{}],
-    "polynomial": [{}, dict(degree=2, gamma=2.5e-7, coef0=-1.0)],
-    "rbf": [{}, dict(gamma=50.0)],
-    "laplacian": [{}, dict(gamma=10.0)],
-    "matern": [dict(nu=nu, length_scale=0.1) for nu in (0.5, 1.5, 2.5)],
-    "rational_quadratic": [dict(length_scale=0.1, alpha=0.5)],
-    "periodic": [dict(length_scale=1.0, periodicity=0.4)],
-    "cosine": [{}],
-    "sigmoid": [{}, dict(gamma=2.5e-7, coef0=-1.0)],
-    "exponential": [dict(scale=2.5e-7)],
-}
+#: The offset-1000 data have this many features.
+OFFSET_FEATURES = 4
+#: (registry name, params): the registry's examples for data at offset 1000 with spread 0.05
+#: (``Example.offset``): widths ~0.05 sqrt(d), and dot-product scales ~1e-6 / d so that
+#: gamma x.y + coef0 is O(1) (exp(x.y / 2) would overflow).
+OFFSET_CASES = [
+    (name, example.params(OFFSET_FEATURES))
+    for name in kernel_names()
+    for example in examples(name, offset=True)
+]
 
 
 def test_every_registry_kernel_has_offset_params():
-    assert set(OFFSET_PARAMS) == set(REGISTRY)
+    assert {name for name, _ in OFFSET_CASES} == set(REGISTRY)
 
 
 #: (function, params) pairs at offset 1000; parameters put K in an informative range there.
+#: Each offset example through its scikit-learn-named function (where kernelkit.pairwise has
+#: one) and through pairwise_kernels.
 F32_CASES = [
-    pytest.param("linear_kernel", {}, id="linear"),
-    pytest.param("polynomial_kernel", {}, id="polynomial-defaults"),
-    pytest.param("polynomial_kernel", dict(degree=2, gamma=2.5e-7, coef0=-1.0), id="polynomial-cancel"),
-    pytest.param("rbf_kernel", {}, id="rbf-gammaNone"),
-    pytest.param("rbf_kernel", dict(gamma=50.0), id="rbf-gamma50"),
-    pytest.param("laplacian_kernel", {}, id="laplacian-gammaNone"),
-    pytest.param("laplacian_kernel", dict(gamma=10.0), id="laplacian-gamma10"),
-    pytest.param("sigmoid_kernel", {}, id="sigmoid-defaults"),
-    pytest.param("sigmoid_kernel", dict(gamma=2.5e-7, coef0=-1.0), id="sigmoid-cancel"),
-    pytest.param("cosine_similarity", {}, id="cosine"),
+    pytest.param(fname, params, id=f"{fname}-{_params_id(params)}")
+    for name, params in OFFSET_CASES
+    if (fname := sklearn_function_name(name)) in FUNC_NAMES
 ] + [
     pytest.param(("pairwise_kernels", name), params, id=f"pairwise_kernels-{name}-{_params_id(params)}")
-    for name in kernel_names()
-    for params in OFFSET_PARAMS[name]
+    for name, params in OFFSET_CASES
 ]
 
 
