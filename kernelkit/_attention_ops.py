@@ -31,7 +31,8 @@ def use_triton(t):
     return t.is_cuda or _launch.INTERPRET
 
 
-def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False):
+def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
+                      enable_gqa=False, return_lse=False):
     r"""Softmax attention, ``scaled_dot_product_attention``'s signature where they overlap.
 
     .. math::
@@ -48,7 +49,14 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
         ``TRITON_INTERPRET=1``; else the plain-PyTorch path); float64 runs the plain-PyTorch path
         in float64 on any device (it materialises the (T, S) scores).
     is_causal : bool
-        Query i sees keys j <= i (top-left aligned, as SDPA).
+        Causal mask, aligned by ``causal_alignment``.
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
+        to query i iff j <= i (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
+        ``"bottom_right"``: iff j <= i + S - T (torch ``CausalVariant.LOWER_RIGHT``,
+        FlashAttention's alignment for decoding with a KV cache: the T queries are the last T of
+        S positions). With T > S the first T - S queries see no key: output 0, lse -inf, no
+        gradient through them.
     scale : float or None
         None means 1 / sqrt(D).
     enable_gqa : bool
@@ -65,8 +73,8 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     Raises
     ------
     ValueError, TypeError
-        For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H, or
-        ``scale <= 0``.
+        For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H,
+        ``scale <= 0``, or a ``causal_alignment`` other than "top_left" / "bottom_right".
 
     Examples
     --------
@@ -80,7 +88,8 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
         from kernelkit_gpu.attention.softmax import softmax_attention as impl
     else:
         from kernelkit_gpu.attention.naive import softmax_attention_naive as impl
-    return impl(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+    return impl(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment, scale=scale,
+                enable_gqa=enable_gqa, return_lse=return_lse)
 
 
 def _feature_map(feature_map, d, seed):
@@ -105,8 +114,9 @@ def _triton_max_dim():
     return MAX_DIM
 
 
-def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize=True, eps=1e-6,
-                     initial_state=None, return_state=False, seed=0, causal=None):
+def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left",
+                     normalize=True, eps=1e-6, initial_state=None, return_state=False, seed=0,
+                     causal=None):
     r"""Linear attention with the feature-map kernel phi(q)·phi(k).
 
     .. math::
@@ -115,7 +125,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize
         S_t = S_0 + \sum_{s \in V(t)} \phi(k_s) v_s^\top,\quad
         z_t = z_0 + \sum_{s \in V(t)} \phi(k_s)
 
-    with V(t) = {s <= t} when causal, every key otherwise.
+    with V(t) = {s <= t + shift} when causal (shift 0 top-left, S - T bottom-right:
+    ``causal_alignment``), every key otherwise.
 
     Parameters
     ----------
@@ -131,8 +142,16 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize
         ``"taylor2"``, or a feature-map object (seeded, reusable). Maps wider than the Triton
         kernels' limit (256 features) run through the chunked PyTorch path.
     is_causal : bool
-        Query t sees keys s <= t.
+        Causal mask, aligned by ``causal_alignment``.
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
+        to query i iff j <= i (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
+        ``"bottom_right"``: iff j <= i + S - T (torch ``CausalVariant.LOWER_RIGHT``,
+        FlashAttention's alignment for decoding with a KV cache: the T queries are the last T of
+        S positions). With T > S the first T - S queries see no key and read the
+        initial state alone (output 0 without one).
+
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
@@ -154,7 +173,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize
     Raises
     ------
     ValueError, TypeError
-        For an unknown feature map, mismatched shapes, dtypes or devices.
+        For an unknown feature map, mismatched shapes, dtypes or devices, a bad
+        ``causal_alignment``.
 
     Notes
     -----
@@ -180,11 +200,13 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, normalize
         from kernelkit_gpu.attention.linear import linear_attention as impl
     else:  # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
         from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
-    return impl(q, k, v, feature_map=fused, is_causal=causal, normalize=normalize, eps=eps,
-                initial_state=initial_state, return_state=return_state)
+    return impl(q, k, v, feature_map=fused, is_causal=causal, causal_alignment=causal_alignment,
+                normalize=normalize, eps=eps, initial_state=initial_state,
+                return_state=return_state)
 
 
-def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=False, **params):
+def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_left", eps=1e-6,
+                     enable_gqa=False, **params):
     r"""The exact kernel smoother for a kernelkit kernel.
 
     .. math::
@@ -203,8 +225,8 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
         ``kernelkit.RBF(length_scale=4.0)`` whose parameters are converted to the registry's
         (for RBF, gamma = 1 / (2 length_scale²)). ``"exponential"`` / ``kernelkit.Exponential``
         with scale s is softmax attention with that scale.
-    is_causal, enable_gqa
-        As :func:`softmax_attention`.
+    is_causal, causal_alignment, enable_gqa
+        As :func:`softmax_attention`; rows without a visible key output 0.
     eps : float
         Denominator guard for kernels whose weights can sum to <= 0 (polynomial, sigmoid).
     **params
@@ -220,7 +242,7 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
         If ``kernel`` is neither a registry name nor a kernelkit kernel object, or parameters
         are given with a kernel object (they belong in its constructor).
     ValueError
-        For an unknown kernel name or a parameter out of range.
+        For an unknown kernel name, a parameter out of range or a bad ``causal_alignment``.
 
     Examples
     --------
@@ -252,4 +274,5 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, eps=1e-6, enable_gqa=F
         from kernelkit_gpu.attention.smoother import kernel_attention as impl
     else:
         from kernelkit_gpu.attention.naive import kernel_attention_naive as impl
-    return impl(q, k, v, name, is_causal=is_causal, eps=eps, enable_gqa=enable_gqa, **params)
+    return impl(q, k, v, name, is_causal=is_causal, causal_alignment=causal_alignment, eps=eps,
+                enable_gqa=enable_gqa, **params)

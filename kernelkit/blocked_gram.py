@@ -248,8 +248,7 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     Y : array-like of shape (n_Y, n_features), default=None
         ``None`` means ``Y = X``.
     kernel : str, default="rbf"
-        A registry kernel name: one of ``kernelkit_math.kernel_names()`` (linear, polynomial,
-        rbf, laplacian, matern, rational_quadratic, cosine, sigmoid, exponential).
+        A registry kernel name: one of ``kernelkit_math.kernel_names()``.
     out : None or str or os.PathLike, default=None
         ``None`` returns the matrix as a float64 ndarray. A path ending in ``.npy`` streams the
         blocks into a memory-mapped ``.npy`` file (float32 if every input is float32, else

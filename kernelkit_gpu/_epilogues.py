@@ -6,8 +6,8 @@ Two kinds of ``@triton.jit`` helpers live here and nowhere else:
   function of — the dot product x·y, the squared distance ||x - y||² or the L1 distance |x - y|_1 —
   accumulated in float32 (float64 for float64 input);
 * the *epilogue*: the kernel's formula applied elementwise to that quantity, chosen by the ``KIND``
-  constexpr (rbf, laplacian, polynomial, sigmoid, exponential, Matérn 0.5/1.5/2.5, rational
-  quadratic, linear; cosine is linear on rows normalised by the launcher);
+  constexpr, one row of :data:`EPILOGUES` per registry kernel (cosine is linear on rows
+  normalised by the preparation);
 * the Gram kernels' output tiles: program id -> tile (upper block triangle in L2-friendly
   super-tiles), the exact diagonal, and the (transposed) stores.
 

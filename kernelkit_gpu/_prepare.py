@@ -1,5 +1,6 @@
 """Host-side data preparation shared by the Triton launchers and the naive versions: the kernel
-plan (registry kernel -> epilogue constexprs and parameters) and the prepared operands.
+plan (registry kernel -> epilogue constexprs and parameters), the preparation recipe (what is
+normalised, centred, scaled, offset) and the prepared operands.
 
 Everything here runs as ordinary torch operations on the input's device; nothing launches Triton.
 Argument validation is in :mod:`kernelkit_gpu._checks`.
@@ -84,6 +85,136 @@ def kernel_plan(kernel, n_features, params):
 
 
 # ------------------------------------------------------------------------------ operands
+@dataclass(frozen=True)
+class Recipe:
+    """What the preparation does to both operands of one call; decided by :func:`recipe`.
+
+    ``mode``: ``MODE_DIRECT`` (differences feature by feature) or ``MODE_MMA`` (tensor-core dot
+    products). ``acc``: accumulation / output dtype. ``dtype``: dtype of the prepared values (the
+    16-bit input dtype itself, or ``acc``). ``normalize``: cosine rows scaled to unit norm first.
+    ``centre``: the float64 column mean of x is subtracted. ``scale``: per-feature multipliers
+    (``plan.scale``) after centring. ``bias``: centred dot products, so the kernel adds the
+    float64 per-row offsets of :func:`dot_offsets`. ``dot_prec``: "tf32x3", "tf32" or "ieee".
+    """
+
+    mode: int
+    acc: torch.dtype
+    dtype: torch.dtype
+    normalize: bool
+    centre: bool
+    scale: bool
+    bias: bool
+    dot_prec: str
+
+
+def recipe(plan, dtype, d, precision, *, centre_dot=True):
+    """The one place that decides how a Gram-family call prepares its operands.
+
+    Read by :func:`prepare` (matrix-free products, kernel attention) and by the Gram kernel's
+    fused preparation (:mod:`kernelkit_gpu.pairwise.gram_fused`), so a numerical fix reaches
+    every Triton consumer.
+
+    * D <= 16 and the L1 distance: direct differences of the raw values in ``acc`` (exact), or
+      of centred, scaled values with per-feature scales (scaling uncentred data would round each
+      coordinate relative to its offset and lose the differences).
+    * Tensor cores: squared distances on centred data; dot products of float32 / float64 data
+      centred too (x·y = x̃·ỹ + b_x + b_y, ``bias``), unless the consumer's kernel cannot add the
+      offsets (``centre_dot=False``); cosine never (rows are normalised). 16-bit data without
+      per-feature scales stay 16-bit and uncentred (products of 16-bit numbers are exact in
+      float32; centred values would be rounded to 16 bits again): the kernels recompute tiles
+      where the expansion cancels. Under the interpreter bfloat16 goes to tl.dot as float32
+      (it multiplies bfloat16 bit patterns as integers; float32 holds them and their products).
+    """
+    acc = acc_dtype(dtype)
+    direct = plan.pairwise == E.PW_MANHATTAN.value or d <= DIRECT_MAX_D
+    scale = plan.scale is not None
+    sixteen = (not direct and dtype in (torch.float16, torch.bfloat16) and not plan.cosine
+               and not scale)
+    bias = (centre_dot and not direct and plan.pairwise == E.PW_DOT.value and not plan.cosine
+            and not sixteen)
+    centre = scale or (not direct and not sixteen
+                       and (plan.pairwise == E.PW_SQEUCLIDEAN.value or bias))
+    if sixteen:
+        values = torch.float32 if (_launch.INTERPRET and dtype == torch.bfloat16) else dtype
+    else:
+        values = acc
+    if not direct and values == torch.float32 and not sixteen:
+        dot_prec = "tf32x3" if precision == "accurate" else "tf32"
+    else:  # float64, 16-bit, or no tl.dot at all
+        dot_prec = "ieee"
+    return Recipe(mode=(E.MODE_DIRECT if direct else E.MODE_MMA).value, acc=acc, dtype=values,
+                  normalize=plan.cosine, centre=centre, scale=scale, bias=bias, dot_prec=dot_prec)
+
+
+_PRM_CACHE = {}
+
+
+def _params_tensor(prm, dtype, device):
+    key = (prm, dtype, str(device))
+    t = _PRM_CACHE.get(key)
+    if t is None:
+        if len(_PRM_CACHE) > 256:
+            _PRM_CACHE.clear()
+        t = _PRM_CACHE[key] = torch.tensor(prm, dtype=dtype, device=device)
+    return t
+
+
+def normalize_rows(x):
+    """Rows divided by their Euclidean norm; zero rows stay zero (as sklearn.preprocessing.normalize).
+
+    Returns the normalised rows and a vector that is 1 for non-zero rows, 0 for zero rows (the
+    diagonal of the cosine kernel). Each row is first divided by its largest magnitude, so the
+    squares summed for the norm neither underflow (rows of 1e-30 in float32) nor overflow (1e30):
+    rows of any finite scale are normalised to working precision, as the float64 reference does.
+    Works on the last axis of any batch shape.
+    """
+    peak = x.abs().amax(dim=-1, keepdim=True)
+    nonzero = peak > 0
+    xs = x / torch.where(nonzero, peak, torch.ones_like(peak))
+    norms = torch.linalg.vector_norm(xs, dim=-1, keepdim=True)  # in [1, sqrt(D)] for non-zero rows
+    return xs / torch.where(nonzero, norms, torch.ones_like(norms)), nonzero[..., 0].to(x.dtype)
+
+
+def column_mean(x):
+    """The float64 mean over rows (the second-to-last axis), kept as a row: what is centred on."""
+    return x.mean(dim=-2, dtype=torch.float64, keepdim=True).detach()
+
+
+def feature_scales(plan, device):
+    """The plan's per-feature multipliers as a float64 tensor (a tensor plan.scale passes through,
+    with its forward-mode tangent), or None."""
+    if plan.scale is None:
+        return None
+    return torch.as_tensor(plan.scale, dtype=torch.float64, device=device)
+
+
+def centre_and_scale(x, mean, scale, dtype):
+    """(x - mean) * scale formed in float64 and rounded once to ``dtype``; None skips a step.
+
+    The definition of a prepared operand: the Gram kernel's fused preparation computes the very
+    same values (``_gram_prep_kernel``; tested bit for bit).
+    """
+    if mean is None and scale is None:
+        return x.to(dtype)
+    w = x.to(torch.float64)
+    if mean is not None:
+        w = w - mean
+    if scale is not None:
+        w = w * scale
+    return w.to(dtype)
+
+
+def dot_offsets(x, mean):
+    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y.
+
+    Centring dot-product kernels: the tensor cores then only accumulate the small centred
+    products, and the large common part is added once, in float64 rounded to the tile's dtype.
+    ``mean`` is the (1, D) row of :func:`column_mean`.
+    """
+    mean = mean.reshape(-1)
+    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
+
+
 @dataclass
 class Operands:
     """Tensors and settings handed to a Triton launcher.
@@ -110,159 +241,55 @@ class Operands:
     bias: bool = False
 
 
-_PRM_CACHE = {}
-
-
-def _params_tensor(prm, dtype, device):
-    key = (prm, dtype, str(device))
-    t = _PRM_CACHE.get(key)
-    if t is None:
-        if len(_PRM_CACHE) > 256:
-            _PRM_CACHE.clear()
-        t = _PRM_CACHE[key] = torch.tensor(prm, dtype=dtype, device=device)
-    return t
-
-
-def _normalize_rows(x):
-    """Rows divided by their Euclidean norm; zero rows stay zero (as sklearn.preprocessing.normalize).
-
-    Returns the normalised rows and a vector that is 1 for non-zero rows, 0 for zero rows (the
-    diagonal of the cosine kernel). Each row is first divided by its largest magnitude, so the
-    squares summed for the norm neither underflow (rows of 1e-30 in float32) nor overflow (1e30):
-    rows of any finite scale are normalised to working precision, as the float64 reference does.
-    """
-    peak = x.abs().amax(dim=1, keepdim=True)
-    nonzero = peak > 0
-    xs = x / torch.where(nonzero, peak, torch.ones_like(peak))
-    norms = torch.linalg.vector_norm(xs, dim=1, keepdim=True)  # in [1, sqrt(D)] for non-zero rows
-    return xs / torch.where(nonzero, norms, torch.ones_like(norms)), nonzero[:, 0].to(x.dtype)
-
-
-def dot_offsets(x, mean):
-    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y.
-
-    Centring dot-product kernels: the tensor cores then only accumulate the small centred
-    products, and the large common part is added once, in float64 rounded to the tile's dtype.
-    """
-    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
-
-
 def _row_norms(x, acc):
     xa = x.to(acc)
     return (xa * xa).sum(dim=1)
 
 
-def _feature_major(x, acc, mean, scale):
-    """(D, N) contiguous copy in the accumulation dtype, for per-feature (coalesced) loads.
+def prepare(x, y, plan, precision, symmetric, centre_dot=True):
+    """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
-    With per-feature scales the data are centred and scaled in float64 and rounded once: scaling
-    uncentred data would round each coordinate relative to its offset and lose the differences.
-    Without scales the raw values are kept, so differences are formed exactly in the kernel.
+    ``symmetric``: y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
+    operands feature-major (D, N) for coalesced per-feature loads. ``centre_dot``: whether the
+    consumer's kernel adds dot-product offsets (``Operands.bias``).
     """
-    if scale is None:
-        return x.to(acc).t().contiguous()
-    xs = (x.to(torch.float64) - mean) * scale
-    return xs.to(acc).t().contiguous()
-
-
-def _centred(x, mean, scale):
-    """(x - mean) * scale, rounded once to x's dtype (float32 or float64; the mean is float64)."""
-    if x.dtype == torch.float64:
-        xc = x - mean
-        return xc * scale if scale is not None else xc
-    if scale is None:
-        return x - mean.to(torch.float32)
-    return ((x.to(torch.float64) - mean) * scale).to(torch.float32)
-
-
-def prepare(x, y, plan, precision, symmetric, want_diag, centre_dot=False):
-    """Centre / scale / normalise / transpose the data for the Triton kernel; return :class:`Operands`.
-
-    ``symmetric``: y is x (K(X, X)). ``want_diag``: the launcher needs the row-norm vector of a
-    dot-product kernel to write the exact diagonal. ``centre_dot`` (not with ``want_diag``):
-    float32 / float64 data of dot-product kernels (not cosine) on the tensor-core path are centred
-    as :func:`kernelkit_gpu.gram` does, x·y = x̃·ỹ + b_x + b_y with the float64 per-row offsets
-    of :func:`dot_offsets` in ``nx`` / ``ny`` (``bias`` is then True): the kernel must add them.
-    """
-    acc = acc_dtype(x.dtype)
-    dev = x.device
+    r = recipe(plan, x.dtype, x.shape[1], precision, centre_dot=centre_dot)
     n, d = x.shape
     if y is None:
         y = x
     m = y.shape[0]
+    if r.normalize:
+        x = normalize_rows(x.to(r.acc))[0]
+        y = x if symmetric else normalize_rows(y.to(r.acc))[0]
+    mean = column_mean(x) if r.centre else None
+    scale = feature_scales(plan, x.device) if r.scale else None
+    xk = centre_and_scale(x, mean, scale, r.dtype)
+    yk = xk if symmetric else centre_and_scale(y, mean, scale, r.dtype)
     nx = ny = None
-    if plan.cosine:
-        x, diag_x = _normalize_rows(x.to(acc))
-        y = x if symmetric else _normalize_rows(y.to(acc))[0]
-        if want_diag:
-            nx = ny = diag_x  # cosine_diag: exactly 1 for non-zero rows, 0 for zero rows
-    scale = None  # per-feature column multipliers, float64
-    if plan.scale is not None:
-        scale = torch.as_tensor(plan.scale, dtype=torch.float64, device=dev)
-    mode = E.MODE_DIRECT.value if (plan.pairwise == E.PW_MANHATTAN.value or d <= DIRECT_MAX_D) \
-        else E.MODE_MMA.value
-    bias = (centre_dot and mode == E.MODE_MMA.value and plan.pairwise == E.PW_DOT.value
-            and not plan.cosine and x.dtype in (torch.float32, torch.float64))
-    if mode == E.MODE_DIRECT.value:
-        mean = None if scale is None else x.to(torch.float64).mean(dim=0)
-        xk = _feature_major(x, acc, mean, scale)
-        yk = xk if symmetric else _feature_major(y, acc, mean, scale)
+    if r.mode == E.MODE_DIRECT.value:
+        xk = xk.t().contiguous()
+        yk = xk if symmetric else yk.t().contiguous()
         stride_x = (xk.stride(1), xk.stride(0))
         stride_y = (yk.stride(1), yk.stride(0))
         dk = d if d <= DIRECT_MAX_D else 0
         d_bucket = d if d <= DIRECT_MAX_D else _launch.block_size(d, lo=1)
     else:
+        xk = xk.contiguous()
+        yk = xk if symmetric else yk.contiguous()
         if plan.pairwise == E.PW_SQEUCLIDEAN.value:
-            if x.dtype in (torch.float16, torch.bfloat16) and scale is None:
-                # 16-bit: the raw values go to the native tensor-core product (products of 16-bit
-                # numbers are exact in float32). Centring would round the centred values to 16
-                # bits again; instead, where the expansion cancels (data far from the origin,
-                # near-duplicates) the tile falls back to exact direct differences.
-                xk = x.contiguous()
-                yk = xk if symmetric else y.contiguous()
-            else:
-                if x.dtype in (torch.float16, torch.bfloat16):
-                    # per-feature scales: scaled values are not 16-bit numbers; use float32
-                    x, y = x.to(torch.float32), y.to(torch.float32)
-                mean = x.mean(dim=0, dtype=torch.float64)
-                xk = _centred(x, mean, scale)
-                yk = xk if symmetric else _centred(y, mean, scale)
-            nx = _row_norms(xk, acc)
-            ny = nx if symmetric else _row_norms(yk, acc)
-        elif bias:
-            # the mean rounded to the data's dtype: x - mean is then formed exactly (data near
-            # the mean) and the offsets use the very same mean, so the identity holds
-            mean = x.mean(dim=0, dtype=torch.float64).to(x.dtype).to(torch.float64)
-            xk = _centred(x, mean, None)
-            yk = xk if symmetric else _centred(y, mean, None)
-            nx = dot_offsets(x, mean).to(acc)
-            ny = nx if symmetric else dot_offsets(y, mean).to(acc)
-        else:
-            xk = x.contiguous()
-            yk = xk if symmetric else y.contiguous()
-        if _launch.INTERPRET and xk.dtype == torch.bfloat16:
-            # Triton's interpreter multiplies the bit patterns of bfloat16 tl.dot operands as
-            # integers; float32 holds every bfloat16 exactly and its products too.
-            xk = xk.to(torch.float32)
-            yk = xk if symmetric else yk.to(torch.float32)
+            nx = _row_norms(xk, r.acc)
+            ny = nx if symmetric else _row_norms(yk, r.acc)
+        elif r.bias:
+            nx = dot_offsets(x, mean).to(r.acc)
+            ny = nx if symmetric else dot_offsets(y, mean).to(r.acc)
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0
         d_bucket = _launch.block_size(d, lo=1, hi=1024)
-    if want_diag and nx is None and plan.pairwise == E.PW_DOT.value:
-        nx = ny = _row_norms(x, acc)
-    dummy = None
-    if nx is None or ny is None:
-        dummy = torch.zeros(1, dtype=acc, device=dev)
-    if mode == E.MODE_MMA.value and xk.dtype == torch.float32 and \
-            not (_launch.INTERPRET and x.dtype == torch.bfloat16):
-        dot_prec = "tf32x3" if precision == "accurate" else "tf32"
-    else:  # float64, 16-bit, or no tl.dot at all (MODE_DIRECT: one compiled kernel for both)
-        dot_prec = "ieee"
+    dummy = torch.zeros(1, dtype=r.acc, device=x.device) if nx is None else None
     return Operands(
         x=xk, y=yk, stride_x=stride_x, stride_y=stride_y,
         nx=nx if nx is not None else dummy, ny=ny if ny is not None else dummy,
-        prm=_params_tensor(plan.prm, acc, dev), mode=mode, dk=dk, d_bucket=d_bucket,
-        dot_prec=dot_prec, acc=acc, n=n, m=m, d=d, bias=bias,
+        prm=_params_tensor(plan.prm, r.acc, x.device), mode=r.mode, dk=dk, d_bucket=d_bucket,
+        dot_prec=r.dot_prec, acc=r.acc, n=n, m=m, d=d, bias=r.bias,
     )
-

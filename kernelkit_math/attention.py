@@ -18,13 +18,21 @@ dims broadcast. Inputs are converted to float64 and never modified.
 Conventions
 -----------
 Causal mask
-    As ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``: **top-left
-    aligned**, key j is visible to query i iff ``j <= i`` (``torch.ones(T, S).tril()``), whatever
-    T and S are. With T > S the queries i >= S see every key; with T < S the last S - T keys are
-    seen by no query. Under this alignment every row sees key 0, so a row with no visible key
-    only occurs when S = 0 (allowed): such rows output 0 (and lse = -inf), never NaN. (Rows
-    without keys for T > S belong to the *bottom-right* alignment of KV-cache decoding,
-    ``j <= i + S - T``, which these references do not use.)
+    Two alignments, chosen with ``causal_alignment`` (resolved by :func:`causal_shift`); both
+    are ``mask[i, j] = j <= i + shift`` (:func:`causal_mask`).
+
+    ``"top_left"`` (the default; torch's ``CausalVariant.UPPER_LEFT``, as
+    ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``): shift 0, key j is
+    visible to query i iff ``j <= i`` (``torch.ones(T, S).tril()``), whatever T and S are. With
+    T > S the queries i >= S see every key; with T < S the last S - T keys are seen by no query.
+
+    ``"bottom_right"`` (torch's ``CausalVariant.LOWER_RIGHT``, FlashAttention's convention for
+    decoding with a KV cache: the T queries are the last T of S positions): shift S - T, key j
+    visible to query i iff ``j <= i + S - T``. The last query sees every key. With T > S the
+    first T - S queries see no key.
+
+    With T == S the two coincide. A row with no visible key (bottom-right with T > S, or S = 0)
+    outputs 0 (lse = -inf for softmax attention, FlashAttention's convention), never NaN.
 Grouped-query attention (GQA)
     If k or v has fewer heads (axis -3) than q and that number divides H, each k/v head serves
     H / H_kv consecutive query heads (:func:`repeat_kv`, as ``enable_gqa=True`` in PyTorch).
@@ -45,6 +53,8 @@ from kernelkit_math.random_features import FeatureMap, _make
 __all__ = [
     "repeat_kv",
     "causal_mask",
+    "causal_shift",
+    "CAUSAL_ALIGNMENTS",
     "resolve_is_causal",
     "guard_denominator",
     "kernel_smoother",
@@ -99,13 +109,80 @@ def resolve_is_causal(is_causal, causal, function):
     return causal
 
 
-def causal_mask(T, S):
-    """Top-left aligned causal mask, bool (T, S): ``mask[i, j] = j <= i``.
+def causal_mask(T, S, shift=0):
+    """Causal mask, bool (T, S): ``mask[i, j] = j <= i + shift``.
 
-    The convention of ``scaled_dot_product_attention(is_causal=True)`` (``torch.ones(T, S)
-    .tril()``), not the bottom-right alignment used for decoding with a KV cache.
+    ``shift = 0`` (the default) is the top-left alignment of
+    ``scaled_dot_product_attention(is_causal=True)`` (``torch.ones(T, S).tril()``); ``shift =
+    S - T`` the bottom-right alignment of decoding with a KV cache (:func:`causal_shift`).
+
+    Parameters
+    ----------
+    T, S : int
+        Query and key lengths.
+    shift : int
+        Diagonal offset; negative values hide key 0 from the first ``-shift`` queries.
+
+    Returns
+    -------
+    ndarray of bool, shape (T, S)
+
+    Examples
+    --------
+    >>> causal_mask(2, 3, shift=1).astype(int).tolist()
+    [[1, 1, 0], [1, 1, 1]]
     """
-    return np.tri(T, S, dtype=bool)
+    return np.tri(T, S, k=shift, dtype=bool)
+
+
+#: The values of ``causal_alignment`` (torch's ``CausalVariant.UPPER_LEFT`` / ``LOWER_RIGHT``).
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def causal_shift(is_causal, causal_alignment, T, S):
+    """The diagonal shift of a causal mask ``j <= i + shift``, or None when not causal.
+
+    Every attention function of kernelkit (references, PyTorch twins, Triton kernels) resolves
+    its ``causal_alignment`` here.
+
+    Parameters
+    ----------
+    is_causal : bool
+    causal_alignment : {"top_left", "bottom_right"}
+        Validated even when ``is_causal`` is False. ``"top_left"``: shift 0 (torch
+        ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``); ``"bottom_right"``: shift
+        ``S - T`` (``CausalVariant.LOWER_RIGHT``, FlashAttention's KV-cache decoding).
+    T, S : int
+        Query and key lengths.
+
+    Returns
+    -------
+    int or None
+        0 or ``S - T`` (negative when T > S), None when ``is_causal`` is False.
+
+    Raises
+    ------
+    TypeError
+        ``causal_alignment`` is not a string.
+    ValueError
+        ``causal_alignment`` is not one of :data:`CAUSAL_ALIGNMENTS`.
+
+    Examples
+    --------
+    >>> causal_shift(True, "bottom_right", 2, 5), causal_shift(True, "top_left", 2, 5)
+    (3, 0)
+    >>> causal_shift(False, "bottom_right", 2, 5) is None
+    True
+    """
+    if not isinstance(causal_alignment, str):
+        raise TypeError(f"causal_alignment must be 'top_left' or 'bottom_right' (a string); got "
+                        f"{causal_alignment!r}")
+    if causal_alignment not in CAUSAL_ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be 'top_left' or 'bottom_right'; got "
+                         f"{causal_alignment!r}")
+    if not is_causal:
+        return None
+    return 0 if causal_alignment == "top_left" else int(S) - int(T)
 
 
 def guard_denominator(den, eps):
@@ -195,7 +272,8 @@ def _swap(x):
 
 
 # --------------------------------------------------------------------------- kernel smoother
-def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, causal=None, **params):
+def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False,
+                    causal_alignment="top_left", eps=0.0, causal=None, **params):
     r"""Attention with any registry kernel: a Nadaraya–Watson smoother over the keys.
 
     .. math::
@@ -203,8 +281,9 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, 
         \text{out}_i = \frac{\sum_{j \in V(i)} \kappa(q_i, k_j)\, v_j}
                             {\max\left(\sum_{j \in V(i)} \kappa(q_i, k_j),\ \varepsilon\right)}
 
-    with V(i) all keys, or ``{j : j <= i}`` when ``is_causal`` (top-left aligned, as
-    ``scaled_dot_product_attention(is_causal=True)``). The weights are
+    with V(i) all keys, or ``{j : j <= i + shift}`` when ``is_causal`` (shift 0 top-left aligned,
+    as ``scaled_dot_product_attention(is_causal=True)``, or S - T bottom-right aligned; see
+    ``causal_alignment``). The weights are
     ``get_kernel(kernel).value_fn(q_b, k_b, **params)`` for each batch element b. The denominator
     goes through :func:`guard_denominator`: a no-op for positive kernels with the default
     ``eps = 0``; for kernels whose weights can be <= 0 (linear, polynomial, sigmoid, cosine) a
@@ -222,8 +301,14 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, 
     kernel : str
         A registry kernel name (:func:`kernelkit_math.registry.kernel_names`).
     is_causal : bool
-        Top-left aligned causal mask.
+        Causal mask, aligned by ``causal_alignment``.
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
+        to query i iff ``j <= i`` (torch ``CausalVariant.UPPER_LEFT``, SDPA's
+        ``is_causal=True``); ``"bottom_right"``: iff ``j <= i + S - T`` (torch
+        ``CausalVariant.LOWER_RIGHT``, FlashAttention's KV-cache decoding), where with T > S
+        the first T - S queries see no key: their numerator is 0, so they output 0. See :func:`causal_shift`.
     eps : float
         Floor of the denominator (>= 0).
     **params
@@ -237,9 +322,10 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, 
     Raises
     ------
     ValueError
-        Unknown kernel, mismatched D or S, heads not divisible, bad ``eps``, bad parameter value.
+        Unknown kernel, mismatched D or S, heads not divisible, bad ``eps``, bad parameter value,
+        bad ``causal_alignment``.
     TypeError
-        Unknown parameter name or non-numeric input.
+        Unknown parameter name, non-numeric input, a non-string ``causal_alignment``.
 
     Examples
     --------
@@ -257,6 +343,7 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, 
     eps = _check_eps(eps)
     q, k, v, batch = _prepare_qkv(q, k, v)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    shift = causal_shift(causal, causal_alignment, T, S)
     resolved = spec.resolve(D, **params)
     n_b = int(np.prod(batch, dtype=np.int64))
     qb = np.broadcast_to(q, batch + q.shape[-2:]).reshape(n_b, T, D)
@@ -265,13 +352,14 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False, eps=0.0, 
     for b in range(n_b):
         W[b] = spec.value_fn(qb[b], kb[b], **resolved)
     W = W.reshape(batch + (T, S))
-    if causal:
-        W = np.where(causal_mask(T, S), W, 0.0)
+    if shift is not None:
+        W = np.where(causal_mask(T, S, shift), W, 0.0)
     return _safe_divide(W @ v, guard_denominator(W.sum(axis=-1), eps))
 
 
 # -------------------------------------------------------------------------- softmax attention
-def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False, causal=None):
+def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
+                      return_lse=False, causal=None):
     r"""Scaled dot-product (softmax) attention, numerically stable, float64.
 
     .. math::
@@ -285,9 +373,10 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False,
 
     Equal to ``kernel_smoother(q, k, v, "exponential", scale=scale)`` (without overflow), and to
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-    enable_gqa=True)``. V(i) is every key, or ``{j <= i}`` with ``is_causal`` (top-left aligned).
-    Every row sees key 0 under this alignment, so only S = 0 leaves rows without keys: their
-    output is 0 and their lse is -inf (not NaN).
+    enable_gqa=True)``. V(i) is every key, or ``{j <= i + shift}`` with ``is_causal`` (shift 0
+    top-left aligned, S - T bottom-right aligned: ``causal_alignment``). Rows without visible
+    keys (S = 0, or bottom-right with T > S) output 0 and their lse is -inf (not NaN), as
+    FlashAttention.
 
     Parameters
     ----------
@@ -296,6 +385,12 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False,
     v : array_like, shape (..., H_kv, S, Dv)
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
+        to query i iff ``j <= i`` (torch ``CausalVariant.UPPER_LEFT``, SDPA's
+        ``is_causal=True``); ``"bottom_right"``: iff ``j <= i + S - T`` (torch
+        ``CausalVariant.LOWER_RIGHT``, FlashAttention's KV-cache decoding), where with T > S
+        the first T - S queries see no key (output 0, lse -inf). See :func:`causal_shift`.
     scale : float or None
         Finite; None means 1 / sqrt(D).
     return_lse : bool
@@ -309,7 +404,9 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False,
     Raises
     ------
     ValueError
-        Mismatched D or S, heads not divisible, non-finite scale.
+        Mismatched D or S, heads not divisible, non-finite scale, bad ``causal_alignment``.
+    TypeError
+        A non-string ``causal_alignment``.
 
     Examples
     --------
@@ -322,13 +419,14 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, return_lse=False,
     causal = resolve_is_causal(is_causal, causal, "softmax_attention")
     q, k, v, _ = _prepare_qkv(q, k, v)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    shift = causal_shift(causal, causal_alignment, T, S)
     if scale is None:
         scale = 1.0 / np.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not np.isfinite(scale):
         raise ValueError(f"scale must be a finite number or None; got {scale!r}")
     scores = float(scale) * (q @ _swap(k))
-    if causal:
-        scores = np.where(causal_mask(T, S), scores, -np.inf)
+    if shift is not None:
+        scores = np.where(causal_mask(T, S, shift), scores, -np.inf)
     m = scores.max(axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: exp(-inf) = 0, no NaN
     p = np.exp(scores - m)
@@ -359,8 +457,8 @@ def _apply_map(phi, x, name):
 
 
 def linear_attention(
-    q, k, v, feature_map="elu+1", *, is_causal=False, normalize=True, eps=1e-6, form="parallel",
-    initial_state=None, return_state=False, seed=0, causal=None,
+    q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left", normalize=True,
+    eps=1e-6, form="parallel", initial_state=None, return_state=False, seed=0, causal=None,
 ):
     r"""Linear attention with a feature-map kernel phi(q)·phi(k), in parallel or recurrent form.
 
@@ -373,14 +471,16 @@ def linear_attention(
         \text{den}_i = Q_i \cdot \Big(z_0 + \sum_{j \in V(i)} K_j\Big), \qquad
         \text{out}_i = \frac{\text{num}_i}{\max(\text{den}_i, \varepsilon)}
 
-    (``normalize=False`` returns num). V(i) is every key, or ``{j <= i}`` with ``is_causal``
-    (top-left aligned, as softmax attention). Two forms compute the same thing:
+    (``normalize=False`` returns num). V(i) is every key, or ``{j <= i + shift}`` with
+    ``is_causal`` (shift 0 top-left or S - T bottom-right aligned, as softmax attention; see
+    ``causal_alignment``). A query with no visible key (bottom-right with T > S) reads the
+    initial state alone: output 0 without one. Two forms compute the same thing:
 
     - ``"parallel"``: num = (Q K^T ⊙ mask) v + Q S_0, den = (Q K^T ⊙ mask) 1 + Q z_0, with the
-      lower-triangular mask (diagonal included) when causal;
-    - ``"recurrent"``: state S_t = S_{t-1} + K_t v_t^T (M x Dv), z_t = z_{t-1} + K_t, and
-      out_t = Q_t^T S_t / max(Q_t·z_t, eps); without ``is_causal`` every query reads the state after
-      the last key.
+      causal mask :func:`causal_mask` (diagonal included) when causal;
+    - ``"recurrent"``: state S_j = S_{j-1} + K_j v_j^T (M x Dv), z_j = z_{j-1} + K_j, and
+      out_i = Q_i^T S / max(Q_i·z, eps) with the state after key i + shift (the initial state
+      when i + shift < 0); without ``is_causal`` every query reads the state after the last key.
 
     In float64 the two forms agree to ~1e-14 relative whenever the denominators are not tiny
     (positive maps: elu+1, favor+, hyp-favor+, taylor2). Signed maps (identity, rff) can give
@@ -400,6 +500,12 @@ def linear_attention(
         object (any callable (..., D) -> (..., M)), applied to both q and k.
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
+        to query i iff ``j <= i`` (torch ``CausalVariant.UPPER_LEFT``, SDPA's
+        ``is_causal=True``); ``"bottom_right"``: iff ``j <= i + S - T`` (torch
+        ``CausalVariant.LOWER_RIGHT``, FlashAttention's KV-cache decoding), where with T > S
+        the first T - S queries see no key (they read the initial state only). See :func:`causal_shift`.
     normalize : bool
         Divide by the guarded denominator; False returns the numerator only.
     eps : float
@@ -421,7 +527,9 @@ def linear_attention(
     ------
     ValueError
         Mismatched D or S, heads not divisible, unknown feature map or bad size ("favor+:0"),
-        bad ``form``, ``eps`` or ``initial_state`` shapes.
+        bad ``form``, ``eps``, ``causal_alignment`` or ``initial_state`` shapes.
+    TypeError
+        A non-string ``causal_alignment``; a feature map that is neither a name nor callable.
 
     Examples
     --------
@@ -439,6 +547,7 @@ def linear_attention(
     eps = _check_eps(eps)
     q, k, v, batch = _prepare_qkv(q, k, v)
     T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    shift = causal_shift(causal, causal_alignment, T, S)
     phi = _resolve_feature_map(feature_map, D, seed)
     Q, K = _apply_map(phi, q, "q"), _apply_map(phi, k, "k")
     M = Q.shape[-1]
@@ -468,8 +577,8 @@ def linear_attention(
 
     if form == "parallel":
         A = Q @ _swap(K)  # (..., T, S)
-        if causal:
-            A = np.where(causal_mask(T, S), A, 0.0)
+        if shift is not None:
+            A = np.where(causal_mask(T, S, shift), A, 0.0)
         num = A @ v + Q @ S0
         den = A.sum(axis=-1) + np.einsum("...tm,...m->...t", Q, z0)
         S_fin = S0 + _swap(K) @ v
@@ -477,18 +586,18 @@ def linear_attention(
     else:
         state, norm = S0.copy(), z0.copy()
         num, den = np.empty(batch + (T, Dv)), np.empty(batch + (T,))
-        if causal:
-            for t in range(max(T, S)):
-                if t < S:
-                    state = state + K[..., t, :, None] * v[..., t, None, :]
-                    norm = norm + K[..., t, :]
-                if t < T:
-                    num[..., t, :] = np.einsum("...m,...md->...d", Q[..., t, :], state)
-                    den[..., t] = np.einsum("...m,...m->...", Q[..., t, :], norm)
-        else:
-            for t in range(S):
-                state = state + K[..., t, :, None] * v[..., t, None, :]
-                norm = norm + K[..., t, :]
+        added = 0  # keys 0 .. added - 1 are in the state
+        for i in range(T if shift is not None else 0):
+            while added < min(S, i + shift + 1):
+                state = state + K[..., added, :, None] * v[..., added, None, :]
+                norm = norm + K[..., added, :]
+                added += 1
+            num[..., i, :] = np.einsum("...m,...md->...d", Q[..., i, :], state)
+            den[..., i] = np.einsum("...m,...m->...", Q[..., i, :], norm)
+        for j in range(added, S):
+            state = state + K[..., j, :, None] * v[..., j, None, :]
+            norm = norm + K[..., j, :]
+        if shift is None:
             num = np.einsum("...tm,...md->...td", Q, state)
             den = np.einsum("...tm,...m->...t", Q, norm)
         S_fin, z_fin = state, norm

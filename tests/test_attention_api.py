@@ -129,6 +129,35 @@ def test_linear_attention_state_continues_decoding(rng, device, path):
     np.testing.assert_allclose(torch.cat([first, rest], 2).cpu().numpy(), full.cpu().numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("T,S", [(5, 13), (13, 5)], ids=["T<S", "T>S"])
+def test_bottom_right_alignment_through_every_api(rng, device, path, T, S):
+    """causal_alignment="bottom_right" reaches every path: key j visible to query i iff
+    j <= i + S - T, rows without keys (T > S) output 0 (lse -inf), gradients finite."""
+    q, k, v = qkv(rng, device, T=T, S=S, H=4, Hkv=2)
+    q.requires_grad_(True)
+    br = dict(is_causal=True, causal_alignment="bottom_right")
+    out, lse = ka.softmax_attention(q, k, v, **br, enable_gqa=True, return_lse=True)
+    want, want_lse = ref.softmax_attention(*as64(q, k, v), **br, return_lse=True)
+    np.testing.assert_allclose(as64(out)[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(as64(lse)[0], want_lse, rtol=1e-5, atol=1e-5)
+    kout = ka.kernel_attention(q, k, v, kernelkit.RBF(length_scale=3.0), **br, enable_gqa=True)
+    np.testing.assert_allclose(as64(kout)[0],
+                               ref.kernel_smoother(*as64(q, k, v), "rbf", gamma=1 / 18, eps=1e-6, **br),
+                               rtol=1e-5, atol=1e-5)
+    k2, v2 = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)  # linear: no GQA
+    for fmap in ("elu+1", "favor+:8"):
+        lout, (S_, _) = ka.linear_attention(q, k2, v2, fmap, **br, return_state=True, seed=2)
+        lwant, (S_ref, _) = ref.linear_attention(*as64(q, k2, v2), feature_map=fmap, **br,
+                                                 return_state=True, seed=2)
+        np.testing.assert_allclose(as64(lout)[0], lwant, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(as64(S_)[0], S_ref, rtol=1e-4, atol=1e-5)
+    if T > S:
+        assert torch.all(out[:, :, :T - S] == 0) and torch.all(lse[:, :, :T - S] == -np.inf)
+        assert torch.all(kout[:, :, :T - S] == 0) and torch.all(lout[:, :, :T - S] == 0)
+    (g,) = torch.autograd.grad(out.sum() + kout.sum() + lout.sum(), (q,))
+    assert torch.isfinite(g).all()
+
+
 @pytest.mark.parametrize(
     "kernel, name, params",
     [
@@ -202,6 +231,14 @@ def test_bad_arguments_are_clear(rng, device):
         ka.linear_attention(q, k, v, 3)
     with pytest.raises(TypeError, match="q must be a torch.Tensor"):
         ka.softmax_attention(q.cpu().numpy(), k, v)
+    for call in (lambda **kw: ka.softmax_attention(q, k, v, **kw),
+                 lambda **kw: ka.kernel_attention(q, k, v, "rbf", **kw),
+                 lambda **kw: ka.linear_attention(q, k, v, "elu+1", **kw),
+                 lambda **kw: ka.linear_attention(q, k, v, "favor+:8", **kw)):
+        with pytest.raises(ValueError, match="causal_alignment must be 'top_left' or 'bottom_right'"):
+            call(is_causal=True, causal_alignment="lower_right")
+        with pytest.raises(TypeError, match="causal_alignment"):
+            call(is_causal=True, causal_alignment=None)
 
 
 def test_causal_is_the_deprecated_name_of_is_causal(rng, device):

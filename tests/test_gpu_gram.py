@@ -453,3 +453,23 @@ def test_cpu_without_interpreter_says_what_to_do():
 def test_import_never_loads_kernelkit():
     res = _run_python("import sys, kernelkit_gpu; print('kernelkit' in sys.modules)", dict(os.environ))
     assert res.stdout.strip() == "False", res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("centre,scale", [(False, False), (True, False), (True, True)],
+                         ids=["raw", "centred", "centred-scaled"])
+def test_fused_preparation_equals_the_shared_definition(dtype, centre, scale, device, rng):
+    """The Gram kernel's fused preparation (``_gram_prep_kernel``) forms exactly the values of
+    ``_prepare.centre_and_scale``, the definition every other consumer uses, bit for bit; padding
+    is zero and the norms are those of the prepared values."""
+    x = (torch.from_numpy(rng.standard_normal((37, 21)) + 1000.0)).to(dtype).to(device)
+    mean = _prepare.column_mean(x) if centre else None
+    scales = torch.from_numpy(rng.uniform(0.1, 3.0, 21)).to(device) if scale else None
+    acc = _prepare.acc_dtype(dtype)
+    buf, norms = gram_module._prep_launch(x, mean, scales, 32, False, acc, acc)
+    want = _prepare.centre_and_scale(x, mean, scales, acc)
+    assert torch.equal(buf[:37, :21], want)
+    assert not buf[37:].any() and not buf[:, 21:].any()
+    # the same 21 squares, summed in another order: a few ulps of the accumulation dtype
+    rtol = 4e-7 if acc == torch.float32 else 1e-15
+    torch.testing.assert_close(norms[:37], (want * want).sum(dim=1), rtol=rtol, atol=0)

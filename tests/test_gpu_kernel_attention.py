@@ -40,11 +40,12 @@ def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False, of
             for a in (q, k, v)]
 
 
-def reference(q, k, v, name, params, causal, eps):
+def reference(q, k, v, name, params, causal, eps, causal_alignment="top_left"):
     from kernelkit_math.attention import kernel_smoother
 
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    return kernel_smoother(q, k, v, name, is_causal=causal, eps=eps, **params)
+    return kernel_smoother(q, k, v, name, is_causal=causal, causal_alignment=causal_alignment,
+                           eps=eps, **params)
 
 
 @pytest.fixture
@@ -58,16 +59,19 @@ def test_every_registry_kernel_is_covered():
 
 
 # ----------------------------------------------------------------------- references first
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("mask", [None, "top_left", "bottom_right"], ids=str)
 @pytest.mark.parametrize("case", GPU_CASES, ids=CASE_IDS)
-def test_naive_float64_matches_kernelkit_math(case, causal, rng):
-    """attention_naive (float64 torch, centred expansion) agrees with kernelkit_math (direct)."""
+def test_naive_float64_matches_kernelkit_math(case, mask, rng):
+    """attention_naive (float64 torch, centred expansion) agrees with kernelkit_math (direct);
+    bottom-right with T < S (7 of 9) and with T > S (9 of 7: two rows without keys)."""
     _, name, params_fn = case
     params = params_fn(5)
-    q, k, v = make_qkv(rng, 2, 4, 2, 7, 9, 5, 3, torch.float64, "cpu")
-    out = kernel_attention_naive(q, k, v, name, is_causal=causal, enable_gqa=True, eps=1e-6, **params)
-    ref = reference(q, k, v, name, params, causal, 1e-6)
-    np.testing.assert_allclose(to_numpy64(out), ref, rtol=1e-10, atol=1e-10)
+    kw = dict(is_causal=mask is not None, causal_alignment=mask or "top_left")
+    for t, s in [(7, 9)] + ([(9, 7)] if mask == "bottom_right" else []):
+        q, k, v = make_qkv(rng, 2, 4, 2, t, s, 5, 3, torch.float64, "cpu")
+        out = kernel_attention_naive(q, k, v, name, **kw, enable_gqa=True, eps=1e-6, **params)
+        ref = reference(q, k, v, name, params, kw["is_causal"], 1e-6, kw["causal_alignment"])
+        np.testing.assert_allclose(to_numpy64(out), ref, rtol=1e-10, atol=1e-10)
 
 
 def test_naive_exponential_is_softmax(rng):
@@ -180,11 +184,48 @@ def test_exponential_eps_guard_and_gradient(device, rng, launch_spy):
     # Independent float64 gradient: the smoother with the exponential kernel materialised.
     plan = kernel_plan("exponential", 16, dict(scale=0.05))
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
-    o64 = smoother_rows(q64, k64, v64, plan, is_causal=True, eps=eps, group=2)
+    o64 = smoother_rows(q64, k64, v64, plan, shift=0, eps=eps, group=2)
     np.testing.assert_allclose(to_numpy64(o64), ref, rtol=1e-12, atol=1e-12)
     ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g.double())
     for gname, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
         check_rule(a, b, r, "float32", gname, FLOOR_GRAD)
+
+
+@pytest.mark.parametrize("cid,t,s,d", [("rbf", 63, 20, 16), ("polynomial-neg", 1, 63, 32),
+                                       ("exponential", 45, 30, 16)],
+                         ids=["rbf-T>S", "polynomial-decode", "exponential-T>S"])
+def test_bottom_right_matches_reference(cid, t, s, d, device, rng, poisoned_outputs, launch_spy):
+    """Bottom-right causal alignment (key j visible iff j <= i + S - T), GQA, odd sizes: output
+    and gradients against float64 autograd; with T > S the first T - S rows see no key and
+    output 0 with zero gradient (for every eps), never NaN."""
+    _, name, params_fn = CASES[cid]
+    params = params_fn(d)
+    q, k, v = make_qkv(rng, 1, 2, 1, t, s, d, 8, torch.float32, device, requires_grad=True)
+    kw = dict(is_causal=True, causal_alignment="bottom_right", enable_gqa=True, eps=1e-6, **params)
+    out = ka.kernel_attention(q, k, v, name, **kw)
+    assert launch_spy == (["softmax"] if name == "exponential" else ["kattn"])
+    ref = reference(q, k, v, name, params, True, 1e-6, "bottom_right")
+    naive = kernel_attention_naive(q, k, v, name, **kw)
+    check_rule(out, naive, ref, "float32", f"{name} out")
+    g = torch.from_numpy(rng.standard_normal(out.shape)).float().to(device)
+    grads = torch.autograd.grad(out, (q, k, v), g)
+    n_grads = torch.autograd.grad(naive, (q, k, v), g)
+    q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
+    ref_grads = torch.autograd.grad(kernel_attention_naive(q64, k64, v64, name, **kw), (q64, k64, v64),
+                                    g.double())
+    for gname, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
+        check_rule(a, b, r, "float32", f"{name} {gname}", FLOOR_GRAD)
+    if t > s:
+        assert torch.all(out[:, :, :t - s] == 0) and torch.all(grads[0][:, :, :t - s] == 0)
+        out0 = ka.kernel_attention(q, k, v, name, **dict(kw, eps=0.0))
+        assert torch.all(out0[:, :, :t - s] == 0) and torch.isfinite(out0).all()
+
+
+def test_alignments_agree_when_t_equals_s(device, rng, poisoned_outputs):
+    q, k, v = make_qkv(rng, 1, 2, 2, 33, 33, 16, 8, torch.float32, device)
+    a, b = (ka.kernel_attention(q, k, v, "laplacian", gamma=0.2, is_causal=True, causal_alignment=al)
+            for al in ("top_left", "bottom_right"))
+    assert torch.equal(a, b)
 
 
 # ----------------------------------------------------------------------------- edge cases
@@ -233,8 +274,13 @@ def test_far_from_origin_rbf(device, rng):
     ("rbf", dict(eps="small"), TypeError, "eps"),
     ("rbf", dict(is_causal="yes"), TypeError, "is_causal"),
     ("rbf", dict(enable_gqa=None), TypeError, "enable_gqa"),
+    ("rbf", dict(is_causal=True, causal_alignment="lower_right"), ValueError,
+     "causal_alignment must be 'top_left' or 'bottom_right'"),
+    ("exponential", dict(causal_alignment="bottom-right"), ValueError, "causal_alignment"),
+    ("rbf", dict(is_causal=True, causal_alignment=0), TypeError, "causal_alignment"),
 ], ids=["unknown-kernel", "gamma-negative", "gamma-length", "unknown-param", "nu", "eps-negative",
-        "eps-string", "causal-not-bool", "gqa-not-bool"])
+        "eps-string", "causal-not-bool", "gqa-not-bool", "alignment-unknown",
+        "alignment-unknown-exponential", "alignment-not-str"])
 def test_bad_inputs(kernel, kwargs, exc, match, device):
     q = torch.zeros(1, 2, 5, 16, device=device)
     k = torch.zeros(1, 2, 6, 16, device=device)

@@ -52,14 +52,15 @@ def make_inputs(rng, B, H, T, S, D, Dv, dtype, device, feature_map="elu+1", stat
 
 
 def reference(q, k, v, feature_map="elu+1", *, causal, normalize=True, eps=1e-6,
-              initial_state=None):
+              initial_state=None, causal_alignment="top_left"):
     """Float64 reference on the (rounded) inputs: (out, S_final, z_final) as NumPy arrays."""
     from kernelkit_math.attention import linear_attention as ref_la
 
     init = None if initial_state is None else tuple(to_numpy64(t) for t in initial_state)
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    out, (Sf, zf) = ref_la(q, k, v, feature_map or "identity", is_causal=causal, normalize=normalize,
-                           eps=eps, initial_state=init, return_state=True)
+    out, (Sf, zf) = ref_la(q, k, v, feature_map or "identity", is_causal=causal,
+                           causal_alignment=causal_alignment, normalize=normalize, eps=eps,
+                           initial_state=init, return_state=True)
     return out, Sf, zf
 
 
@@ -87,15 +88,15 @@ def torch_same_dtype(q, k, v, feature_map="elu+1", *, causal, normalize=True, ep
 
 
 def naive64_grads(q, k, v, dout, feature_map, *, causal, normalize=True, eps=1e-6,
-                  initial_state=None, dSf=None, dzf=None):
+                  initial_state=None, dSf=None, dzf=None, causal_alignment="top_left"):
     """Float64 autograd gradients of the naive version: dq, dk, dv (, dS0, dz0)."""
     leaves = [t.detach().cpu().to(torch.float64).requires_grad_() for t in (q, k, v)]
     init = None
     if initial_state is not None:
         init = tuple(t.detach().cpu().to(torch.float64).requires_grad_() for t in initial_state)
     out, (Sf, zf) = linear_attention_naive(*leaves, feature_map=feature_map, is_causal=causal,
-                                           normalize=normalize, eps=eps, initial_state=init,
-                                           return_state=True)
+                                           causal_alignment=causal_alignment, normalize=normalize,
+                                           eps=eps, initial_state=init, return_state=True)
     outs, grads = [out], [dout.detach().cpu().to(torch.float64)]
     if dSf is not None:
         outs += [Sf, zf]
@@ -250,6 +251,33 @@ def test_naive_matches_reference_float64(T, S, causal, rng):
                 np.testing.assert_allclose(out.numpy(), r, **TOL["float64"])
                 np.testing.assert_allclose(Sf.numpy(), rS, **TOL["float64"])
                 np.testing.assert_allclose(zf.numpy(), rz, **TOL["float64"])
+
+
+@pytest.mark.parametrize("T,S", [(1, 63), (63, 1), (70, 130), (130, 70), (33, 33)],
+                         ids=["decode", "T63S1", "T70S130", "T130S70", "33"])
+def test_naive_bottom_right_matches_reference_float64(T, S, rng):
+    """Bottom-right causal alignment (key s visible to query t iff s <= t + S - T): the naive
+    version (top-left runs on padded or split queries) equals both float64 forms, which build
+    the mask directly; with T > S the first T - S rows read the initial state alone."""
+    from kernelkit_math.attention import linear_attention as ref_la
+
+    for fm, normalize, state in [("elu+1", True, True), ("identity", False, True),
+                                 ("relu", True, False)]:
+        q, k, v, (S0, z0) = make_inputs(rng, 2, 2, T, S, 5, 3, torch.float64, "cpu", fm, state=True)
+        init = (S0.double(), z0.double()) if state else None
+        out, (Sf, zf) = linear_attention_naive(q, k, v, feature_map=fm, is_causal=True,
+                                               causal_alignment="bottom_right", normalize=normalize,
+                                               initial_state=init, return_state=True, chunk_size=16)
+        for form in ("parallel", "recurrent"):
+            r, (rS, rz) = ref_la(q.numpy(), k.numpy(), v.numpy(), fm, is_causal=True,
+                                 causal_alignment="bottom_right", normalize=normalize, form=form,
+                                 initial_state=None if init is None else tuple(x.numpy() for x in init),
+                                 return_state=True)
+            np.testing.assert_allclose(out.numpy(), r, **TOL["float64"])
+            np.testing.assert_allclose(Sf.numpy(), rS, **TOL["float64"])
+            np.testing.assert_allclose(zf.numpy(), rz, **TOL["float64"])
+        if not state and T > S:
+            assert torch.all(out[:, :, :T - S] == 0)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -483,6 +511,40 @@ def test_strided_inputs_used_in_place(device, rng):
     check_close(linear_attention(qs, k, v, is_causal=True), linear_attention(q, k, v, is_causal=True), "step")
 
 
+@pytest.mark.parametrize("T,S,state", [(1, 63, True), (70, 30, True), (70, 30, False)],
+                         ids=["decode-state", "T>S-state", "T>S"])
+def test_bottom_right_matches_reference(T, S, state, device, rng, poisoned_outputs):
+    """Bottom-right alignment through the Triton kernels, every buffer poisoned: output, final
+    state and gradients (q, k, v and the initial state) against the float64 reference and
+    float64 autograd; with T > S and no initial state the first T - S rows are exactly 0 and
+    pass no gradient."""
+    B, H, D, Dv = 1, 2, 16, 8
+    q, k, v, (S0, z0) = make_inputs(rng, B, H, T, S, D, Dv, torch.float32, device, state=True)
+    init = (S0, z0) if state else None
+    kw = dict(causal=True, causal_alignment="bottom_right", initial_state=init)
+    ref, Sf_ref, zf_ref = reference(q, k, v, **kw)
+    leaves = [t.clone().requires_grad_() for t in ((q, k, v, S0, z0) if state else (q, k, v))]
+    out, (Sf, zf) = linear_attention(*leaves[:3], is_causal=True, causal_alignment="bottom_right",
+                                     initial_state=tuple(leaves[3:]) or None, return_state=True)
+    check_close(out, ref, "out")
+    check_close(Sf, Sf_ref, "S_final")
+    check_close(zf, zf_ref, "z_final")
+    dout = torch.from_numpy(rng.standard_normal((B, H, T, Dv))).float().to(device)
+    out.backward(dout)
+    refs = naive64_grads(q, k, v, dout, "elu+1", **kw)
+    for name, leaf, r in zip(("dq", "dk", "dv", "dS0", "dz0"), leaves, refs):
+        check_close(leaf.grad, r, name)
+    if not state:
+        assert torch.all(out[:, :, :T - S] == 0) and torch.all(leaves[0].grad[:, :, :T - S] == 0)
+
+
+def test_alignments_agree_when_t_equals_s(device, rng):
+    q, k, v = make_inputs(rng, 1, 2, 37, 37, 16, 8, torch.float32, device)
+    a, b = (linear_attention(q, k, v, is_causal=True, causal_alignment=al)
+            for al in ("top_left", "bottom_right"))
+    assert torch.equal(a, b)
+
+
 def test_empty_sequence(device):
     q = torch.zeros((1, 2, 0, 16), device=device)
     out, (Sf, zf) = linear_attention(q, q, torch.zeros((1, 2, 0, 8), device=device),
@@ -551,6 +613,10 @@ def test_bad_inputs(device):
         (ValueError, "feature_map must be", lambda: call(x, x, v, feature_map="softmax")),
         (TypeError, "feature_map must be a string", lambda: call(x, x, v, feature_map=torch.relu)),
         (TypeError, "is_causal must be True or False", lambda: call(x, x, v, is_causal=1)),
+        (ValueError, "causal_alignment must be 'top_left' or 'bottom_right'",
+         lambda: call(x, x, v, is_causal=True, causal_alignment="lower_right")),
+        (ValueError, "causal_alignment", lambda: call(x, x, v, causal_alignment="bottom-right")),
+        (TypeError, "causal_alignment", lambda: call(x, x, v, is_causal=True, causal_alignment=None)),
         (TypeError, "normalize must be True or False", lambda: call(x, x, v, normalize="yes")),
         (TypeError, "return_state must be True or False", lambda: call(x, x, v, return_state=None)),
         (ValueError, "eps must be a finite number >= 0", lambda: call(x, x, v, eps=-1e-3)),

@@ -294,7 +294,7 @@ def test_every_config_is_correct(name, d, r, device, rng):
     plan = _prepare.kernel_plan(name, d, {})
     tuner = matvec_module._matvec_vec if r == 1 else matvec_module._matvec_block
     for config in tuner.configs:
-        ops = _prepare.prepare(x, y, plan, "accurate", symmetric=False, want_diag=False)
+        ops = _prepare.prepare(x, y, plan, "accurate", symmetric=False)
         out = torch.full((150, r), float("nan"), device=device)
         matvec_module.matvec_fwd(ops, plan, v, out, "accurate", config=config)
         check_matvec(out, K_ref, v, "float32", name, {}, x, y)

@@ -23,6 +23,7 @@ import torch
 
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention.naive import softmax_attention_naive
+from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
 
 sa = importlib.import_module("kernelkit_gpu.attention.softmax")
@@ -32,35 +33,53 @@ pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 
 
 # ------------------------------------------------------------------------------------ cases
-# (T, S, D, Dv, H, H_kv, causal, dtype). T != S everywhere; T, S in {1, 63, 100}.
+# (T, S, D, Dv, H, H_kv, mask, dtype); mask None (no mask) or the causal alignment. T != S
+# everywhere; T, S in {1, 63, 100}.
 _LENGTHS = [(1, 63), (63, 100), (100, 63)]
 _FULL = [
-    (t, s, d, d, 4, 2 if (li + di) % 2 == 0 else 4, causal, dt)
-    for (li, (t, s)), (di, d), causal, dt in itertools.product(
-        enumerate(_LENGTHS), enumerate([16, 32, 64]), [False, True], list(ATTN_DTYPES))
+    (t, s, d, d, 4, 2 if (li + di) % 2 == 0 else 4, mask, dt)
+    for (li, (t, s)), (di, d), mask, dt in itertools.product(
+        enumerate(_LENGTHS), enumerate([16, 32, 64]), [None, "top_left", "bottom_right"],
+        list(ATTN_DTYPES))
 ] + [
-    (100, 63, 24, 40, 4, 2, True, "float32"),   # head dims that are not powers of two
-    (63, 100, 128, 128, 2, 1, True, "bfloat16"),
-    (63, 100, 128, 64, 4, 4, False, "float16"),
+    (100, 63, 24, 40, 4, 2, "top_left", "float32"),   # head dims that are not powers of two
+    (63, 100, 128, 128, 2, 1, "top_left", "bfloat16"),
+    (100, 63, 128, 128, 2, 1, "bottom_right", "bfloat16"),
+    (63, 100, 128, 64, 4, 4, None, "float16"),
 ]
-#: The interpreter is slow: a covering subset (every length pair, D 16 and 32, causal and not,
-#: GQA and not, every dtype, ragged head dims).
+#: The interpreter is slow: a covering subset (every length pair, D 16 and 32, both causal
+#: alignments and none, GQA and not, every dtype, ragged head dims).
 _CPU = [
-    (63, 100, 16, 16, 4, 2, False, "float32"),
-    (100, 63, 32, 32, 2, 2, True, "float32"),
-    (1, 63, 16, 16, 4, 2, True, "float32"),
-    (100, 63, 16, 16, 4, 2, True, "float16"),
-    (63, 100, 32, 32, 2, 2, False, "float16"),
-    (63, 100, 16, 16, 4, 2, True, "bfloat16"),
-    (100, 63, 32, 32, 4, 2, False, "bfloat16"),
-    (100, 63, 24, 40, 4, 2, True, "float32"),
+    (63, 100, 16, 16, 4, 2, None, "float32"),
+    (100, 63, 32, 32, 2, 2, "top_left", "float32"),
+    (1, 63, 16, 16, 4, 2, "top_left", "float32"),
+    (100, 63, 16, 16, 4, 2, "top_left", "float16"),
+    (63, 100, 32, 32, 2, 2, None, "float16"),
+    (63, 100, 16, 16, 4, 2, "top_left", "bfloat16"),
+    (100, 63, 32, 32, 4, 2, None, "bfloat16"),
+    (100, 63, 24, 40, 4, 2, "top_left", "float32"),
+    # bottom-right: decoding (one query, the last of 63 positions), T < S, and T > S (the
+    # first 37 rows see no key: out 0, lse -inf, no gradient)
+    (1, 63, 16, 16, 4, 2, "bottom_right", "float32"),
+    (63, 100, 32, 32, 2, 2, "bottom_right", "float16"),
+    (100, 63, 16, 16, 4, 2, "bottom_right", "bfloat16"),
 ]
 
 
 def _case_id(c):
-    t, s, d, dv, h, hkv, causal, dt = c
+    t, s, d, dv, h, hkv, mask, dt = c
     dims = f"D{d}" if d == dv else f"D{d}-Dv{dv}"
-    return f"T{t}-S{s}-{dims}-H{h}kv{hkv}-{'causal' if causal else 'full'}-{dt}"
+    return f"T{t}-S{s}-{dims}-H{h}kv{hkv}-{mask or 'full'}-{dt}"
+
+
+def _mask_kwargs(mask):
+    """is_causal / causal_alignment of a case's mask (None: no mask)."""
+    return dict(is_causal=mask is not None, causal_alignment=mask or "top_left")
+
+
+def _shift(mask, t, s):
+    """The diagonal of the causal mask j <= i + shift, written out (None: no mask)."""
+    return None if mask is None else (0 if mask == "top_left" else s - t)
 
 
 def pytest_generate_tests(metafunc):
@@ -77,7 +96,7 @@ def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False):
     return [x.requires_grad_(requires_grad) for x in out]
 
 
-def gradient_term_scales(q, k, v, g_out, g_lse, causal, scale=None):
+def gradient_term_scales(q, k, v, g_out, g_lse, shift, scale=None):
     """Largest single term summed into dq and into dk (float64): (t_dq, t_dk, 0 for dv).
 
     dq_i = scale sum_j dS_ij k_j and dk_j = scale sum_i dS_ij q_i with dS_ij = P_ij (dP_ij - delta_i),
@@ -90,15 +109,16 @@ def gradient_term_scales(q, k, v, g_out, g_lse, causal, scale=None):
     sums (seen on an H100: dq error 8.5e-7 with max|dq| < 1, against 4.9e-8 for eager
     float32). The terms are bounded per element, so this scale does not grow with S, and a
     wrong or missing term (an error of the size of a term) still fails by ~1 / (8u).
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift (rows without keys: P = 0).
     """
     q64, k64, v64 = (f64(x).cpu() for x in (q, k, v))
     rep = q64.shape[1] // k64.shape[1]
     k64, v64 = k64.repeat_interleave(rep, dim=1), v64.repeat_interleave(rep, dim=1)
     sc = q64.shape[-1] ** -0.5 if scale is None else scale
     s = sc * q64 @ k64.transpose(-1, -2)
-    if causal:
+    if shift is not None:
         t, n = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(t, n, dtype=torch.bool).tril(), -float("inf"))
+        s = s.masked_fill(~torch.ones(t, n, dtype=torch.bool).tril(shift), -float("inf"))
     p = torch.nan_to_num(torch.softmax(s, dim=-1))
     o = p @ v64
     go, gl = f64(g_out).cpu().abs(), f64(g_lse).cpu().abs()
@@ -110,17 +130,27 @@ def gradient_term_scales(q, k, v, g_out, g_lse, causal, scale=None):
     return t_dq, t_dk, 0.0
 
 
-def reference(q, k, v, causal, scale=None):
+def reference(q, k, v, is_causal, scale=None, causal_alignment="top_left"):
     """Float64 kernelkit_math reference (output and natural-log lse) on the rounded inputs."""
     from kernelkit_math.attention import softmax_attention as ref_attention
 
     q, k, v = (to_numpy64(t) for t in (q, k, v))
-    return ref_attention(q, k, v, is_causal=causal, scale=scale, return_lse=True)
+    return ref_attention(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment,
+                         scale=scale, return_lse=True)
 
 
 def loss_of(out, lse, g_out, g_lse):
-    """A scalar whose gradient exercises both outputs: <out, g_out> + <lse, g_lse>."""
-    return (out.to(g_out.dtype) * g_out).sum() + (lse.to(g_lse.dtype) * g_lse).sum()
+    """A scalar whose gradient exercises both outputs: <out, g_out> + <lse, g_lse> (over the
+    rows that see a key: lse -inf elsewhere)."""
+    lse = lse.to(g_lse.dtype)
+    return (out.to(g_out.dtype) * g_out).sum() + torch.where(lse > -np.inf, lse * g_lse, 0.0).sum()
+
+
+def check_lse(lse, n_lse, ref_lse, dt):
+    """-inf exactly where the reference has it (rows without keys), the rule elsewhere."""
+    finite = torch.from_numpy(np.isfinite(ref_lse)).to(lse.device)
+    assert torch.equal(torch.isneginf(lse), ~finite)
+    check_rule(lse[finite], n_lse[finite], ref_lse[np.isfinite(ref_lse)], dt, "lse")
 
 
 @pytest.fixture
@@ -130,36 +160,42 @@ def launch_spy(monkeypatch):
 
 
 # ----------------------------------------------------------------------- references first
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("mask", [None, "top_left", "bottom_right"], ids=str)
 @pytest.mark.parametrize("t,s,h,hkv", [(7, 5, 4, 2), (5, 9, 2, 2), (1, 3, 3, 1)])
-def test_naive_float64_matches_kernelkit_math(t, s, h, hkv, causal, rng):
-    """attention_naive (float64 torch) agrees with kernelkit_math.attention to rounding."""
-    q, k, v = make_qkv(rng, 2, h, hkv, t, s, 8, 6, torch.float64, "cpu")
-    out, lse = softmax_attention_naive(q, k, v, is_causal=causal, enable_gqa=hkv != h,
+def test_naive_float64_matches_kernelkit_math(t, s, h, hkv, mask, rng):
+    """attention_naive (float64 torch) agrees with kernelkit_math.attention to rounding; rows
+    without keys (bottom-right, T > S) give 0, lse -inf and zero gradients, never NaN."""
+    q, k, v = make_qkv(rng, 2, h, hkv, t, s, 8, 6, torch.float64, "cpu", requires_grad=True)
+    out, lse = softmax_attention_naive(q, k, v, **_mask_kwargs(mask), enable_gqa=hkv != h,
                                        scale=0.3, return_lse=True)
-    ref_out, ref_lse = reference(q, k, v, causal, scale=0.3)
-    np.testing.assert_allclose(to_numpy64(out), ref_out, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(to_numpy64(lse), ref_lse, rtol=1e-12, atol=1e-12)
+    ref_out, ref_lse = reference(q, k, v, **_mask_kwargs(mask), scale=0.3)
+    np.testing.assert_allclose(to_numpy64(out), ref_out, **TOL["float64"])
+    np.testing.assert_allclose(to_numpy64(lse), ref_lse, **TOL["float64"])
+    grads = torch.autograd.grad(loss_of(out, lse, torch.ones_like(out), torch.ones_like(lse)), (q, k, v))
+    assert all(torch.isfinite(g).all() for g in grads)
+    if mask == "bottom_right" and t > s:
+        assert torch.all(grads[0][:, :, :t - s] == 0)
 
 
 # ---------------------------------------------------------------------- forward + backward
 def test_matches_reference(case, device, rng, poisoned_outputs, launch_spy):
     """Output, lse and the gradients of q, k, v (through out and lse) within the FlashAttention
     rule of the float64 references, every buffer poisoned, the Triton launchers proven to run."""
-    t, s, d, dv, h, hkv, causal, dt = case
+    t, s, d, dv, h, hkv, mask, dt = case
     dtype = ATTN_DTYPES[dt]
     q, k, v = make_qkv(rng, 2 if device == "cuda" else 1, h, hkv, t, s, d, dv, dtype, device,
                        requires_grad=True)
     gqa = hkv != h
-    out, lse = sa.softmax_attention(q, k, v, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    kw = _mask_kwargs(mask)
+    out, lse = sa.softmax_attention(q, k, v, **kw, enable_gqa=gqa, return_lse=True)
     assert launch_spy.count("fwd") == 1
     assert out.shape == (q.shape[0], h, t, dv) and out.dtype == dtype
     assert lse.shape == (q.shape[0], h, t) and lse.dtype == torch.float32
 
-    ref_out, ref_lse = reference(q, k, v, causal)
-    n_out, n_lse = softmax_attention_naive(q, k, v, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    ref_out, ref_lse = reference(q, k, v, **kw)
+    n_out, n_lse = softmax_attention_naive(q, k, v, **kw, enable_gqa=gqa, return_lse=True)
     check_rule(out, n_out, ref_out, dt, "out")
-    check_rule(lse, n_lse, ref_lse, dt, "lse")
+    check_lse(lse, n_lse, ref_lse, dt)
 
     g_out = torch.from_numpy(rng.standard_normal(out.shape)).to(device)
     g_lse = torch.from_numpy(rng.standard_normal(lse.shape)).to(device)
@@ -167,13 +203,15 @@ def test_matches_reference(case, device, rng, poisoned_outputs, launch_spy):
     assert launch_spy.count("bwd") == 1
     n_grads = torch.autograd.grad(loss_of(n_out, n_lse, g_out, g_lse), (q, k, v))
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
-    o64, l64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=gqa, return_lse=True)
+    o64, l64 = softmax_attention_naive(q64, k64, v64, **kw, enable_gqa=gqa, return_lse=True)
     np.testing.assert_allclose(to_numpy64(o64), ref_out, rtol=1e-10, atol=1e-10)
     ref_grads = torch.autograd.grad(loss_of(o64, l64, g_out, g_lse), (q64, k64, v64))
-    terms = gradient_term_scales(q, k, v, g_out, g_lse, causal)
+    terms = gradient_term_scales(q, k, v, g_out, g_lse, _shift(mask, t, s))
     for name, g, gn, gr, ts in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads, terms):
         assert g.shape == gr.shape and g.dtype == dtype
         check_rule(g, gn, gr, dt, name, FLOOR_GRAD, term_scale=ts)
+    if mask == "bottom_right" and t > s:  # rows without keys: exactly 0, no gradient
+        assert torch.all(out[:, :, :t - s] == 0) and torch.all(grads[0][:, :, :t - s] == 0)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
@@ -191,6 +229,18 @@ def test_no_visible_key_and_empty(causal, device, rng, poisoned_outputs):
     q, k, v = make_qkv(rng, 1, 2, 2, 0, 7, 16, 16, torch.float32, device)
     out, lse = sa.softmax_attention(q, k, v, is_causal=causal, return_lse=True)
     assert out.shape == (1, 2, 0, 16) and lse.shape == (1, 2, 0)
+
+
+def test_alignments_agree_when_t_equals_s(device, rng, poisoned_outputs):
+    """T == S: bottom-right is top-left (shift 0), output and gradients bit for bit; odd size."""
+    q, k, v = make_qkv(rng, 1, 2, 1, 33, 33, 16, 16, torch.float32, device, requires_grad=True)
+    res = []
+    for alignment in ("top_left", "bottom_right"):
+        out, lse = sa.softmax_attention(q, k, v, is_causal=True, causal_alignment=alignment,
+                                        enable_gqa=True, return_lse=True)
+        res.append((out, lse) + torch.autograd.grad(out.sum() + lse.sum(), (q, k, v)))
+    for a, b in zip(*res):
+        assert torch.equal(a, b)
 
 
 def test_strided_inputs_and_scale(device, rng, poisoned_outputs):
@@ -226,42 +276,52 @@ def test_large_scores_stay_finite(device, rng):
     np.testing.assert_allclose(to_numpy64(lse), ref_lse, rtol=1e-6)
 
 
+#: (dtype, D, mask, T, S) on the GPU: every config, no mask and both alignments (T < S and
+#: T > S for bottom-right, whose diagonal then crosses the tiles at other offsets).
+_EVERY_CONFIG_GPU = [
+    ("bfloat16", 64, None, 300, 257), ("bfloat16", 64, "top_left", 300, 257),
+    ("bfloat16", 128, None, 300, 257), ("bfloat16", 128, "bottom_right", 300, 257),
+    ("float16", 64, None, 300, 257), ("float16", 64, "bottom_right", 257, 300),
+    ("float16", 128, None, 300, 257), ("float16", 128, "top_left", 300, 257),
+    ("float32", 64, "bottom_right", 300, 257),
+]
+
+
 def _every_config_cases(device):
     if device != "cuda":
-        return [("bfloat16", 32, True)]
-    return [(dt, d, causal) for dt in ("bfloat16", "float16") for d in (64, 128)
-            for causal in (False, True)] + [("float32", 64, True)]
+        return [("bfloat16", 32, "bottom_right", 45, 37)]
+    return _EVERY_CONFIG_GPU
 
 
-@pytest.mark.parametrize("idx", range(5))
+@pytest.mark.parametrize("idx", range(len(_EVERY_CONFIG_GPU)))
 def test_every_config(idx, device, rng):
     """Each config the autotuner may pick (after pruning), forced: forward and backward agree with
     float64 autograd within the rule, on ragged lengths with GQA."""
     cases = _every_config_cases(device)
     if idx >= len(cases):
         pytest.skip("fewer cases on this device")
-    dt, d, causal = cases[idx]
+    dt, d, mask, t, s = cases[idx]
     dtype = ATTN_DTYPES[dt]
-    t, s = (300, 257) if device == "cuda" else (45, 37)
     q, k, v = make_qkv(rng, 1, 4, 2, t, s, d, d, dtype, device)
     scale = d ** -0.5
+    kw = _mask_kwargs(mask)
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))
-    o64 = softmax_attention_naive(q64, k64, v64, is_causal=causal, enable_gqa=True)
+    o64 = softmax_attention_naive(q64, k64, v64, **kw, enable_gqa=True)
     g = torch.from_numpy(rng.standard_normal(o64.shape)).to(device)
     ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g)
     qn, kn, vn = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-    n_out = softmax_attention_naive(qn, kn, vn, is_causal=causal, enable_gqa=True)
+    n_out = softmax_attention_naive(qn, kn, vn, **kw, enable_gqa=True)
     n_grads = torch.autograd.grad(n_out, (qn, kn, vn), g.to(dtype))
     cands = _attn_configs.candidate_configs(dtype, d, d)
     for c in cands["fwd"]:
-        out, lse2 = sa.attn_fwd(q, k, v, causal=causal, scale=scale, config=c)
+        out, lse2 = sa.attn_fwd(q, k, v, shift=_shift(mask, t, s), scale=scale, config=c)
         check_rule(out, n_out, o64, dt, f"out with {c}")
     n_bwd = max(len(cands["dkdv"]), len(cands["dq"]))
     for i in range(n_bwd):
         ckv = cands["dkdv"][min(i, len(cands["dkdv"]) - 1)]
         cq = cands["dq"][min(i, len(cands["dq"]) - 1)]
-        grads = sa.attn_bwd(g.to(dtype), q, k, v, out, lse2, None, causal=causal, scale=scale,
-                            configs=(ckv, cq))
+        grads = sa.attn_bwd(g.to(dtype), q, k, v, out, lse2, None, shift=_shift(mask, t, s),
+                            scale=scale, configs=(ckv, cq))
         for name, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
             check_rule(a, b, r, dt, f"{name} with {ckv} / {cq}", FLOOR_GRAD)
 
@@ -319,6 +379,12 @@ def _bad_cases(dev):
         ("scale-string", (q, k, v), dict(scale="1"), TypeError, "scale"),
         ("causal-not-bool", (q, k, v), dict(is_causal=1), TypeError, "is_causal"),
         ("lse-not-bool", (q, k, v), dict(return_lse="yes"), TypeError, "return_lse"),
+        ("alignment-unknown", (q, k, v), dict(is_causal=True, causal_alignment="lower_right"),
+         ValueError, "causal_alignment must be 'top_left' or 'bottom_right'"),
+        ("alignment-unknown-not-causal", (q, k, v), dict(causal_alignment="bottom-right"),
+         ValueError, "causal_alignment"),
+        ("alignment-not-str", (q, k, v), dict(is_causal=True, causal_alignment=None), TypeError,
+         "causal_alignment"),
     ]
 
 

@@ -12,6 +12,7 @@ from scipy.special import logsumexp
 from kernelkit_math import get_kernel, kernel_names
 from kernelkit_math.attention import (
     causal_mask,
+    causal_shift,
     guard_denominator,
     kernel_smoother,
     linear_attention,
@@ -43,12 +44,13 @@ def _qkv(rng, batch, T, S, D, Dv, positive=False):
     return draw(batch + (T, D)), draw(batch + (S, D)), draw(batch + (S, Dv))
 
 
-def _naive_softmax(q, k, v, scale, causal):
-    """Loops and math.exp, one (T, D) problem: out and lse."""
+def _naive_softmax(q, k, v, scale, causal, shift=0):
+    """Loops and math.exp, one (T, D) problem: out and lse; causal: key j visible iff
+    j <= i + shift."""
     T, S = q.shape[0], k.shape[0]
     out, lse = np.zeros((T, v.shape[1])), np.full(T, -np.inf)
     for i in range(T):
-        js = [j for j in range(S) if not causal or j <= i]
+        js = [j for j in range(S) if not causal or j <= i + shift]
         s = [scale * float(np.dot(q[i], k[j])) for j in js]
         if not s:
             continue
@@ -212,7 +214,8 @@ def test_causal_rows_beyond_S_see_every_key(rng):
 
 
 def test_rows_without_keys_output_zero(rng):
-    """S = 0 is the only way to get rows with no visible key: output 0, lse -inf, no NaN."""
+    """S = 0 (under the top-left alignment the only way to get rows with no visible key):
+    output 0, lse -inf, no NaN."""
     q, k, v = rng.normal(size=(2, 4, 3)), np.zeros((2, 0, 3)), np.zeros((2, 0, 5))
     for causal in (False, True):
         out, lse = softmax_attention(q, k, v, is_causal=causal, return_lse=True)
@@ -221,6 +224,124 @@ def test_rows_without_keys_output_zero(rng):
         np.testing.assert_array_equal(kernel_smoother(q, k, v, "rbf", is_causal=causal), 0.0)
         for form in ("parallel", "recurrent"):
             np.testing.assert_array_equal(linear_attention(q, k, v, is_causal=causal, form=form), 0.0)
+
+
+# ------------------------------------------------------------------ bottom-right alignment
+BR = dict(is_causal=True, causal_alignment="bottom_right")
+
+
+def _hand_mask(T, S):
+    """Bottom-right mask written out: query i is position i + S - T of S, key j position j."""
+    return np.array([[j <= i + (S - T) for j in range(S)] for i in range(T)])
+
+
+def test_causal_mask_shift_and_causal_shift():
+    np.testing.assert_array_equal(causal_mask(2, 5, 3), [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+    np.testing.assert_array_equal(causal_mask(4, 2, -2), [[0, 0], [0, 0], [1, 0], [1, 1]])
+    np.testing.assert_array_equal(causal_mask(4, 2), causal_mask(4, 2, 0))
+    for T, S in [(2, 5), (5, 2), (3, 3), (1, 63)]:
+        assert causal_shift(True, "top_left", T, S) == 0
+        shift = causal_shift(True, "bottom_right", T, S)
+        assert shift == S - T
+        np.testing.assert_array_equal(causal_mask(T, S, shift), _hand_mask(T, S))
+        assert causal_shift(False, "bottom_right", T, S) is None
+
+
+@pytest.mark.parametrize("T,S", [(1, 1), (1, 7), (4, 7), (6, 6)])
+def test_bottom_right_is_top_left_after_padding_queries_in_front(rng, T, S):
+    """T <= S: the T queries are the last T of S positions, so bottom-right equals top-left on
+    the queries padded in front with S - T (arbitrary) rows, last T rows kept. GQA for softmax."""
+    q, k, v = rng.normal(size=(2, 4, T, 3)), rng.normal(size=(2, 2, S, 3)), rng.normal(size=(2, 2, S, 2))
+    qp = np.concatenate([rng.normal(size=(2, 4, S - T, 3)), q], axis=-2)
+    out, lse = softmax_attention(q, k, v, **BR, return_lse=True)
+    out_p, lse_p = softmax_attention(qp, k, v, is_causal=True, return_lse=True)
+    np.testing.assert_allclose(out, out_p[..., S - T:, :], **F64)
+    np.testing.assert_allclose(lse, lse_p[..., S - T:], **F64)
+    k, v = k[:, :1], v[:, :1]  # one k/v head, broadcast over q's heads
+    np.testing.assert_allclose(kernel_smoother(q, k, v, "rbf", gamma=0.3, **BR),
+                               kernel_smoother(qp, k, v, "rbf", gamma=0.3, is_causal=True)[..., S - T:, :], **F64)
+    S0, z0 = rng.uniform(size=(10, 2)), rng.uniform(0.5, 1.0, size=10)
+    for form in ("parallel", "recurrent"):
+        kw = dict(feature_map="favor+:10", form=form, initial_state=(S0, z0), return_state=True)
+        a, (Sa, za) = linear_attention(q, k, v, **BR, **kw)
+        b, (Sb, zb) = linear_attention(qp, k, v, is_causal=True, **kw)
+        np.testing.assert_allclose(a, b[..., S - T:, :], **F64)
+        np.testing.assert_allclose(Sa, Sb, **F64)
+        np.testing.assert_allclose(za, zb, **F64)
+
+
+@pytest.mark.parametrize("T,S", [(5, 2), (7, 4), (3, 1), (4, 7), (1, 5)])
+def test_bottom_right_against_direct_formulas(rng, T, S):
+    """The mask written out (loops and math.exp for softmax, explicit weights for the smoother,
+    the state read by hand for linear attention); T > S leaves the first T - S rows without
+    keys: out 0 and lse -inf (FlashAttention's convention), or the initial state alone."""
+    q, k, v = _qkv(rng, (2,), T, S, 3, 2)
+    out, lse = softmax_attention(q, k, v, **BR, scale=0.8, return_lse=True)
+    for b in range(2):
+        o, l = _naive_softmax(q[b], k[b], v[b], 0.8, True, shift=S - T)
+        np.testing.assert_allclose(out[b], o, **F64)
+        np.testing.assert_allclose(lse[b], l, **F64)
+    empty = max(T - S, 0)
+    assert np.all(out[:, :empty] == 0) and np.all(lse[:, :empty] == -np.inf)
+    assert np.isfinite(lse[:, empty:]).all()
+
+    mask = _hand_mask(T, S)
+    W = np.exp(-0.3 * ((q[..., :, None, :] - k[..., None, :, :]) ** 2).sum(-1)) * mask
+    den = W.sum(-1, keepdims=True)
+    expect = np.divide(W @ v, np.maximum(den, 1e-6))
+    np.testing.assert_allclose(kernel_smoother(q, k, v, "rbf", gamma=0.3, eps=1e-6, **BR), expect, **F64)
+    np.testing.assert_array_equal(kernel_smoother(q, k, v, "rbf", gamma=0.3, eps=0.0, **BR)[:, :empty], 0.0)
+
+    phi = make_feature_map("elu+1", 3)
+    Q, K = phi(q), phi(k)
+    S0, z0 = rng.uniform(size=(2, 3, 2)), rng.uniform(0.5, 1.0, size=(2, 3))
+    num = (Q @ np.swapaxes(K, -1, -2) * mask) @ v + Q @ S0
+    den = (Q @ np.swapaxes(K, -1, -2) * mask).sum(-1) + np.einsum("btm,bm->bt", Q, z0)
+    for form in ("parallel", "recurrent"):
+        got = linear_attention(q, k, v, "elu+1", **BR, form=form, initial_state=(S0, z0))
+        np.testing.assert_allclose(got, num / den[..., None], **F64)
+        none = linear_attention(q, k, v, "elu+1", **BR, form=form)  # no state: empty rows are 0
+        np.testing.assert_array_equal(none[:, :empty], 0.0)
+        assert np.isfinite(none).all()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_alignments_agree_when_T_equals_S_and_differ_otherwise(rng, shape):
+    q, k, v = _qkv(rng, *shape, positive=True)
+    T, S = shape[1], shape[2]
+    for fn in (softmax_attention, kernel_smoother, linear_attention):
+        top, bottom = fn(q, k, v, is_causal=True), fn(q, k, v, **BR)
+        if T == S:
+            np.testing.assert_array_equal(top, bottom)
+        elif min(T, S) > 1 or S > T:  # some row sees other keys
+            assert not np.allclose(top, bottom)
+        # not causal: the alignment is never read
+        np.testing.assert_array_equal(fn(q, k, v), fn(q, k, v, causal_alignment="bottom_right"))
+
+
+def test_bottom_right_matches_torch_sdpa_lower_right(rng):
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.bias import causal_lower_right
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for T, S in [(1, 6), (4, 7), (5, 5)]:  # T <= S: torch warns of NaN rows for T > S
+        q, k, v = rng.normal(size=(2, 3, T, 4)), rng.normal(size=(2, 3, S, 4)), rng.normal(size=(2, 3, S, 2))
+        ref = sdpa(*(torch.from_numpy(a) for a in (q, k, v)), attn_mask=causal_lower_right(T, S))
+        np.testing.assert_allclose(softmax_attention(q, k, v, **BR), ref.numpy(), **F64)
+
+
+@pytest.mark.parametrize("fn", [softmax_attention, kernel_smoother, linear_attention],
+                         ids=["softmax", "smoother", "linear"])
+def test_bad_causal_alignment(rng, fn):
+    q = rng.normal(size=(2, 3, 4))
+    for bad in ("bottom-right", "lower_right", "", "TOP_LEFT"):
+        with pytest.raises(ValueError, match="causal_alignment must be 'top_left' or 'bottom_right'"):
+            fn(q, q, q, is_causal=True, causal_alignment=bad)
+        with pytest.raises(ValueError, match="causal_alignment"):  # validated without is_causal too
+            fn(q, q, q, causal_alignment=bad)
+    for bad in (None, True, 1, ("top_left",)):
+        with pytest.raises(TypeError, match="causal_alignment"):
+            fn(q, q, q, is_causal=True, causal_alignment=bad)
 
 
 # ------------------------------------------------------------------------------------- GQA

@@ -40,8 +40,8 @@ import triton
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention import linear_chunk as LC
-from kernelkit_gpu.attention.linear_naive import check_args, linear_attention_naive
-from kernelkit_math.attention import resolve_is_causal
+from kernelkit_gpu.attention.linear_naive import check_args, linear_attention_naive, run_shifted
+from kernelkit_math.attention import causal_shift, resolve_is_causal
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
 
@@ -212,8 +212,9 @@ class LinearAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, dS0, dz0, None, None, None, None, None
 
 
-def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, eps=1e-6,
-                     initial_state=None, return_state=False, chunk_size=None, causal=None):
+def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_alignment="top_left",
+                     normalize=True, eps=1e-6, initial_state=None, return_state=False,
+                     chunk_size=None, causal=None):
     r"""Linear attention phi(q)·phi(k) with the feature map fused into chunked Triton kernels.
 
     With Q = phi(q) (B, H, T, M), K = phi(k) (B, H, S, M) and the state (S_0, z_0), zero by
@@ -225,9 +226,10 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
         \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
         \text{out}_t = \frac{\text{num}_t}{\max(\text{den}_t, \varepsilon)}
 
-    V(t) is every key, or {s <= t} with ``is_causal`` (top-left aligned, as
-    ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``). Equivalent to
-    ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, is_causal=is_causal,
+    V(t) is every key, or {s <= t + shift} with ``is_causal`` (shift 0 top-left aligned, as
+    ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``; S - T bottom-right
+    aligned: ``causal_alignment``). Equivalent to ``kernelkit_math.attention.linear_attention(q,
+    k, v, feature_map, is_causal=is_causal, causal_alignment=causal_alignment,
     normalize=normalize, eps=eps, initial_state=..., return_state=...)`` up to dtype tolerance.
 
     Parameters
@@ -238,12 +240,21 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
         float16, bfloat16 or float32, one dtype, on a CUDA device (CPU under
         ``TRITON_INTERPRET=1``). Any strides (a unit stride in the last dim avoids a copy), so a
         (B, T, H, D) tensor passed as ``x.transpose(1, 2)`` is used in place. D, Dv <= 256;
-        causal with S != T follows the top-left alignment.
+        any T, S, causal or not (alignment: ``causal_alignment``).
     feature_map : {"elu+1", "identity", "relu"} or None
         Applied inside the kernels (and its derivative in the backward). None: q and k are
         already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key s visible
+        to query t iff s <= t (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
+        ``"bottom_right"``: iff s <= t + S - T (torch ``CausalVariant.LOWER_RIGHT``,
+        FlashAttention's KV-cache decoding). With T > S the first T - S queries see no key and
+        read the initial state alone (output 0 without one). The kernels run top-left with as
+        many queries as keys (:func:`kernelkit_gpu.attention.linear_naive.run_shifted`): T < S
+        pads the queries in front with S - T zero rows (the causal sweep then covers S query
+        positions), T > S computes the first T - S rows from the initial state alone.
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
@@ -265,10 +276,11 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
     Raises
     ------
     TypeError
-        Non-tensors, float64 or integer dtypes, mismatched dtypes, non-bool flags.
+        Non-tensors, float64 or integer dtypes, mismatched dtypes, non-bool flags, a non-string
+        ``causal_alignment``.
     ValueError
-        Bad shapes (named), D or Dv > 256, unknown feature map, eps < 0, bad chunk_size or
-        initial_state, a CPU tensor without the interpreter.
+        Bad shapes (named), D or Dv > 256, unknown feature map, eps < 0, bad chunk_size,
+        initial_state or ``causal_alignment``, a CPU tensor without the interpreter.
 
     Notes
     -----
@@ -301,15 +313,19 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize
     B, H, T, S, M, Dv, code, chunk = check_args(
         q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
         allowed_dtypes=_checks.ATTN_DTYPES, max_dim=MAX_DIM)
+    shift = causal_shift(causal, causal_alignment, T, S)
     _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
-    if B * H == 0 or T == 0 or S == 0:
-        return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=causal,
-                                      normalize=normalize, eps=eps, initial_state=initial_state,
-                                      return_state=return_state, chunk_size=chunk_size)
     S0, z0 = (None, None) if initial_state is None else initial_state
-    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, s_fin, z_fin = LinearAttentionFunction.apply(
-        q, k, v, S0, z0, code, causal, normalize, float(eps), chunk)
-    if return_state:
+
+    def run(q, k, v, causal):  # top-left aligned; (out, (S_final, z_final))
+        if B * H == 0 or q.shape[2] == 0 or k.shape[2] == 0:
+            return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=causal,
+                                          normalize=normalize, eps=eps, initial_state=initial_state,
+                                          return_state=True, chunk_size=chunk_size)
+        q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
+        out, s_fin, z_fin = LinearAttentionFunction.apply(
+            q, k, v, S0, z0, code, causal, normalize, float(eps), chunk)
         return out, (s_fin, z_fin)
-    return out
+
+    out, state = run_shifted(run, q, k, v, shift)
+    return (out, state) if return_state else out

@@ -6,7 +6,9 @@ torch.autograd (q, k, v and the initial state). Float16 / bfloat16 input is comp
 (states float32) and the output rounded to the input dtype; float64 input stays float64.
 
 Equivalent to ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, is_causal=...,
-normalize=..., eps=..., initial_state=..., return_state=...)`` up to dtype tolerance.
+causal_alignment=..., normalize=..., eps=..., initial_state=..., return_state=...)`` up to dtype
+tolerance. :func:`run_shifted` builds the bottom-right causal alignment (T != S) from top-left
+runs, here and in the Triton version.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit_gpu import _checks
-from kernelkit_math.attention import resolve_is_causal
+from kernelkit_math.attention import causal_shift, resolve_is_causal
 
-__all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args"]
+__all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args", "run_shifted"]
 
 #: Fused feature maps and their kernel codes (0: identity, 1: elu(x) + 1, 2: relu). ``None``
 #: means q and k are already feature-mapped by the caller (identity inside the kernels).
@@ -120,7 +122,31 @@ def guarded_divide(num, den, eps):
                        torch.zeros_like(num))
 
 
-def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, eps=1e-6,
+def run_shifted(run, q, k, v, shift):
+    """Linear attention with the causal mask ``j <= i + shift`` (or none) from top-left runs.
+
+    ``run(q, k, v, causal)`` -> ``(out, (S_final, z_final))`` is top-left causal (or, with
+    ``causal=False``, unmasked) linear attention with the caller's feature map, initial state and
+    flags. ``shift`` is None (not causal), 0 (top-left, one run as is), > 0 (T < S: the queries
+    are padded in front with ``shift`` zero rows, so query i sits at key position i + shift; the
+    padded rows' outputs are dropped, so no gradient flows through them) or < 0 (T > S: the first
+    ``-shift`` queries see no key and read the initial state alone, a run without keys; the
+    other S queries are a top-left run with as many queries as keys). The state returned is
+    always the state after all S keys.
+    """
+    if not shift:
+        return run(q, k, v, shift is not None)
+    if shift > 0:
+        out, state = run(F.pad(q, (0, 0, shift, 0)), k, v, True)
+        return out[:, :, shift:], state
+    n = -shift
+    head, _ = run(q[:, :, :n], k[:, :, :0], v[:, :, :0], False)
+    tail, state = run(q[:, :, n:], k, v, True)
+    return torch.cat([head, tail], dim=2), state
+
+
+def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
+                           causal_alignment="top_left", normalize=True, eps=1e-6,
                            initial_state=None, return_state=False, chunk_size=None, causal=None):
     r"""Linear attention in plain PyTorch (parallel form, or chunked cumulative form when causal).
 
@@ -132,7 +158,9 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, nor
         \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
         \text{out}_t = \text{num}_t / \max(\text{den}_t, \varepsilon)
 
-    V(t) = all keys, or {s <= t} when causal (top-left aligned, as torch SDPA).
+    V(t) = all keys, or {s <= t + shift} when causal: shift 0 top-left aligned (as torch SDPA),
+    S - T bottom-right aligned (``causal_alignment``); a query with no visible key (bottom-right,
+    T > S) reads the initial state alone (output 0 without one).
 
     Parameters
     ----------
@@ -144,6 +172,11 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, nor
         None: q and k are already feature-mapped (D = M may be any size).
     is_causal, normalize : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key s visible
+        to query t iff s <= t (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
+        ``"bottom_right"``: iff s <= t + S - T (torch ``CausalVariant.LOWER_RIGHT``,
+        FlashAttention's KV-cache decoding), computed by :func:`run_shifted`.
     eps : float
         Floor of the denominator (>= 0); a guarded denominator of 0 gives an output of 0.
     initial_state : (torch.Tensor (B, H, M, Dv), torch.Tensor (B, H, M)) or None
@@ -171,8 +204,19 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, nor
     torch.Size([1, 2, 5, 3])
     """
     causal = resolve_is_causal(is_causal, causal, "linear_attention_naive")
-    B, H, T, S, M, Dv, code, chunk = check_args(q, k, v, feature_map, causal, normalize, eps,
-                                                initial_state, return_state, chunk_size)
+    _, _, T, S, _, _, code, chunk = check_args(q, k, v, feature_map, causal, normalize, eps,
+                                               initial_state, return_state, chunk_size)
+    shift = causal_shift(causal, causal_alignment, T, S)
+    out, state = run_shifted(
+        lambda q, k, v, causal: _top_left(q, k, v, code, causal, normalize, float(eps),
+                                          initial_state, chunk), q, k, v, shift)
+    return (out, state) if return_state else out
+
+
+def _top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
+    """(out, (S_final, z_final)) of validated input; causal: top-left aligned."""
+    B, H, T, M = q.shape
+    S, Dv = k.shape[2], v.shape[3]
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
     Q = apply_feature_map(q.to(cdt), code)
     K = apply_feature_map(k.to(cdt), code)
@@ -208,8 +252,5 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False, nor
         z_prev = torch.cat([z0[:, :, None], zc[:, :, :-1]], dim=2).cumsum(dim=2)
         num = (A @ Vc + Qc @ S_prev).reshape(B, H, P, Dv)[:, :, :T]
         den = (A.sum(-1) + (Qc * z_prev[:, :, :, None, :]).sum(-1)).reshape(B, H, P)[:, :, :T]
-    out = guarded_divide(num, den, float(eps)) if normalize else num
-    out = out.to(q.dtype)
-    if return_state:
-        return out, (S_fin, z_fin)
-    return out
+    out = guarded_divide(num, den, eps) if normalize else num
+    return out.to(q.dtype), (S_fin, z_fin)

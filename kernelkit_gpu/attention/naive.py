@@ -24,6 +24,7 @@ from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.pairwise.naive import epilogue_torch
+from kernelkit_math.attention import causal_shift
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["softmax_attention_naive", "kernel_attention_naive"]
@@ -37,16 +38,17 @@ def _expand_kv(t, group):
     return t if group == 1 else t.repeat_interleave(group, dim=1)
 
 
-def _causal_mask(t0, t1, s, device):
-    """(t1 - t0, s) bool: key j visible to query i iff j <= i (top-left aligned, as torch SDPA)."""
+def _causal_mask(t0, t1, s, shift, device):
+    """(t1 - t0, s) bool: key j visible to query i iff j <= i + shift (shift 0: top-left aligned,
+    as torch SDPA; S - T: bottom-right; :func:`kernelkit_math.attention.causal_shift`)."""
     i = torch.arange(t0, t1, device=device)[:, None]
     j = torch.arange(s, device=device)[None, :]
-    return j <= i
+    return j <= i + shift
 
 
 # ------------------------------------------------------------------------------------ softmax
-def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
-                            return_lse=False):
+def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
+                            enable_gqa=False, return_lse=False):
     r"""Softmax attention with the score matrix materialised; the signature of the Triton version.
 
     .. math::
@@ -64,7 +66,12 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=
     v : torch.Tensor, shape (B, H_kv, S, Dv)
         One dtype: float16, bfloat16, float32 or float64; any device.
     is_causal : bool
-        Key j is visible to query i iff j <= i (top-left aligned, as torch SDPA).
+        Causal mask: key j is visible to query i iff j <= i + shift.
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: shift 0, as
+        torch SDPA (``CausalVariant.UPPER_LEFT``); ``"bottom_right"``: shift S - T, as
+        FlashAttention's KV-cache decoding (``CausalVariant.LOWER_RIGHT``); with T > S the first
+        T - S rows see no key.
     scale : float, optional
         Multiplies the scores; default 1 / sqrt(D).
     enable_gqa : bool
@@ -76,7 +83,8 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=
     -------
     out : torch.Tensor, shape (B, H, T, Dv), the input dtype
     lse : torch.Tensor, shape (B, H, T), float32 (float64 for float64 input); only if return_lse.
-        Rows with no visible key (only when S == 0) give out 0 and lse -inf.
+        Rows with no visible key (S == 0, or bottom-right with T > S) give out 0, lse -inf and
+        zero gradients.
 
     Notes
     -----
@@ -86,6 +94,7 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=
     B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
                                           dtypes=_checks.ATTN_DTYPES + (torch.float64,))
     _checks.check_flag(return_lse, "return_lse")
+    shift = causal_shift(is_causal, causal_alignment, T, S)
     scale = _checks.check_scale(scale, D)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if S == 0 or T == 0:
@@ -95,12 +104,19 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, scale=None, enable_gqa=
     group = H // H_kv
     kk, vv = _expand_kv(k, group), _expand_kv(v, group)
     scores = torch.matmul(q, kk.transpose(-1, -2)) * scale
-    if is_causal:
-        scores = scores.masked_fill(~_causal_mask(0, T, S, q.device), -math.inf)
+    empty = None  # rows with no visible key: finite scores here, zeroed after the softmax
+    if shift is not None:
+        scores = scores.masked_fill(~_causal_mask(0, T, S, shift, q.device), -math.inf)
+        if shift < 0:
+            empty = (torch.arange(T, device=q.device) + shift < 0)[:, None]
+            scores = scores.masked_fill(empty, 0.0)
     p = torch.softmax(scores, dim=-1)
+    if empty is not None:
+        p = p.masked_fill(empty, 0.0)
     out = torch.matmul(p, vv)
     if return_lse:
-        return out, torch.logsumexp(scores.to(lse_dtype), dim=-1)
+        lse = torch.logsumexp(scores.to(lse_dtype), dim=-1)
+        return out, (lse if empty is None else lse.masked_fill(empty[:, 0], -math.inf))
     return out
 
 
@@ -121,25 +137,24 @@ def _prepare_smoother(q, k, plan, group):
     """Transform q and k as the kernel needs (normalise, centre, scale per feature); expand GQA."""
     kk = _expand_kv(k, group)
     if plan.cosine:
-        q = P._normalize_rows(q.reshape(-1, q.shape[-1]))[0].reshape(q.shape)
-        kk = P._normalize_rows(kk.reshape(-1, kk.shape[-1]))[0].reshape(kk.shape)
+        q, kk = P.normalize_rows(q)[0], P.normalize_rows(kk)[0]
     if plan.pairwise != E.PW_DOT.value:
-        # Distances do not change under a common shift: centre each head on its keys' mean.
-        mean = kk.mean(dim=-2, keepdim=True).detach()
-        q, kk = q - mean, kk - mean
-        if plan.scale is not None:
-            s = torch.as_tensor(plan.scale, dtype=q.dtype, device=q.device)
-            q, kk = q * s, kk * s
+        # Distances do not change under a common shift: centre each head on its keys' mean
+        # (float64, scaled per feature, rounded once: the shared preparation of _prepare).
+        mean = P.column_mean(kk)
+        scale = P.feature_scales(plan, q.device)
+        q, kk = (P.centre_and_scale(t, mean, scale, t.dtype) for t in (q, kk))
     return q, kk
 
 
-def smoother_rows(q, k, v, plan, *, is_causal, eps, group, t0=0):
-    """Kernel smoother for the queries ``q`` = rows t0 .. t0 + len of the full query set."""
+def smoother_rows(q, k, v, plan, *, shift, eps, group, t0=0):
+    """Kernel smoother for the queries ``q`` = rows t0 .. t0 + len of the full query set; causal
+    mask ``j <= i + shift`` unless ``shift`` is None."""
     T, S = q.shape[-2], k.shape[-2]
     qc, kk = _prepare_smoother(q, k, plan, group)
     Kv = epilogue_torch(_pairwise_torch(qc, kk, plan), plan)
-    if is_causal:
-        Kv = Kv.masked_fill(~_causal_mask(t0, t0 + T, S, q.device), 0.0)
+    if shift is not None:
+        Kv = Kv.masked_fill(~_causal_mask(t0, t0 + T, S, shift, q.device), 0.0)
     num = torch.matmul(Kv, _expand_kv(v, group))
     den = Kv.sum(-1, keepdim=True)
     return guarded_divide(num, den, eps)
@@ -165,8 +180,8 @@ def guard_from_lse(out, lse, eps):
     return (out.to(factor.dtype) * factor[..., None]).to(out.dtype)
 
 
-def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable_gqa=False,
-                           **params):
+def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment="top_left",
+                           eps=1e-6, enable_gqa=False, **params):
     r"""Exact kernel smoother with the kernel matrix materialised; the signature of the Triton version.
 
     .. math::
@@ -188,6 +203,9 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
         A registry kernel name; parameters as keywords, validated by the registry.
     is_causal, enable_gqa : bool
         As :func:`softmax_attention_naive`.
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        As :func:`softmax_attention_naive` (torch ``CausalVariant.UPPER_LEFT`` /
+        ``LOWER_RIGHT``); rows with no visible key (bottom-right, T > S) output 0.
     eps : float
         Denominator guard, >= 0.
 
@@ -199,12 +217,14 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
     B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
                                           dtypes=_checks.ATTN_DTYPES + (torch.float64,))
     eps = _checks.check_eps(eps)
+    shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.check_finite(t, name)
     group = H // H_kv if H_kv else 1
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention_naive(q, k, v, is_causal=is_causal,
+                                           causal_alignment=causal_alignment,
                                            scale=exponential_scale(plan, D), enable_gqa=enable_gqa,
                                            return_lse=True)
         return guard_from_lse(out, lse, eps)
@@ -213,7 +233,7 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, 
     acc = P.acc_dtype(q.dtype)
     qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
     step = max(1, CHUNK_ELEMENTS // max(1, B * H * S))
-    parts = [smoother_rows(qa[:, :, t0:t0 + step], ka, va, plan, is_causal=is_causal, eps=eps,
+    parts = [smoother_rows(qa[:, :, t0:t0 + step], ka, va, plan, shift=shift, eps=eps,
                            group=group, t0=t0) for t0 in range(0, T, step)]
     out = parts[0] if len(parts) == 1 else torch.cat(parts, dim=2)
     return out.to(q.dtype)

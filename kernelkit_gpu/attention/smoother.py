@@ -28,6 +28,7 @@ from kernelkit_gpu import _prepare as P
 from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
 from kernelkit_gpu.attention.naive import exponential_scale, guard_from_lse, smoother_rows
 from kernelkit_gpu.attention.softmax import softmax_attention
+from kernelkit_math.attention import causal_shift
 
 __all__ = ["kernel_attention", "kattn_fwd", "KernelAttentionFunction"]
 
@@ -66,7 +67,7 @@ def _prune_kattn(configs, named_args, **kwargs):
 
 @triton.jit
 def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
-                offs_m, mask_m, offs_dv, mask_dv, n0, S, D,
+                offs_m, mask_m, offs_dv, mask_dv, n0, S, SHIFT, D,
                 stride_xm, stride_xk, stride_ym, stride_yk, stride_vn, stride_vd,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
@@ -87,7 +88,7 @@ def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
     if MASKED:
         valid = mask_n[None, :]
         if CAUSAL:
-            valid = valid & (offs_n[None, :] <= offs_m[:, None])
+            valid = valid & (offs_n[None, :] <= offs_m[:, None] + SHIFT)
         w = tl.where(valid, w, 0.0)
     den += tl.sum(w, axis=1)
     v = tl.load(v_base + offs_n.to(tl.int64)[:, None] * stride_vn + offs_dv[None, :] * stride_vd,
@@ -101,10 +102,10 @@ def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
     key=["D_BUCKET", "BLOCK_DV", "KIND", "PAIRWISE", "MODE", "CAUSAL", "DOT_PREC"],
     prune_configs_by={"early_config_prune": _prune_kattn},
 )
-@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S"])
+@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT"])
 def _kattn_fwd_kernel(
     x_ptr, y_ptr, nx_ptr, ny_ptr, prm_ptr, v_ptr, o_ptr,
-    H, H_KV, GROUP, T, S, D, DV, DEG, eps,
+    H, H_KV, GROUP, T, S, SHIFT, D, DV, DEG, eps,
     stride_xm, stride_xk, stride_ym, stride_yk,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_ot, stride_od,
@@ -117,8 +118,9 @@ def _kattn_fwd_kernel(
 
     x / y are the prepared query / key rows of all heads, flattened ((B H T, D) and (B H_kv S, D),
     row- or feature-major as ``MODE`` needs); nx / ny their squared norms (squared distances on
-    tensor cores only). Key tiles fully visible to the block run unmasked; the causal diagonal and
-    the ragged last tile are masked; tiles above the diagonal are skipped.
+    tensor cores only). With CAUSAL, query i sees keys j <= i + SHIFT. Key tiles fully visible to
+    the block run unmasked; the causal diagonal and the ragged last tile are masked; tiles above
+    the diagonal are skipped.
     """
     num_m = tl.cdiv(T, BLOCK_M)
     pid_m = tl.program_id(0)
@@ -144,21 +146,21 @@ def _kattn_fwd_kernel(
     p0, p1, p2 = _load_params(prm_ptr)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
     den = tl.zeros((BLOCK_M,), tl.float32)
-    if CAUSAL:
-        hi = tl.minimum(S, m0 + BLOCK_M)
-        full_end = (tl.minimum(S, m0 + 1) // BLOCK_N) * BLOCK_N
+    if CAUSAL:  # key tiles as in the softmax forward kernel (clamped at 0 for SHIFT < 0)
+        hi = tl.maximum(tl.minimum(S, m0 + BLOCK_M + SHIFT), 0)
+        full_end = (tl.maximum(tl.minimum(S, m0 + 1 + SHIFT), 0) // BLOCK_N) * BLOCK_N
     else:
         hi = S
         full_end = (S // BLOCK_N) * BLOCK_N
     for n0 in range(0, full_end, BLOCK_N):
         acc, den = _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
-                               offs_m, mask_m, offs_dv, mask_dv, n0, S, D,
+                               offs_m, mask_m, offs_dv, mask_dv, n0, S, SHIFT, D,
                                stride_xm, stride_xk, stride_ym, stride_yk, stride_vn, stride_vd,
                                BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK, DOT_PREC,
                                MV_PREC, TAU_, False, CAUSAL)
     for n0 in range(full_end, hi, BLOCK_N):
         acc, den = _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
-                               offs_m, mask_m, offs_dv, mask_dv, n0, S, D,
+                               offs_m, mask_m, offs_dv, mask_dv, n0, S, SHIFT, D,
                                stride_xm, stride_xk, stride_ym, stride_yk, stride_vn, stride_vd,
                                BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK, DOT_PREC,
                                MV_PREC, TAU_, True, CAUSAL)
@@ -170,8 +172,9 @@ def _kattn_fwd_kernel(
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_dv[None, :])
 
 
-def kattn_fwd(q, k, v, plan, *, causal, eps):
-    """Launch the kernel smoother on validated q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv)."""
+def kattn_fwd(q, k, v, plan, *, shift, eps):
+    """Launch the kernel smoother on validated q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv);
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift."""
     B, H, T, D = q.shape
     H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
     out = _launch.alloc((B, H, T, DV), q.dtype, q.device)
@@ -182,7 +185,7 @@ def kattn_fwd(q, k, v, plan, *, causal, eps):
     # All heads flattened into one row set: centring by one common mean leaves every distance
     # unchanged, so the shared preparation (centre / scale / normalise / transpose) applies as is.
     ops = P.prepare(q.reshape(B * H * T, D), k.reshape(B * H_kv * S, D), plan, "accurate",
-                    symmetric=False, want_diag=False)
+                    symmetric=False, centre_dot=False)
     if q.dtype == torch.float32:
         ops.dot_prec = "ieee"  # see _attn_configs.dot_precision: tf32x3 breaks the 2x rule
     v32 = v.to(torch.float32)
@@ -193,12 +196,12 @@ def kattn_fwd(q, k, v, plan, *, causal, eps):
 
     _kattn_fwd_kernel[grid](
         ops.x, ops.y, ops.nx, ops.ny, ops.prm, v32, out,
-        H, H_kv, H // H_kv, T, S, D, DV, plan.deg, eps,
+        H, H_kv, H // H_kv, T, S, 0 if shift is None else shift, D, DV, plan.deg, eps,
         ops.stride_x[0], ops.stride_x[1], ops.stride_y[0], ops.stride_y[1],
         *v32.stride(), *out.stride(),
         BLOCK_DV=block_dv, KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, DK=ops.dk,
         DOT_PREC=ops.dot_prec, MV_PREC="ieee" if q.dtype == torch.float32 else "tf32x3",
-        D_BUCKET=ops.d_bucket, TAU_=E.TAU, CAUSAL=causal,
+        D_BUCKET=ops.d_bucket, TAU_=E.TAU, CAUSAL=shift is not None,
     )
     return out
 
@@ -209,10 +212,10 @@ class KernelAttentionFunction(torch.autograd.Function):
     time, differentiated by torch.autograd."""
 
     @staticmethod
-    def forward(ctx, q, k, v, plan, causal, eps):
+    def forward(ctx, q, k, v, plan, shift, eps):
         ctx.save_for_backward(q, k, v)
-        ctx.plan, ctx.causal, ctx.eps = plan, causal, eps
-        return kattn_fwd(q, k, v, plan, causal=causal, eps=eps)
+        ctx.plan, ctx.shift, ctx.eps = plan, shift, eps
+        return kattn_fwd(q, k, v, plan, shift=shift, eps=eps)
 
     @staticmethod
     def backward(ctx, dout):
@@ -231,7 +234,7 @@ class KernelAttentionFunction(torch.autograd.Function):
                 va = v.detach().to(acc).requires_grad_(True)
                 for t0 in range(0, T, step):
                     qc = q[:, :, t0:t0 + step].detach().to(acc).requires_grad_(True)
-                    out = smoother_rows(qc, ka, va, ctx.plan, is_causal=ctx.causal, eps=ctx.eps,
+                    out = smoother_rows(qc, ka, va, ctx.plan, shift=ctx.shift, eps=ctx.eps,
                                         group=group, t0=t0)
                     gq, gk, gv = torch.autograd.grad(out, (qc, ka, va), dout[:, :, t0:t0 + step].to(acc),
                                                      allow_unused=True)
@@ -242,7 +245,8 @@ class KernelAttentionFunction(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
-def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable_gqa=False, **params):
+def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment="top_left", eps=1e-6,
+                     enable_gqa=False, **params):
     r"""Attention as an exact kernel smoother, for any registry kernel, fused in Triton.
 
     .. math::
@@ -250,10 +254,11 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
         \mathrm{out}_i = \frac{\sum_{j \in V(i)} \kappa(q_i, k_j)\, v_j}
                               {\max\big(\sum_{j \in V(i)} \kappa(q_i, k_j),\ \varepsilon\big)}
 
-    with V(i) every key, or ``j <= i`` with ``is_causal`` (top-left aligned, as torch SDPA); a row
-    whose guarded denominator is 0 (``eps=0`` and no positive weight) outputs 0. Equivalent to
-    ``kernelkit_math.attention.kernel_smoother(q, k, v, kernel, is_causal=is_causal, eps=eps,
-    **params)`` up to dtype tolerance. The (T, S) kernel matrix is never stored.
+    with V(i) every key, or ``j <= i + shift`` with ``is_causal`` (shift 0 top-left aligned, as
+    torch SDPA, or S - T bottom-right aligned: ``causal_alignment``); a row whose guarded
+    denominator is 0 (``eps=0`` and no positive weight, or no visible key) outputs 0. Equivalent
+    to ``kernelkit_math.attention.kernel_smoother(q, k, v, kernel, is_causal=is_causal,
+    causal_alignment=causal_alignment, eps=eps, **params)`` up to dtype tolerance. The (T, S) kernel matrix is never stored.
 
     Parameters
     ----------
@@ -266,7 +271,13 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
         A registry kernel: rbf (default), laplacian, matern, rational_quadratic, polynomial,
         sigmoid, linear, cosine, exponential.
     is_causal : bool
-        Top-left aligned causal mask.
+        Causal mask, aligned by ``causal_alignment``.
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible to
+        query i iff j <= i (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
+        ``"bottom_right"``: iff j <= i + S - T (torch ``CausalVariant.LOWER_RIGHT``,
+        FlashAttention's KV-cache decoding). With T > S the first T - S rows see no key: their
+        numerator is 0 and they output 0 (zero gradients).
     eps : float
         Denominator floor (>= 0); kernels with weights <= 0 (linear, polynomial, sigmoid, cosine)
         need it.
@@ -285,7 +296,8 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     ------
     TypeError, ValueError
         As :func:`kernelkit_gpu.softmax_attention` for the tensors; the registry's
-        errors for the kernel name and parameters; ValueError for a negative or non-finite eps.
+        errors for the kernel name and parameters; ValueError for a negative or non-finite eps
+        or an unknown ``causal_alignment`` (TypeError for a non-string one).
     ValueError
         ``q``, ``k`` or ``v`` contains NaN or infinity ("q contains NaN or infinity; ..."). Unlike
         softmax attention, whose NaN propagates row by row, the kernel smoother prepares its
@@ -326,13 +338,15 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable
     B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
                                           max_head_dim=_checks.MAX_HEAD_DIM)
     eps = _checks.check_eps(eps)
+    shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.check_finite(t, name)
     if plan.kind == E.K_EXPONENTIAL.value:
-        out, lse = softmax_attention(q, k, v, is_causal=is_causal, scale=exponential_scale(plan, D),
-                                     enable_gqa=enable_gqa, return_lse=True)
+        out, lse = softmax_attention(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment,
+                                     scale=exponential_scale(plan, D), enable_gqa=enable_gqa,
+                                     return_lse=True)
         return guard_from_lse(out, lse, eps)
     q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    return KernelAttentionFunction.apply(q, k, v, plan, is_causal, eps)
+    return KernelAttentionFunction.apply(q, k, v, plan, shift, eps)

@@ -6,8 +6,9 @@ Layers (see ARCHITECTURE.md):
   V are streamed in BLOCK_N tiles; running max ``m`` and sum ``l`` in the log2 domain (log2(e) is
   folded into the scale, so every exponential is one ``exp2``); float32 accumulators. The key loop
   runs in two stages: unmasked full tiles (keys fully visible to every query of the block), then the
-  masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the tiles above
-  the diagonal are never visited, and query blocks are scheduled longest-first.
+  masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the mask is
+  ``j <= i + SHIFT`` (a runtime integer: 0 top-left, S - T bottom-right, possibly negative), the
+  tiles above that diagonal are never visited, and query blocks are scheduled longest-first.
 * the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
   config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
   ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.
@@ -33,6 +34,7 @@ from kernelkit_gpu import _launch
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.attention.softmax_bwd import attn_bwd
+from kernelkit_math.attention import causal_shift
 
 __all__ = ["softmax_attention", "attn_fwd", "SoftmaxAttentionFunction"]
 
@@ -42,7 +44,7 @@ LN2 = 0.6931471805599453
 # ------------------------------------------------------------------------------------ forward
 @triton.jit
 def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d, offs_dv,
-                   S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                   S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                    MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
                    EVEN_DV: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr):
     """One key tile: update the running max, sum and output of the query block."""
@@ -52,7 +54,7 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
     if MASKED:
         valid = cols[None, :] < S
         if CAUSAL:
-            valid = valid & (cols[None, :] <= offs_m[:, None])
+            valid = valid & (cols[None, :] <= offs_m[:, None] + SHIFT)
         qk = tl.where(valid, qk * qk_scale, float("-inf"))
         m_ij = tl.maximum(m_i, tl.max(qk, 1))
         m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)  # a row with no visible key yet
@@ -71,10 +73,10 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
 
 @triton.autotune(configs=_attn_configs.fwd_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_fwd})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S"])
+@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT"])
 def _attn_fwd_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-    H, GROUP, T, S, D, DV, qk_scale,
+    H, GROUP, T, S, SHIFT, D, DV, qk_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -83,7 +85,8 @@ def _attn_fwd_kernel(
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    """out[b, h, block] and lse2 (log2-domain log-sum-exp) of BLOCK_M queries."""
+    """out[b, h, block] and lse2 (log2-domain log-sum-exp) of BLOCK_M queries; with CAUSAL, query
+    i sees keys j <= i + SHIFT."""
     num_m = tl.cdiv(T, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -108,25 +111,27 @@ def _attn_fwd_kernel(
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
 
-    # Keys [0, full_end) are visible to every query of the block and lie in full tiles.
+    # Keys [0, full_end) are visible to every query of the block (to its first row, m0) and lie
+    # in full tiles; keys from hi on are visible to none (its last row sees j < m0 + BLOCK_M +
+    # SHIFT). Both clamped at 0: with SHIFT < 0 the first rows may see no key at all.
     if CAUSAL:
-        hi = tl.minimum(S, m0 + BLOCK_M)
-        full_end = (tl.minimum(S, m0 + 1) // BLOCK_N) * BLOCK_N
+        hi = tl.maximum(tl.minimum(S, m0 + BLOCK_M + SHIFT), 0)
+        full_end = (tl.maximum(tl.minimum(S, m0 + 1 + SHIFT), 0) // BLOCK_N) * BLOCK_N
     else:
         hi = S
         full_end = (S // BLOCK_N) * BLOCK_N
     for n0 in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n,
-                                       offs_d, offs_dv, S, D, DV, qk_scale,
+                                       offs_d, offs_dv, S, SHIFT, D, DV, qk_scale,
                                        stride_kn, stride_kd, stride_vn, stride_vd,
                                        False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     for n0 in range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n,
-                                       offs_d, offs_dv, S, D, DV, qk_scale,
+                                       offs_d, offs_dv, S, SHIFT, D, DV, qk_scale,
                                        stride_kn, stride_kd, stride_vn, stride_vd,
                                        True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
 
-    empty = l_i == 0.0  # no visible key (S == 0): output 0, lse -inf
+    empty = l_i == 0.0  # no visible key (S == 0, or i + SHIFT < 0): output 0, lse -inf
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     rows = offs_m.to(tl.int64)
@@ -136,8 +141,11 @@ def _attn_fwd_kernel(
 
 
 # ---------------------------------------------------------------------------------- launcher
-def attn_fwd(q, k, v, *, causal, scale, config=None):
+def attn_fwd(q, k, v, *, shift, scale, config=None):
     """Launch the forward kernel on validated (B, H, T, D) / (B, H_kv, S, D) tensors.
+
+    ``shift``: None (no mask), or the causal diagonal: query i sees keys j <= i + shift
+    (:func:`kernelkit_math.attention.causal_shift`).
 
     Returns ``(out, lse2)``: out (B, H, T, Dv) in q's dtype, lse2 (B, H, T) float32 in the log2
     domain (log2 sum_j 2^(scale log2(e) q_i·k_j)); multiply by ln 2 for the natural lse.
@@ -158,9 +166,9 @@ def attn_fwd(q, k, v, *, causal, scale, config=None):
 
     _attn_configs.launch(_attn_fwd_kernel, grid, (
         q, k, v, out, lse2,
-        H, H // H_kv, T, S, D, DV, scale * LOG2E,
+        H, H // H_kv, T, S, 0 if shift is None else shift, D, DV, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-    ), _attn_configs.constexprs(D, DV, causal, q.dtype), config)
+    ), _attn_configs.constexprs(D, DV, shift is not None, q.dtype), config)
     return out, lse2
 
 
@@ -168,10 +176,10 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale):
-        out, lse2 = attn_fwd(q, k, v, causal=causal, scale=scale)
+    def forward(ctx, q, k, v, shift, scale):
+        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale)
         ctx.save_for_backward(q, k, v, out, lse2)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.shift, ctx.scale = shift, scale
         ctx.set_materialize_grads(False)
         return out, lse2 * LN2
 
@@ -180,11 +188,12 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
         q, k, v, out, lse2 = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, causal=ctx.causal, scale=ctx.scale)
+        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale)
         return dq, dk, dv, None, None
 
 
-def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False):
+def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
+                      enable_gqa=False, return_lse=False):
     r"""Softmax (scaled dot-product) attention: FlashAttention-2-style Triton kernels, fwd and bwd.
 
     .. math::
@@ -193,11 +202,13 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
         s_{ij} = \mathrm{scale}\; q_i \cdot k_j, \qquad
         \mathrm{lse}_i = \log \sum_j e^{s_{ij}}
 
-    The sums run over the visible keys: all of them, or ``j <= i`` with ``is_causal`` (top-left
-    aligned, as :func:`torch.nn.functional.scaled_dot_product_attention`). Equivalent to
-    ``kernelkit_math.attention.softmax_attention(q, k, v, is_causal=is_causal, scale=scale)`` up to
-    dtype tolerance, and to ``scaled_dot_product_attention(q, k, v, is_causal=is_causal,
-    scale=scale, enable_gqa=enable_gqa)``. Neither the (T, S) scores nor the probabilities are ever
+    The sums run over the visible keys: all of them, or ``j <= i + shift`` with ``is_causal``
+    (shift 0: top-left aligned, as :func:`torch.nn.functional.scaled_dot_product_attention`;
+    shift S - T: bottom-right aligned, as FlashAttention). Equivalent to
+    ``kernelkit_math.attention.softmax_attention(q, k, v, is_causal=is_causal,
+    causal_alignment=causal_alignment, scale=scale)`` up to dtype tolerance, and (top-left) to
+    ``scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale,
+    enable_gqa=enable_gqa)``. Neither the (T, S) scores nor the probabilities are ever
     stored: memory is O(B H T (D + Dv)).
 
     Parameters
@@ -210,7 +221,13 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
         Any T, S >= 0 (T != S allowed); D, Dv from 1 to 256 (padded to a power of two >= 16 with
         masking; 64 and 128 are the tuned sizes).
     is_causal : bool
-        Top-left aligned causal mask: key j visible to query i iff j <= i.
+        Causal mask: key j visible to query i iff j <= i + shift (``causal_alignment``).
+    causal_alignment : {"top_left", "bottom_right"}, default "top_left"
+        Only read when ``is_causal`` is True (validated always). ``"top_left"``: shift 0, as
+        SDPA's ``is_causal=True`` (torch ``CausalVariant.UPPER_LEFT``); ``"bottom_right"``: shift
+        S - T, FlashAttention's alignment for decoding with a KV cache (torch
+        ``CausalVariant.LOWER_RIGHT``: the T queries are the last T of S positions). With T > S
+        the first T - S rows see no key: out 0, lse -inf, no gradient through them.
     scale : float, optional
         Score multiplier, > 0; default 1 / sqrt(D).
     enable_gqa : bool
@@ -223,19 +240,20 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     Returns
     -------
     out : torch.Tensor, shape (B, H, T, Dv), q's dtype
-    lse : torch.Tensor, shape (B, H, T), float32; only with ``return_lse``. With S = 0 (no key
-        visible) out is 0 and lse is -inf.
+    lse : torch.Tensor, shape (B, H, T), float32; only with ``return_lse``. Rows with no visible
+        key (S = 0, or bottom-right with T > S) have out 0 and lse -inf.
 
     Raises
     ------
     TypeError
         A non-tensor operand, a dtype other than float16 / bfloat16 / float32 or mixed dtypes, a
-        non-bool flag, a non-numeric scale.
+        non-bool flag, a non-numeric scale, a non-string ``causal_alignment``.
     ValueError
         Wrong ranks, mismatched batch / heads / lengths / head dims (q and k must share D), H_kv
         not dividing H (or differing from H without ``enable_gqa``), a head dim above 256,
-        tensors on different devices, a non-finite or non-positive ``scale``, CPU tensors without
-        the interpreter.
+        tensors on different devices, a non-finite or non-positive ``scale``, a
+        ``causal_alignment`` other than "top_left" / "bottom_right", CPU tensors without the
+        interpreter.
 
     Notes
     -----
@@ -269,8 +287,9 @@ def softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False,
     B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
                                           max_head_dim=_checks.MAX_HEAD_DIM)
     _checks.check_flag(return_lse, "return_lse")
+    shift = causal_shift(is_causal, causal_alignment, T, S)
     scale = _checks.check_scale(scale, D)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, lse = SoftmaxAttentionFunction.apply(q, k, v, is_causal, scale)
+    out, lse = SoftmaxAttentionFunction.apply(q, k, v, shift, scale)
     return (out, lse) if return_lse else out

@@ -53,7 +53,7 @@ def _attn_bwd_preprocess(o_ptr, do_ptr, dlse_ptr, delta_ptr, H, T, DV,
 
 @triton.jit
 def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, offs_n, offs_d,
-                        offs_dv, T, D, DV, qk_scale,
+                        offs_dv, T, SHIFT, D, DV, qk_scale,
                         stride_qt, stride_qd, stride_gt, stride_gd,
                         BLOCK_M1: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                         EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
@@ -73,8 +73,8 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
     if MASKED:
         valid = offs_m[None, :] < T
         if CAUSAL:
-            valid = valid & (offs_n[:, None] <= offs_m[None, :])
-        pT = tl.where(valid, pT, 0.0)
+            valid = valid & (offs_n[:, None] <= offs_m[None, :] + SHIFT)
+        pT = tl.where(valid, pT, 0.0)  # also drops exp2(+inf) of rows without keys (lse -inf)
     dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
     dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
     dsT = pT * (dpT - di[None, :])
@@ -84,10 +84,10 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
 
 @triton.autotune(configs=_attn_configs.dkdv_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dkdv})
-@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S"])
+@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT"])
 def _attn_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-    H, H_KV, GROUP, T, S, D, DV, qk_scale, sm_scale,
+    H, H_KV, GROUP, T, S, SHIFT, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -115,10 +115,12 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros((BLOCK_N1, BLOCK_DV), tl.float32)
 
     # Query blocks [lo, mid) hold the causal diagonal (masked); [mid, t_full) are fully visible
-    # full blocks; [max(mid, t_full), T) is the masked ragged tail.
+    # full blocks; [max(mid, t_full), T) is the masked ragged tail. Query i sees key j iff
+    # j <= i + SHIFT: rows before n0 - SHIFT see no key of this block (lo is the block of that
+    # row), rows from n0 + BLOCK_N1 - 1 - SHIFT on see all of them (mid); both clamped at 0.
     if CAUSAL:
-        lo = (n0 // BLOCK_M1) * BLOCK_M1
-        mid = tl.cdiv(n0 + BLOCK_N1 - 1, BLOCK_M1) * BLOCK_M1
+        lo = (tl.maximum(n0 - SHIFT, 0) // BLOCK_M1) * BLOCK_M1
+        mid = tl.cdiv(tl.maximum(n0 + BLOCK_N1 - 1 - SHIFT, 0), BLOCK_M1) * BLOCK_M1
         diag_end = tl.minimum(mid, tl.cdiv(T, BLOCK_M1) * BLOCK_M1)
     else:
         lo = 0
@@ -134,17 +136,17 @@ def _attn_bwd_dkdv_kernel(
         delta_base = delta_ptr + bh.to(tl.int64) * T
         for m0 in range(lo, diag_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
         for m0 in range(mid, t_full, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
         for m0 in range(tl.maximum(mid, t_full), T, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     dk = dk * sm_scale
@@ -159,7 +161,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                      S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                      S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                       BLOCK_N2: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                       EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
                       UPCAST: tl.constexpr):
@@ -172,7 +174,7 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
     if MASKED:
         valid = cols[None, :] < S
         if CAUSAL:
-            valid = valid & (cols[None, :] <= offs_m[:, None])
+            valid = valid & (cols[None, :] <= offs_m[:, None] + SHIFT)
         p = tl.where(valid, p, 0.0)
     dp = _mm(do, vT, None, PREC, UPCAST)
     ds = p * (dp - di[:, None])
@@ -182,10 +184,10 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
 
 @triton.autotune(configs=_attn_configs.dq_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dq})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S"])
+@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT"])
 def _attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    H, GROUP, T, S, D, DV, qk_scale, sm_scale,
+    H, GROUP, T, S, SHIFT, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -218,19 +220,19 @@ def _attn_bwd_dq_kernel(
     k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     dq = tl.zeros((BLOCK_M2, BLOCK_D), tl.float32)
-    if CAUSAL:
-        hi = tl.minimum(S, m0 + BLOCK_M2)
-        full_end = (tl.minimum(S, m0 + 1) // BLOCK_N2) * BLOCK_N2
+    if CAUSAL:  # key tiles as in the forward kernel (mask j <= i + SHIFT)
+        hi = tl.maximum(tl.minimum(S, m0 + BLOCK_M2 + SHIFT), 0)
+        full_end = (tl.maximum(tl.minimum(S, m0 + 1 + SHIFT), 0) // BLOCK_N2) * BLOCK_N2
     else:
         hi = S
         full_end = (S // BLOCK_N2) * BLOCK_N2
     for n0 in range(0, full_end, BLOCK_N2):
         dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                               S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                                BLOCK_N2, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     for n0 in range(full_end, hi, BLOCK_N2):
         dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                               S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                                BLOCK_N2, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     dq = dq * sm_scale
     dq_ptrs = dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh \
@@ -239,8 +241,10 @@ def _attn_bwd_dq_kernel(
 
 
 # ----------------------------------------------------------------------------------- launcher
-def attn_bwd(do, q, k, v, out, lse2, dlse, *, causal, scale, configs=(None, None)):
+def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)):
     """Gradients (dq, dk, dv) of the attention output (and of the natural lse, ``dlse``, or None).
+
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift, as in ``attn_fwd``.
 
     ``configs``: (dK/dV config, dQ config) to bypass the autotuner (tests), or None each.
     """
@@ -255,7 +259,8 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, causal, scale, configs=(None, None
     has_dlse = dlse is not None
     if has_dlse:
         dlse = dlse.to(torch.float32).contiguous()
-    common = _attn_configs.constexprs(D, DV, causal, q.dtype)
+    common = _attn_configs.constexprs(D, DV, shift is not None, q.dtype)
+    shift_arg = 0 if shift is None else shift
     pre_m = 64 if not _launch.INTERPRET else 32
     _attn_bwd_preprocess[(triton.cdiv(T, pre_m), B * H)](
         out, do, dlse if has_dlse else delta, delta, H, T, DV,
@@ -269,7 +274,7 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, causal, scale, configs=(None, None
 
     _attn_configs.launch(_attn_bwd_dkdv_kernel, grid_kv, (
         q, k, v, do, lse2, delta, dk, dv,
-        H, H_kv, H // H_kv, T, S, D, DV, qk_scale, scale,
+        H, H_kv, H // H_kv, T, S, shift_arg, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
     ), common, configs[0])
 
@@ -278,7 +283,7 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, causal, scale, configs=(None, None
 
     _attn_configs.launch(_attn_bwd_dq_kernel, grid_q, (
         q, k, v, do, lse2, delta, dq,
-        H, H // H_kv, T, S, D, DV, qk_scale, scale,
+        H, H // H_kv, T, S, shift_arg, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
     ), common, configs[1])
     return dq, dk, dv

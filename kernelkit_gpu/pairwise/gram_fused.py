@@ -9,8 +9,9 @@ Layers (see ARCHITECTURE.md):
   differences, feature by feature: D <= 16 and the L1 distance);
 * their launch configs (heuristic defaults, or autotuning with ``KERNELKIT_GPU_AUTOTUNE=1``), in
   :mod:`kernelkit_gpu.pairwise.gram_configs`;
-* here: operand preparation (``prepare_mma``, ``prepare_direct``), the launchers and their
-  dispatch (``gram_fwd``), and ``gram`` (public: validation, preparation).
+* here: the operands (``prepare_mma``, ``prepare_direct``: what :func:`kernelkit_gpu._prepare.recipe`
+  decides, computed by the fused preparation kernel), the launchers and their dispatch
+  (``gram_fwd``), and ``gram`` (public: validation, preparation).
 
 The launchers reach the kernels through this module's namespace, so a spy set on
 ``kernelkit_gpu.gram``'s ``_gram_*_kernel`` attributes sees every launch (tests, benchmarks).
@@ -98,45 +99,29 @@ def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=
 
 
 def prepare_mma(x, y, plan, precision, symmetric):
-    """Padded, centred / scaled / split operands for ``_gram_mma_kernel`` (y None: K(X, X))."""
-    acc = P.acc_dtype(x.dtype)
+    """Padded operands for ``_gram_mma_kernel`` (y None: K(X, X)), prepared as
+    :func:`kernelkit_gpu._prepare.recipe` says: the centring and scaling run fused in
+    ``_gram_prep_kernel`` (the values of ``_prepare.centre_and_scale``), which also pads and, for
+    the accurate float32 mode, splits each value into a TF32 head and tail (3xTF32)."""
+    r = P.recipe(plan, x.dtype, x.shape[1], precision)
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    sixteen = x.dtype in (torch.float16, torch.bfloat16)
     cos_diag = None
-    if plan.cosine:
-        x, cos_diag = P._normalize_rows(x.to(acc))
-        y = None if symmetric else P._normalize_rows(y.to(acc))[0]
-        sixteen = False
-    scale = None
-    if plan.scale is not None:
-        scale = torch.as_tensor(plan.scale, dtype=torch.float64, device=dev)
-        sixteen = False  # scaled values are not 16-bit numbers: float32
-    sq = plan.pairwise == E.PW_SQEUCLIDEAN.value
-    if sixteen:
-        # 16-bit: the raw values go to the native tensor-core product (products of 16-bit numbers
-        # are exact in float32). Centring would round the centred values to 16 bits again;
-        # instead, where the expansion cancels (data far from the origin, near-duplicates) the
-        # tile is recomputed by exact direct differences. Triton's interpreter multiplies the
-        # bit patterns of bfloat16 tl.dot operands as integers: float32 there (exact too).
-        buf_dtype = torch.float32 if (_launch.INTERPRET and x.dtype == torch.bfloat16) else x.dtype
-    else:
-        buf_dtype = acc
-    split = buf_dtype == torch.float32 and not sixteen and precision == "accurate"
-    dot_prec = "tf32" if (buf_dtype == torch.float32 and not sixteen) else "ieee"
-    # dot products of float32 / float64 data are centred too: x·y = x̃·ỹ + b_x + b_y with
-    # b = x̃·mean + ||mean||² / 2 in float64, so the tensor cores only see the small x̃·ỹ
-    bias = plan.pairwise == E.PW_DOT.value and not sixteen and not plan.cosine
-    mean = x.mean(dim=0, dtype=torch.float64) if ((sq or bias) and not sixteen) else None
+    if r.normalize:
+        x, cos_diag = P.normalize_rows(x.to(r.acc))
+        y = None if symmetric else P.normalize_rows(y.to(r.acc))[0]
+    scale = P.feature_scales(plan, dev) if r.scale else None
+    mean = P.column_mean(x) if r.centre else None
+    split = r.dot_prec == "tf32x3"
     kd = _round_up(d, PAD_K)
-    xb, nx = _prep_launch(x, mean, scale, kd, split, buf_dtype, acc)
+    xb, nx = _prep_launch(x, mean, scale, kd, split, r.dtype, r.acc)
     if symmetric:
         yb, ny = xb, nx
     else:
-        yb, ny = _prep_launch(y, mean, scale, kd, split, buf_dtype, acc)
+        yb, ny = _prep_launch(y, mean, scale, kd, split, r.dtype, r.acc)
     dg = nx  # the diagonal of a dot-product K(X, X): the epilogue of the squared row norms
-    if bias:
+    if r.bias:
         if symmetric:
             dg = _padded_like(nx, (x.to(torch.float64) ** 2).sum(dim=1))
         nx = _padded_like(nx, P.dot_offsets(x, mean))
@@ -144,11 +129,10 @@ def prepare_mma(x, y, plan, precision, symmetric):
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)  # cosine's diagonal: exactly 1 (0 for zero rows)
     return MMAOperands(
-        x=xb, y=yb, nx=nx, ny=ny, dg=dg, prm=P._params_tensor(plan.prm, acc, dev), kd=kd,
-        split=split,
-        dot_prec=dot_prec, raw_x=x, raw_y=x if symmetric else y,
-        mean=mean if mean is not None else nx, scale=scale, n=n, m=m, d=d, bias=bias,
-        sliced=split and plan.pairwise == E.PW_DOT.value,
+        x=xb, y=yb, nx=nx, ny=ny, dg=dg, prm=P._params_tensor(plan.prm, r.acc, dev), kd=kd,
+        split=split, dot_prec="ieee" if r.dot_prec == "ieee" else "tf32", raw_x=x,
+        raw_y=x if symmetric else y, mean=mean if mean is not None else nx, scale=scale,
+        n=n, m=m, d=d, bias=r.bias, sliced=split and plan.pairwise == E.PW_DOT.value,
     )
 
 
@@ -216,26 +200,25 @@ class DirectOperands:
 
 
 def prepare_direct(x, y, plan, symmetric):
-    """(D, rows padded) operands: raw values in the accumulation dtype, or with per-feature scales
-    (x - mean) scale in float64 rounded once (scaling uncentred data would round each coordinate
-    relative to its offset and lose the differences); cosine: normalised rows."""
-    acc = P.acc_dtype(x.dtype)
+    """(D, rows padded) operands, prepared as :func:`kernelkit_gpu._prepare.recipe` says (raw
+    values in the accumulation dtype; centred and scaled with per-feature scales; cosine:
+    normalised rows), fused in ``_gram_prep_kernel``."""
+    r = P.recipe(plan, x.dtype, x.shape[1], "accurate")
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
     cos_diag = None
-    if plan.cosine:
-        x, cos_diag = P._normalize_rows(x.to(acc))
-        y = None if symmetric else P._normalize_rows(y.to(acc))[0]
-    scale = mean = None
-    if plan.scale is not None:
-        scale = torch.as_tensor(plan.scale, dtype=torch.float64, device=dev)
-        mean = x.mean(dim=0, dtype=torch.float64)
-    xb, nx = _prep_launch(x, mean, scale, d, False, acc, acc, feature_major=True)
-    yb = xb if symmetric else _prep_launch(y, mean, scale, d, False, acc, acc, feature_major=True)[0]
+    if r.normalize:
+        x, cos_diag = P.normalize_rows(x.to(r.acc))
+        y = None if symmetric else P.normalize_rows(y.to(r.acc))[0]
+    scale = P.feature_scales(plan, dev) if r.scale else None
+    mean = P.column_mean(x) if r.centre else None
+    xb, nx = _prep_launch(x, mean, scale, d, False, r.dtype, r.acc, feature_major=True)
+    yb = xb if symmetric else _prep_launch(y, mean, scale, d, False, r.dtype, r.acc,
+                                           feature_major=True)[0]
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)
-    return DirectOperands(x=xb, y=yb, nx=nx, prm=P._params_tensor(plan.prm, acc, dev), n=n, m=m,
+    return DirectOperands(x=xb, y=yb, nx=nx, prm=P._params_tensor(plan.prm, r.acc, dev), n=n, m=m,
                           d=d, dk=d if d <= P.DIRECT_MAX_D else 0)
 
 
@@ -311,8 +294,7 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         Same dtype and device as ``x``. ``None`` (or ``y is x``) computes K(X, X): exactly
         symmetric with an exact diagonal; only the upper block triangle is computed.
     kernel : str
-        A registry name: linear, polynomial, rbf, laplacian, matern, rational_quadratic, cosine,
-        sigmoid, exponential.
+        A registry kernel name: one of ``kernelkit_math.kernel_names()``.
     precision : {"accurate", "fast"}
         "accurate" (default): float32 dot products on tensor cores in split precision
         (3xTF32: each centred value is split once into a TF32 head and tail, and
@@ -329,7 +311,8 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         Kernel parameters with scikit-learn names, validated by the registry: ``gamma`` (rbf,
         laplacian: scalar or one per feature; polynomial, sigmoid; None means 1 / D), ``degree``,
         ``coef0``, ``scale`` (exponential; None means 1 / sqrt(D)), ``length_scale`` (matern,
-        rational_quadratic; scalar or per feature), ``nu`` in {0.5, 1.5, 2.5}, ``alpha``.
+        rational_quadratic: scalar or per feature; periodic), ``nu`` in {0.5, 1.5, 2.5},
+        ``alpha``, ``periodicity``. Each kernel's list: ``get_kernel(kernel).params``.
         For rbf, gamma = 1 / (2 length_scale²).
 
     Returns

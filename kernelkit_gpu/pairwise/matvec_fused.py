@@ -290,7 +290,7 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     if m == 0:
         out.zero_()
         return out[:, 0] if squeeze else out
-    ops = P.prepare(xe, ye, plan, precision, symmetric=False, want_diag=False, centre_dot=True)
+    ops = P.prepare(xe, ye, plan, precision, symmetric=False)
     v2 = v2.to(acc)
     matvec_fwd(ops, plan, v2, out, precision)
     return out[:, 0] if squeeze else out

@@ -56,19 +56,16 @@ class _Prepared:
         y = x if symmetric else y.to(acc)
         self.diag_dot = None
         if plan.cosine:
-            x, nz = P._normalize_rows(x)
-            y = x if symmetric else P._normalize_rows(y)[0]
+            x, nz = P.normalize_rows(x)
+            y = x if symmetric else P.normalize_rows(y)[0]
             self.diag_dot = nz
-        scale = None
-        if plan.scale is not None:
-            scale = torch.as_tensor(plan.scale, dtype=acc, device=x.device)
         if plan.pairwise != E.PW_DOT.value:
-            mean = x.mean(dim=0)
-            x = x - mean
-            y = x if symmetric else y - mean
-            if scale is not None:
-                x = x * scale
-                y = x if symmetric else y * scale
+            # distances: centred on x's float64 column mean and scaled per feature, rounded once
+            # (the values the Triton kernels' preparation forms)
+            mean = P.column_mean(x)
+            scale = P.feature_scales(plan, x.device)
+            x = P.centre_and_scale(x, mean, scale, acc)
+            y = x if symmetric else P.centre_and_scale(y, mean, scale, acc)
         if plan.pairwise == E.PW_SQEUCLIDEAN.value:
             self.nx = (x * x).sum(dim=1)
             self.ny = self.nx if symmetric else (y * y).sum(dim=1)
