@@ -107,7 +107,7 @@ class Recipe:
     dot_prec: str
 
 
-def recipe(plan, dtype, d, precision, *, centre_dot=True):
+def recipe(plan, dtype, d, precision):
     """The one place that decides how a Gram-family call prepares its operands.
 
     Read by :func:`prepare` (matrix-free products, kernel attention) and by the Gram kernel's
@@ -118,8 +118,8 @@ def recipe(plan, dtype, d, precision, *, centre_dot=True):
       of centred, scaled values with per-feature scales (scaling uncentred data would round each
       coordinate relative to its offset and lose the differences).
     * Tensor cores: squared distances on centred data; dot products of float32 / float64 data
-      centred too (x·y = x̃·ỹ + b_x + b_y, ``bias``), unless the consumer's kernel cannot add the
-      offsets (``centre_dot=False``); cosine never (rows are normalised). 16-bit data without
+      centred too (x·y = x̃·ỹ + b_x + b_y, ``bias``: every consumer's kernel adds the offsets);
+      cosine never (rows are normalised). 16-bit data without
       per-feature scales stay 16-bit and uncentred (products of 16-bit numbers are exact in
       float32; centred values would be rounded to 16 bits again): the kernels recompute tiles
       where the expansion cancels. Under the interpreter bfloat16 goes to tl.dot as float32
@@ -130,8 +130,7 @@ def recipe(plan, dtype, d, precision, *, centre_dot=True):
     scale = plan.scale is not None
     sixteen = (not direct and dtype in (torch.float16, torch.bfloat16) and not plan.cosine
                and not scale)
-    bias = (centre_dot and not direct and plan.pairwise == E.PW_DOT.value and not plan.cosine
-            and not sixteen)
+    bias = not direct and plan.pairwise == E.PW_DOT.value and not plan.cosine and not sixteen
     centre = scale or (not direct and not sixteen
                        and (plan.pairwise == E.PW_SQEUCLIDEAN.value or bias))
     if sixteen:
@@ -246,14 +245,13 @@ def _row_norms(x, acc):
     return (xa * xa).sum(dim=1)
 
 
-def prepare(x, y, plan, precision, symmetric, centre_dot=True):
+def prepare(x, y, plan, precision, symmetric):
     """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
     ``symmetric``: y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
-    operands feature-major (D, N) for coalesced per-feature loads. ``centre_dot``: whether the
-    consumer's kernel adds dot-product offsets (``Operands.bias``).
+    operands feature-major (D, N) for coalesced per-feature loads.
     """
-    r = recipe(plan, x.dtype, x.shape[1], precision, centre_dot=centre_dot)
+    r = recipe(plan, x.dtype, x.shape[1], precision)
     n, d = x.shape
     if y is None:
         y = x

@@ -263,6 +263,18 @@ def test_far_from_origin_rbf(device, rng):
     assert max_err(out, ref) <= 1e-5
 
 
+@pytest.mark.parametrize("name,params", [("linear", {}),
+                                         ("polynomial", dict(degree=2, gamma=1e-6, coef0=0.5))])
+def test_far_from_origin_dot_kernels(name, params, device, rng):
+    """Dot products of data offset by 1000 (D = 32: the tensor-core path) are centred, with the
+    float64 offsets b_q + b_k added to each tile (q·k ~ 3.2e7): the weights keep float32's
+    relative precision, so the smoothed values (|v| <= ~3) stay within 1e-5."""
+    q, k, v = make_qkv(rng, 1, 2, 1, 40, 33, 32, 8, torch.float32, device, offset=1000.0)
+    out = ka.kernel_attention(q, k, v, name, enable_gqa=True, **params)
+    ref = reference(q, k, v, name, params, False, 1e-6)
+    assert max_err(out, ref) <= 1e-5
+
+
 # ------------------------------------------------------------------------------ bad inputs
 @pytest.mark.parametrize("kernel,kwargs,exc,match", [
     ("nope", {}, ValueError, "unknown kernel"),

@@ -72,11 +72,15 @@ def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
                 DOT_PREC: tl.constexpr, MV_PREC: tl.constexpr, TAU_: tl.constexpr,
-                MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """acc += K(q_block, key tile) @ v_tile and den += its row sums."""
+                BIAS: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """acc += K(q_block, key tile) @ v_tile and den += its row sums.
+
+    BIAS: q and k are centred dot-product operands and nx / ny their per-row offsets
+    (q·k = q̃·k̃ + b_q + b_k), added to the tile as the Gram and matrix-free kernels do.
+    """
     offs_n = n0 + tl.arange(0, BLOCK_N)
     mask_n = offs_n < S
-    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+    if (PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA) or BIAS:
         ny = tl.load(ny_base + offs_n, mask=mask_n, other=0.0)
     else:
         ny = tl.zeros((BLOCK_N,), tl.float32)
@@ -84,6 +88,8 @@ def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
                        stride_xm, stride_xk, stride_ym, stride_yk,
                        BLOCK_M, BLOCK_N, BLOCK_K, PAIRWISE, MODE, DK, DOT_PREC, False, TAU_, True,
                        tl.float32)
+    if BIAS:
+        s = s + (nx[:, None] + ny[None, :])
     w = _epilogue(s, p0, p1, p2, DEG, KIND)
     if MASKED:
         valid = mask_n[None, :]
@@ -99,7 +105,7 @@ def _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
 
 @triton.autotune(
     configs=_kattn_configs(),
-    key=["D_BUCKET", "BLOCK_DV", "KIND", "PAIRWISE", "MODE", "CAUSAL", "DOT_PREC"],
+    key=["D_BUCKET", "BLOCK_DV", "KIND", "PAIRWISE", "MODE", "CAUSAL", "DOT_PREC", "BIAS"],
     prune_configs_by={"early_config_prune": _prune_kattn},
 )
 @triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT"])
@@ -112,13 +118,13 @@ def _kattn_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_DV: tl.constexpr,
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, MODE: tl.constexpr, DK: tl.constexpr,
     DOT_PREC: tl.constexpr, MV_PREC: tl.constexpr, D_BUCKET: tl.constexpr, TAU_: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    BIAS: tl.constexpr, CAUSAL: tl.constexpr,
 ):
     """out[b, h, block] = (K @ V) / max(K @ 1, eps) for BLOCK_M queries; K never stored.
 
     x / y are the prepared query / key rows of all heads, flattened ((B H T, D) and (B H_kv S, D),
     row- or feature-major as ``MODE`` needs); nx / ny their squared norms (squared distances on
-    tensor cores only). With CAUSAL, query i sees keys j <= i + SHIFT. Key tiles fully visible to
+    tensor cores), or with BIAS the per-row offsets of centred dot products. With CAUSAL, query i sees keys j <= i + SHIFT. Key tiles fully visible to
     the block run unmasked; the causal diagonal and the ragged last tile are masked; tiles above
     the diagonal are skipped.
     """
@@ -139,7 +145,7 @@ def _kattn_fwd_kernel(
     y_base = y_ptr + (bhk.to(tl.int64) * S) * stride_ym
     v_base = v_ptr + b.to(tl.int64) * stride_vb + (h // GROUP).to(tl.int64) * stride_vh
     ny_base = ny_ptr + bhk.to(tl.int64) * S
-    if PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA:
+    if (PAIRWISE == E.PW_SQEUCLIDEAN and MODE == E.MODE_MMA) or BIAS:
         nx = tl.load(nx_ptr + bh.to(tl.int64) * T + offs_m, mask=mask_m, other=0.0)
     else:
         nx = tl.zeros((BLOCK_M,), tl.float32)
@@ -157,13 +163,13 @@ def _kattn_fwd_kernel(
                                offs_m, mask_m, offs_dv, mask_dv, n0, S, SHIFT, D,
                                stride_xm, stride_xk, stride_ym, stride_yk, stride_vn, stride_vd,
                                BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK, DOT_PREC,
-                               MV_PREC, TAU_, False, CAUSAL)
+                               MV_PREC, TAU_, BIAS, False, CAUSAL)
     for n0 in range(full_end, hi, BLOCK_N):
         acc, den = _kattn_step(acc, den, x_base, y_base, v_base, nx, ny_base, p0, p1, p2, DEG,
                                offs_m, mask_m, offs_dv, mask_dv, n0, S, SHIFT, D,
                                stride_xm, stride_xk, stride_ym, stride_yk, stride_vn, stride_vd,
                                BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK, DOT_PREC,
-                               MV_PREC, TAU_, True, CAUSAL)
+                               MV_PREC, TAU_, BIAS, True, CAUSAL)
     g = tl.maximum(den, eps)
     pos = g > 0.0  # eps = 0 and den <= 0: the row outputs 0 (as the reference)
     out = tl.where(pos[:, None], acc / tl.where(pos, g, 1.0)[:, None], 0.0)
@@ -183,9 +189,10 @@ def kattn_fwd(q, k, v, plan, *, shift, eps):
     if S == 0:
         return out.zero_()
     # All heads flattened into one row set: centring by one common mean leaves every distance
-    # unchanged, so the shared preparation (centre / scale / normalise / transpose) applies as is.
+    # unchanged (and dot products exact with the offsets), so the shared preparation (centre /
+    # scale / normalise / offsets / transpose) applies as is.
     ops = P.prepare(q.reshape(B * H * T, D), k.reshape(B * H_kv * S, D), plan, "accurate",
-                    symmetric=False, centre_dot=False)
+                    symmetric=False)
     if q.dtype == torch.float32:
         ops.dot_prec = "ieee"  # see _attn_configs.dot_precision: tf32x3 breaks the 2x rule
     v32 = v.to(torch.float32)
@@ -201,7 +208,7 @@ def kattn_fwd(q, k, v, plan, *, shift, eps):
         *v32.stride(), *out.stride(),
         BLOCK_DV=block_dv, KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, DK=ops.dk,
         DOT_PREC=ops.dot_prec, MV_PREC="ieee" if q.dtype == torch.float32 else "tf32x3",
-        D_BUCKET=ops.d_bucket, TAU_=E.TAU, CAUSAL=shift is not None,
+        D_BUCKET=ops.d_bucket, TAU_=E.TAU, BIAS=ops.bias, CAUSAL=shift is not None,
     )
     return out
 
