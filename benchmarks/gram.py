@@ -15,7 +15,8 @@ Order of work, all in one process so that every ratio compares numbers from the 
 3. compilation: first-call time (compilation of the heuristic config) and whether a second N
    recompiles;
 4. timings (``triton.testing.do_bench``, median; inputs rotated through copies that exceed L2):
-   kernelkit accurate / fast, eager torch (row norms + addmm + epilogue, IEEE float32, TF32 off),
+   kernelkit accurate / fast (and accurate inside ``kernelkit_gpu.assume_finite()``: no NaN check,
+   so no device sync per call), eager torch (row norms + addmm + epilogue, IEEE float32, TF32 off),
    ``torch.compile`` of the same eager function (a subset: it compiles per shape), the write floor;
 5. the matrix-free product K(X, Y) @ v at N = M = 10^6, D = 3, R = 1 against eager chunked torch
    (timed on a slice of rows and scaled, said so in the JSON);
@@ -248,6 +249,9 @@ def part_timings(dims, kernels, sizes, copy_Bps, l2_bytes, compile_subset, mem_b
                     lambda: kernelkit_gpu.gram(xs(), kernel=name, out=out, **p))
                 row["kernelkit_fast_ms"] = median_ms(
                     lambda: kernelkit_gpu.gram(xs(), kernel=name, out=out, precision="fast", **p))
+                with kernelkit_gpu.assume_finite():  # no NaN check: no device sync per call
+                    row["kernelkit_accurate_assume_finite_ms"] = median_ms(
+                        lambda: kernelkit_gpu.gram(xs(), kernel=name, out=out, **p))
                 del out
                 flops = 2.0 * n * n * d
                 eager_expected_s = flops / 40e12 + 4 * out_bytes / copy_Bps
@@ -281,6 +285,7 @@ def part_timings(dims, kernels, sizes, copy_Bps, l2_bytes, compile_subset, mem_b
                 rows.append(row)
                 nan = float("nan")
                 log(f"  {name:10s} D={d:3d} N={n:6d}: accurate {t:8.2f} ms  "
+                    f"(assume_finite {row['kernelkit_accurate_assume_finite_ms']:8.2f} ms)  "
                     f"fast {row['kernelkit_fast_ms']:8.2f} ms  eager {row.get('eager_ms', nan):8.2f} ms  "
                     f"compile {row.get('torch_compile_ms', nan):8.2f} ms  floor {row['write_floor_ms']:.2f} ms")
                 del xs

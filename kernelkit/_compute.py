@@ -34,7 +34,8 @@ def _gpu_gram(spec, X, Y, params):
 
     x = torch.from_numpy(np.ascontiguousarray(X)).cuda()
     y = None if Y is None else torch.from_numpy(np.ascontiguousarray(Y)).cuda()
-    return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).cpu().numpy()
+    with kernelkit_gpu.assume_finite():  # X and Y passed check_pair (finite)
+        return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).cpu().numpy()
 
 
 def numpy_kernel_matrix(spec, X, Y, params, where):

@@ -120,7 +120,8 @@ def _block_value(spec, A, B, params, device, transposed=False):
     if device == "cuda":
         import kernelkit_gpu
 
-        K = kernelkit_gpu.gram(A, B, kernel=spec.name, **params)
+        with kernelkit_gpu.assume_finite():  # the arrays passed check_pair (finite)
+            K = kernelkit_gpu.gram(A, B, kernel=spec.name, **params)
         return (K.T.contiguous() if transposed else K).cpu().numpy()
     K = spec.value_fn(A, B, **params)
     if B is None:

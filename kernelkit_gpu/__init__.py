@@ -35,8 +35,12 @@ gram_naive, kernel_matvec_naive, softmax_attention_naive, kernel_attention_naive
     Plain-PyTorch twins with the same signatures (any device, float64 included).
 apply_feature_map(fmap, x)
     Any kernelkit_math feature map on a torch tensor (:mod:`kernelkit_gpu.feature_maps`).
+assume_finite()
+    A context in which the entry points skip their NaN / infinity checks (and the device sync
+    that reads them), for loops over data validated once (:mod:`kernelkit_gpu._checks`).
 """
 
+from kernelkit_gpu._checks import assume_finite
 from kernelkit_gpu.attention.linear import linear_attention
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from kernelkit_gpu.attention.naive import kernel_attention_naive, softmax_attention_naive
@@ -51,5 +55,5 @@ from kernelkit_gpu.pairwise.naive import gram_naive, kernel_matvec_naive
 __all__ = [
     "gram", "kernel_matvec", "gram_log_gradient", "softmax_attention", "kernel_attention",
     "linear_attention", "gram_naive", "kernel_matvec_naive", "softmax_attention_naive",
-    "kernel_attention_naive", "linear_attention_naive", "apply_feature_map",
+    "kernel_attention_naive", "linear_attention_naive", "apply_feature_map", "assume_finite",
 ]

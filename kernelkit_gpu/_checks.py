@@ -3,12 +3,15 @@
 Every check raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (wrong value, shape or
 device) with a message that names the argument and what was expected; nothing here modifies the
 data. The generic checks come first, then those of the Gram-matrix family (``x``, ``y``,
-``out``, ``precision``; ``check_finite``, also used by ``kernel_attention`` for ``q``, ``k``,
-``v``), then those of the attention family (``q``, ``k``, ``v``, ``scale``, ``eps``).
+``out``, ``precision``; ``check_finite`` and the deferred :class:`FiniteCheck`, also used by
+``kernel_attention`` for ``q``, ``k``, ``v``), then those of the attention family (``q``, ``k``,
+``v``, ``scale``, ``eps``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import numbers
 
@@ -101,12 +104,70 @@ def check_finite(t, name):
         )
 
 
+_ASSUME_FINITE = contextvars.ContextVar("kernelkit_gpu_assume_finite", default=False)
+
+
+@contextlib.contextmanager
+def assume_finite(enabled=True):
+    """Skip the NaN / infinity checks of the Gram-family and kernel-attention entry points.
+
+    The checks (one reduction per input, and one device sync per call to read them) are the
+    default. Code that has validated its data once and then calls a kernel many times (an
+    iterative solver's products, blocks of one Gram matrix) skips them inside this block, as
+    scikit-learn's ``assume_finite`` does: the calls then never wait for the GPU. Non-finite input
+    inside the block gives undefined values, not an error. Per thread and per asyncio task.
+
+    Parameters
+    ----------
+    enabled : bool, default=True
+        False switches the checks back on inside the block.
+
+    Examples
+    --------
+    >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
+    '1'
+    >>> import torch, kernelkit_gpu
+    >>> x, v = torch.randn(6, 3), torch.randn(6)
+    >>> with kernelkit_gpu.assume_finite():
+    ...     u = kernelkit_gpu.kernel_matvec(x, x, v, "rbf", gamma=0.5)
+    >>> u.shape
+    torch.Size([6])
+    """
+    check_flag(enabled, "enabled")
+    token = _ASSUME_FINITE.set(enabled)
+    try:
+        yield
+    finally:
+        _ASSUME_FINITE.reset(token)
+
+
+class FiniteCheck:
+    """A finiteness check of named tensors whose result is read later, with one device sync.
+
+    The reductions are queued at construction; :meth:`raise_if_not_finite` reads their combined
+    result. A launcher reads it after queueing its kernels, so the GPU is not left idle while the
+    host launches them; the twins, and checks that must fail before anything runs, read it at
+    once. Inside :func:`assume_finite` nothing is queued or read.
+    """
+
+    def __init__(self, **tensors):
+        self._tensors = tensors
+        flags = [] if _ASSUME_FINITE.get() else [
+            torch.isfinite(t).all() for t in tensors.values() if t.numel()]
+        self._ok = torch.stack(flags).all() if flags else None
+
+    def raise_if_not_finite(self):
+        """ValueError naming the first tensor (in the given order) with a NaN or an infinity."""
+        if self._ok is not None and not bool(self._ok):
+            for name, t in self._tensors.items():
+                check_finite(t, name)
+
+
 def check_pair(x, y, y_name="y"):
-    """``x`` (and ``y`` unless None) must be finite 2-D floating tensors that match in dtype,
-    number of features and device."""
+    """``x`` (and ``y`` unless None) must be 2-D floating tensors that match in dtype, number of
+    features and device (their values: :class:`FiniteCheck`)."""
     check_matrix(x, "x")
     if y is None:
-        check_finite(x, "x")
         return
     if isinstance(y, str):
         raise TypeError(
@@ -122,8 +183,6 @@ def check_pair(x, y, y_name="y"):
         )
     if y.device != x.device:
         raise ValueError(f"x and {y_name} must be on the same device; got {x.device} and {y.device}")
-    check_finite(x, "x")
-    check_finite(y, y_name)
 
 
 def check_precision(precision):

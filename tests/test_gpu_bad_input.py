@@ -20,7 +20,12 @@ from kernelkit_gpu.attention.naive import kernel_attention_naive
 from kernelkit_gpu.attention.smoother import kernel_attention
 from tests.gpu_cases import randn
 
-pytestmark = pytest.mark.usefixtures("triton_can_run")
+pytestmark = [
+    pytest.mark.usefixtures("triton_can_run"),
+    # the launchers read the NaN check after queueing their kernels, which then run on the NaN
+    # input: NumPy's warnings from the interpreter's arithmetic are expected here
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+]
 
 BAD_VALUES = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
@@ -129,3 +134,22 @@ def test_finite_input_still_runs(device, rng):
     e = torch.zeros((0, 20), device=device)
     assert kernelkit_gpu.gram(e).shape == (0, 0)
     assert np.isfinite(kernelkit_gpu.kernel_matvec(x, x, torch.ones(6, device=device)).cpu().numpy()).all()
+
+
+def test_assume_finite_skips_the_check_and_restores_it(device):
+    """Inside kernelkit_gpu.assume_finite() non-finite input is not refused (no reduction, no
+    sync); outside, and after the block, it is again."""
+    x = torch.ones((5, 3), device=device)
+    x[2, 1] = float("nan")
+    with kernelkit_gpu.assume_finite():
+        K = kernelkit_gpu.gram(x, kernel="rbf", gamma=0.05)
+        u = kernelkit_gpu.kernel_matvec(x, x, torch.ones(5, device=device), "rbf", gamma=0.05)
+        with kernelkit_gpu.assume_finite(False):
+            with pytest.raises(ValueError, match="x contains NaN"):
+                kernelkit_gpu.gram(x, kernel="rbf")
+    assert K.shape == (5, 5) and u.shape == (5,)
+    with pytest.raises(ValueError, match="x contains NaN"):
+        kernelkit_gpu.gram(x, kernel="rbf")
+    with pytest.raises(TypeError, match="enabled"):
+        with kernelkit_gpu.assume_finite("yes"):
+            pass

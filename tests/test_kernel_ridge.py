@@ -375,3 +375,17 @@ def test_triton_path_end_to_end(rng, device, monkeypatch, solver):
         # the same landmarks and model with float64 kernel values: float32 blocks of K_nM move
         # the solution by a few float32 ulps of the predictions (measured 2.4e-7)
         np.testing.assert_allclose(pred, ref.fit(X, y).predict(X[:10]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.usefixtures("triton_can_run")
+def test_triton_path_refuses_data_beyond_float32(rng, device, monkeypatch):
+    """Finite float64 data that overflow the GPU's float32 are refused once, at fit (the kernels
+    run without per-call NaN checks inside the solver)."""
+    from kernelkit.solvers import _kernel_op
+
+    if device == "cpu":
+        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+    X, y = _data(rng, n=30, d=3)
+    X[4, 1] = 1e39
+    with pytest.raises(ValueError, match="float32 range"):
+        KernelRidge(alpha=0.1, gamma=0.5, device=device).fit(X, y)

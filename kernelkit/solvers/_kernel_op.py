@@ -68,7 +68,11 @@ class KernelOperator:
     def data(self, X):
         """The operand form of a NumPy array: float64 NumPy (CPU) or a float32 tensor (GPU)."""
         if self.triton:
-            return torch.tensor(np.asarray(X), dtype=torch.float32, device=self.device)
+            A = torch.tensor(np.asarray(X), dtype=torch.float32, device=self.device)
+            if not bool(torch.isfinite(A).all()):  # checked here once; the kernels assume it
+                raise ValueError("X holds values beyond the float32 range (|x| > 3.4e38) that the "
+                                 "GPU kernels compute in; rescale the data")
+            return A
         return np.ascontiguousarray(X, dtype=np.float64)
 
     def vectors(self, V):
@@ -90,7 +94,9 @@ class KernelOperator:
         if self.triton:
             import kernelkit_gpu
 
-            return kernelkit_gpu.gram(A, B, kernel=self.spec.name, **self.params).to(torch.float64)
+            with kernelkit_gpu.assume_finite():  # validated once, at fit
+                K = kernelkit_gpu.gram(A, B, kernel=self.spec.name, **self.params)
+            return K.to(torch.float64)
         return torch.from_numpy(self.spec.value_fn(A, B, **self.params)).to(self.device)
 
     def exact_block(self, A):
@@ -98,7 +104,8 @@ class KernelOperator:
         if self.triton:
             import kernelkit_gpu
 
-            return kernelkit_gpu.gram(A.to(torch.float64), kernel=self.spec.name, **self.params)
+            with kernelkit_gpu.assume_finite():
+                return kernelkit_gpu.gram(A.to(torch.float64), kernel=self.spec.name, **self.params)
         return self.block(A)
 
     def row_blocks(self, A, B):
@@ -114,8 +121,9 @@ class KernelOperator:
         if self.triton:
             import kernelkit_gpu
 
-            out = kernelkit_gpu.kernel_matvec(A, B, V.to(torch.float32), self.spec.name,
-                                              **self.params)
+            with kernelkit_gpu.assume_finite():  # no device sync per product in CG loops
+                out = kernelkit_gpu.kernel_matvec(A, B, V.to(torch.float32), self.spec.name,
+                                                  **self.params)
             return out.to(torch.float64)
         out = torch.empty((A.shape[0], V.shape[1]), dtype=torch.float64, device=self.device)
         for lo, hi, G in self.row_blocks(A, B):

@@ -219,8 +219,7 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, causal_ali
     eps = _checks.check_eps(eps)
     shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_finite(t, name)
+    _checks.FiniteCheck(q=q, k=k, v=v).raise_if_not_finite()
     group = H // H_kv if H_kv else 1
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention_naive(q, k, v, is_causal=is_causal,

@@ -348,12 +348,14 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment
     shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_finite(t, name)
+    finite = _checks.FiniteCheck(q=q, k=k, v=v)
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment,
                                      scale=exponential_scale(plan, D), enable_gqa=enable_gqa,
                                      return_lse=True)
-        return guard_from_lse(out, lse, eps)
-    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    return KernelAttentionFunction.apply(q, k, v, plan, shift, eps)
+        out = guard_from_lse(out, lse, eps)
+    else:
+        q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
+        out = KernelAttentionFunction.apply(q, k, v, plan, shift, eps)
+    finite.raise_if_not_finite()  # read after the launches: the GPU does not wait for the host
+    return out

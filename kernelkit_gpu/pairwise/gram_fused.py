@@ -331,7 +331,8 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         or ``y`` containing NaN or infinity ("x contains NaN or infinity; ..."): the data are
         centred and normalised with means and norms over rows and columns, where one non-finite
         value would spread to, or be hidden in, unrelated entries, so it is refused as
-        scikit-learn's ``check_array`` does (one ``torch.isfinite`` reduction per tensor).
+        scikit-learn's ``check_array`` does (one ``torch.isfinite`` reduction per tensor, read
+        after the kernels are queued: a given ``out`` has then been written, with undefined values).
 
     Notes
     -----
@@ -387,6 +388,7 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     _checks.check_pair(x, y)
     _checks.check_precision(precision)
     symmetric = y is None or y is x
+    finite = _checks.FiniteCheck(x=x) if symmetric else _checks.FiniteCheck(x=x, y=y)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     _checks.check_triton_device(x)
     n, m = x.shape[0], (x.shape[0] if symmetric else y.shape[0])
@@ -396,5 +398,8 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     else:
         _checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
+        finite.raise_if_not_finite()
         return out
-    return gram_fwd(x, None if symmetric else y, plan, out, precision, symmetric)
+    gram_fwd(x, None if symmetric else y, plan, out, precision, symmetric)
+    finite.raise_if_not_finite()  # read after the launches: the GPU does not wait for the host
+    return out

@@ -76,6 +76,7 @@ def gram_log_gradient(x, kernel="rbf", **params):
         ``x`` not a floating tensor, or a parameter of the wrong type.
     """
     _checks.check_pair(x, None)
+    _checks.check_finite(x, "x")
     x = x.detach().to(torch.float64)
     n, d = x.shape
     spec = get_kernel(kernel)

@@ -193,7 +193,8 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
 
 
 def check_matvec_args(x, y, v, transpose):
-    """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze)."""
+    """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze,
+    finite), ``finite`` the pending :class:`kernelkit_gpu._checks.FiniteCheck` of x, y, v."""
     _checks.check_pair(x, y)
     if y is None:
         raise TypeError("y must be a torch.Tensor of shape (M, D); pass y=x for K(X, X) @ V")
@@ -203,7 +204,6 @@ def check_matvec_args(x, y, v, transpose):
     _checks.check_floating(v, vname)
     if v.device != x.device:
         raise ValueError(f"{vname} must be on the same device as x; got {v.device} and {x.device}")
-    _checks.check_finite(v, vname)
     # K(X, Y).T @ U == K(Y, X) @ U: every registry kernel is a symmetric function of (x, y).
     xe, ye = (y, x) if transpose else (x, y)
     want = ye.shape[0]
@@ -214,7 +214,8 @@ def check_matvec_args(x, y, v, transpose):
             f"got {tuple(v.shape)}"
         )
     squeeze = v.ndim == 1
-    return xe, ye, (v[:, None] if squeeze else v), squeeze
+    finite = _checks.FiniteCheck(**{"x": x, "y": y, vname: v})
+    return xe, ye, (v[:, None] if squeeze else v), squeeze, finite
 
 
 def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params):
@@ -278,19 +279,19 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     >>> kernelkit_gpu.kernel_matvec(x, y, v, "rbf", gamma=0.5).shape
     torch.Size([6])
     """
-    xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
+    xe, ye, v2, squeeze, finite = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     _checks.check_triton_device(x)
     acc = P.acc_dtype(x.dtype)
     n, m, r = xe.shape[0], ye.shape[0], v2.shape[1]
     out = torch.empty((n, r), dtype=acc, device=x.device)
-    if n == 0 or r == 0:
-        return out[:, 0] if squeeze else out
-    if m == 0:
-        out.zero_()
+    if n == 0 or r == 0 or m == 0:
+        finite.raise_if_not_finite()
+        out.zero_()  # an empty sum when m == 0
         return out[:, 0] if squeeze else out
     ops = P.prepare(xe, ye, plan, precision, symmetric=False)
     v2 = v2.to(acc)
     matvec_fwd(ops, plan, v2, out, precision)
+    finite.raise_if_not_finite()  # read after the launch: the GPU does not wait for the host
     return out[:, 0] if squeeze else out

@@ -125,6 +125,7 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     :func:`kernelkit_gpu.gram` does, non-finite ``x`` / ``y`` included (ValueError).
     """
     _checks.check_pair(x, y)
+    _checks.FiniteCheck(x=x, **({} if y is None else {"y": y})).raise_if_not_finite()
     _checks.check_precision(precision)
     symmetric = y is None or y is x
     plan = P.kernel_plan(kernel, x.shape[1], params)
@@ -158,7 +159,8 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
     """
     from kernelkit_gpu.pairwise.matvec_fused import check_matvec_args
 
-    xe, ye, v2, squeeze = check_matvec_args(x, y, v, transpose)
+    xe, ye, v2, squeeze, finite = check_matvec_args(x, y, v, transpose)
+    finite.raise_if_not_finite()
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     acc = P.acc_dtype(x.dtype)
