@@ -214,6 +214,25 @@ def dot_offsets(x, mean):
     return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
 
 
+def normalized_inputs(x, y, plan, r, symmetric):
+    """The first steps of every preparation: cosine rows normalised (in ``r.acc``), then the
+    float64 column mean of x (if ``r.centre``) and the per-feature scales (if ``r.scale``).
+
+    Returns ``(x, y, cos_diag, mean, scale)``: ``y`` is None when ``symmetric``; ``cos_diag`` the
+    cosine kernel's exact diagonal (1, or 0 for zero rows) or None; the values to hand to the
+    kernels are then ``centre_and_scale(x, mean, scale, r.dtype)``.
+    """
+    cos_diag = None
+    if r.normalize:
+        x, cos_diag = normalize_rows(x.to(r.acc))
+        y = None if symmetric else normalize_rows(y.to(r.acc))[0]
+    elif symmetric:
+        y = None
+    mean = column_mean(x) if r.centre else None
+    scale = feature_scales(plan, x.device) if r.scale else None
+    return x, y, cos_diag, mean, scale
+
+
 @dataclass
 class Operands:
     """Tensors and settings handed to a Triton launcher.
@@ -248,19 +267,14 @@ def _row_norms(x, acc):
 def prepare(x, y, plan, precision, symmetric):
     """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
-    ``symmetric``: y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
+    ``symmetric`` (or ``y`` None): y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
     operands feature-major (D, N) for coalesced per-feature loads.
     """
+    symmetric = symmetric or y is None
     r = recipe(plan, x.dtype, x.shape[1], precision)
     n, d = x.shape
-    if y is None:
-        y = x
-    m = y.shape[0]
-    if r.normalize:
-        x = normalize_rows(x.to(r.acc))[0]
-        y = x if symmetric else normalize_rows(y.to(r.acc))[0]
-    mean = column_mean(x) if r.centre else None
-    scale = feature_scales(plan, x.device) if r.scale else None
+    m = n if symmetric else y.shape[0]
+    x, y, _, mean, scale = normalized_inputs(x, y, plan, r, symmetric)
     xk = centre_and_scale(x, mean, scale, r.dtype)
     yk = xk if symmetric else centre_and_scale(y, mean, scale, r.dtype)
     nx = ny = None

@@ -23,7 +23,8 @@ from kernelkit_gpu.pairwise import gram_configs
 from kernelkit_math.registry import get_kernel, kernel_names
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    ARD_KERNELS, CASE_IDS, DTYPES, GPU_CASES, STATIONARY_CASES, ard_case, check_values,
+    ARD_KERNELS, CASE_IDS, DTYPES, GPU_CASES, OFFSET_DOT_CASES_WELL_CONDITIONED, OFFSET_OTHER_CASES,
+    STATIONARY_CASES, ard_case, check_values,
     exact_ard, poisoned, randn, reference, rel_fro, scaled_rows, spy_kernels,
 )
 
@@ -120,25 +121,13 @@ def test_gram_other_dtypes(case, d, dtype_name, device, rng):
 
 
 # ----------------------------------------------------------------- gating numerics, float32
-def _offset_params(name, params, d, spread):
-    """The case's parameters rescaled to the data's spread, so K spans (0, 1) rather than ~1."""
-    p = dict(params)
-    if name == "rbf":
-        p["gamma"] = p.get("gamma", 1.0 / d) / (2 * spread**2)
-    elif name == "laplacian":
-        p["gamma"] = p.get("gamma", 1.0 / d) / (1.1 * spread)
-    elif name in ("matern", "rational_quadratic"):
-        p["length_scale"] = p.get("length_scale", np.sqrt(d / 3)) * spread * np.sqrt(2)
-    return p
-
-
 @pytest.mark.parametrize("d", [3, 17, 40])
-@pytest.mark.parametrize("case", STATIONARY_CASES + [c for c in GPU_CASES if c[1] == "cosine"],
-                         ids=[c[0] for c in STATIONARY_CASES] + ["cosine"])
+@pytest.mark.parametrize("case", OFFSET_OTHER_CASES, ids=[c[0] for c in OFFSET_OTHER_CASES])
 def test_gram_offset_1000(case, d, device, rng):
-    """Data at 1000 with spread 0.05: the naive float32 expansion errs by up to 1.0 here."""
+    """Data at 1000 with spread 0.05 (the registry's offset examples: K spans (0, 1) there): the
+    naive float32 expansion errs by up to 1.0 here."""
     _, name, params_fn = case
-    params = _offset_params(name, params_fn(d), d, 0.05)
+    params = params_fn(d)
     x = randn(rng, (70, d), torch.float32, device, offset=1000.0, spread=0.05)
     y = randn(rng, (33, d), torch.float32, device, offset=1000.0, spread=0.05)
     check_float32_gram(x, y, name, params)
@@ -146,18 +135,14 @@ def test_gram_offset_1000(case, d, device, rng):
     assert torch.equal(Ks, Ks.T)
 
 
-DOT_CASES = [c for c in GPU_CASES if c[1] in ("linear", "polynomial", "exponential")]
-
-
 @pytest.mark.parametrize("d", [17, 40, 512])
-@pytest.mark.parametrize("case", DOT_CASES, ids=[c[0] for c in DOT_CASES])
+@pytest.mark.parametrize("case", OFFSET_DOT_CASES_WELL_CONDITIONED,
+                         ids=[c[0] for c in OFFSET_DOT_CASES_WELL_CONDITIONED])
 def test_gram_offset_1000_dot_kernels(case, d, device, rng):
     """Dot products of data at 1000 reach 1e6 D: accumulated uncentred on tensor cores they lost
     digits (polynomial D = 512: 5.6e-6 on an H100); centred with float64 row offsets they do not."""
     _, name, params_fn = case
     params = params_fn(d)
-    if name == "exponential":  # keep exp(scale x·y) finite: scale x·y ~ 1
-        params = dict(scale=1.0 / (1e6 * d))
     x = randn(rng, (70, d), torch.float32, device, offset=1000.0, spread=0.05)
     y = randn(rng, (33, d), torch.float32, device, offset=1000.0, spread=0.05)
     check_float32_gram(x, y, name, params)

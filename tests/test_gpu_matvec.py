@@ -14,7 +14,8 @@ import kernelkit_gpu
 from kernelkit_gpu import _epilogues, _launch, _prepare
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, STATIONARY_CASES, ard_case, dot_slope,
+    ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, OFFSET_DOT_CASES, STATIONARY_CASES,
+    ard_case, dot_slope,
     exact_ard, randn, reference, scaled_rows, spy_kernels, to_numpy64,
 )
 
@@ -157,22 +158,17 @@ def test_matvec_offset_and_near_duplicates(case, d, device, rng):
 
 #: Dot-product kernels on data at 1000: parameters that keep k finite and not saturated
 #: (x·y ~ 1e6 D; sigmoid's coef0 cancels half of gamma x·y).
-OFFSET_DOT_PARAMS = {
-    "linear": lambda d: {},
-    "polynomial": lambda d: {},
-    "sigmoid": lambda d: dict(gamma=1.0 / (2e6 * d), coef0=-0.3),
-    "exponential": lambda d: dict(scale=1.0 / (1e6 * d)),
-}
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float64"])
 @pytest.mark.parametrize("d", [3, 16, 17, 40])
-@pytest.mark.parametrize("name", DOT_KINDS)
-def test_matvec_offset_1000_dot_kernels(name, d, dtype_name, device, rng):
+@pytest.mark.parametrize("case", OFFSET_DOT_CASES, ids=[c[0] for c in OFFSET_DOT_CASES])
+def test_matvec_offset_1000_dot_kernels(case, d, dtype_name, device, rng):
     """Dot-product kernels on data at 1000 (spread 0.05): D >= 17 centres as gram does
     (x·y = x̃·ỹ + b_x + b_y), checked with ``dot_error``'s bound, 16x tighter there than the
     64 u |x|·|y| that let uncentred products pass; D <= 16: direct products."""
-    params = OFFSET_DOT_PARAMS[name](d)
+    _, name, params_fn = case
+    params = params_fn(d)
     dtype = DTYPES[dtype_name]
     x = randn(rng, (45, d), dtype, device, offset=1000.0, spread=0.05)
     y = randn(rng, (37, d), dtype, device, offset=1000.0, spread=0.05)

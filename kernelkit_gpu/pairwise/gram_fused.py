@@ -107,12 +107,7 @@ def prepare_mma(x, y, plan, precision, symmetric):
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    cos_diag = None
-    if r.normalize:
-        x, cos_diag = P.normalize_rows(x.to(r.acc))
-        y = None if symmetric else P.normalize_rows(y.to(r.acc))[0]
-    scale = P.feature_scales(plan, dev) if r.scale else None
-    mean = P.column_mean(x) if r.centre else None
+    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
     split = r.dot_prec == "tf32x3"
     kd = _round_up(d, PAD_K)
     xb, nx = _prep_launch(x, mean, scale, kd, split, r.dtype, r.acc)
@@ -207,12 +202,7 @@ def prepare_direct(x, y, plan, symmetric):
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    cos_diag = None
-    if r.normalize:
-        x, cos_diag = P.normalize_rows(x.to(r.acc))
-        y = None if symmetric else P.normalize_rows(y.to(r.acc))[0]
-    scale = P.feature_scales(plan, dev) if r.scale else None
-    mean = P.column_mean(x) if r.centre else None
+    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
     xb, nx = _prep_launch(x, mean, scale, d, False, r.dtype, r.acc, feature_major=True)
     yb = xb if symmetric else _prep_launch(y, mean, scale, d, False, r.dtype, r.acc,
                                            feature_major=True)[0]
