@@ -14,8 +14,8 @@ import kernelkit_gpu
 from kernelkit_gpu import _epilogues, _launch, _prepare
 from tests.conftest import TOL
 from tests.gpu_cases import (
-    ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, OFFSET_DOT_CASES, STATIONARY_CASES,
-    ard_case, dot_slope,
+    ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, OFFSET_DOT_CASES,
+    OFFSET_DOT_CASES_WELL_CONDITIONED, STATIONARY_CASES, ard_case, dot_slope,
     exact_ard, randn, reference, scaled_rows, spy_kernels, to_numpy64,
 )
 
@@ -181,8 +181,9 @@ def test_matvec_offset_1000_dot_kernels(case, d, dtype_name, device, rng):
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float64"])
-@pytest.mark.parametrize("name", DOT_KINDS)
-def test_matvec_centres_dot_kernels(name, dtype_name, device, rng, monkeypatch):
+@pytest.mark.parametrize("case", OFFSET_DOT_CASES_WELL_CONDITIONED,
+                         ids=[c[0] for c in OFFSET_DOT_CASES_WELL_CONDITIONED])
+def test_matvec_centres_dot_kernels(case, dtype_name, device, rng, monkeypatch):
     """The tensor-core matvec of a dot-product kernel gets centred operands and the per-row
     offsets (BIAS), as the docstring says and gram does: it used to get the raw data."""
     seen = []
@@ -198,7 +199,8 @@ def test_matvec_centres_dot_kernels(name, dtype_name, device, rng, monkeypatch):
     monkeypatch.setattr(matvec_module, "_matvec_kernel", _Spy())
     monkeypatch.setattr(_launch, "autotuning", lambda: False)  # the direct launch, spied here
     dtype = DTYPES[dtype_name]
-    params = OFFSET_DOT_PARAMS[name](20)
+    _, name, params_fn = case
+    params = params_fn(20)
     x = randn(rng, (30, 20), dtype, device, offset=1000.0, spread=0.05)
     y = randn(rng, (25, 20), dtype, device, offset=1000.0, spread=0.05)
     v = torch.ones(25, dtype=dtype, device=device)
@@ -209,7 +211,7 @@ def test_matvec_centres_dot_kernels(name, dtype_name, device, rng, monkeypatch):
     assert np.abs(xk).max() < 1.0, "x reached the kernel uncentred"
     X = to_numpy64(x)
     mean = X.mean(axis=0)
-    # float32 offsets of ~1e7 (the kernel's mean is X's mean rounded to the dtype): rtol 1e-6
+    # offsets of ~1e7 formed in float64 and rounded to the dtype: float32 rounding, rtol 1e-6
     np.testing.assert_allclose(nx, (X - mean) @ mean + 0.5 * (mean @ mean), rtol=1e-6, atol=0)
     check_matvec(out, reference(name, params, x, y), v, dtype_name, name, params, x, y)
 

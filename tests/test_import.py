@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -45,7 +44,6 @@ def test_import_overhead_over_sklearn_is_small():
 def _module_graph(root, packages=("kernelkit", "kernelkit_gpu", "kernelkit_math")):
     """Module -> the project modules it imports (at module level or inside functions)."""
     import ast
-    import pathlib
 
     graph = {}
     modules = {}
