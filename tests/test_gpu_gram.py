@@ -237,7 +237,7 @@ def test_gram_properties(n, d, name, seed, device):
 # ---------------------------------------------------------------------------- plumbing
 def _candidate_configs(name, d, precision="accurate"):
     plan = _prepare.kernel_plan(name, d, {})
-    if gram_module.uses_mma(plan, d):
+    if _prepare.recipe(plan, torch.float32, d, precision).mode == _epilogues.MODE_MMA.value:
         kd = -(-d // gram_module.PAD_K) * gram_module.PAD_K
         split = precision == "accurate"
         sliced = split and plan.pairwise == _epilogues.PW_DOT.value

@@ -98,12 +98,11 @@ def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=
     return buf, nrm
 
 
-def prepare_mma(x, y, plan, precision, symmetric):
+def prepare_mma(x, y, plan, r, symmetric):
     """Padded operands for ``_gram_mma_kernel`` (y None: K(X, X)), prepared as
     :func:`kernelkit_gpu._prepare.recipe` says: the centring and scaling run fused in
     ``_gram_prep_kernel`` (the values of ``_prepare.centre_and_scale``), which also pads and, for
     the accurate float32 mode, splits each value into a TF32 head and tail (3xTF32)."""
-    r = P.recipe(plan, x.dtype, x.shape[1], precision)
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
@@ -194,11 +193,10 @@ class DirectOperands:
     dk: int
 
 
-def prepare_direct(x, y, plan, symmetric):
+def prepare_direct(x, y, plan, r, symmetric):
     """(D, rows padded) operands, prepared as :func:`kernelkit_gpu._prepare.recipe` says (raw
     values in the accumulation dtype; centred and scaled with per-feature scales; cosine:
     normalised rows), fused in ``_gram_prep_kernel``."""
-    r = P.recipe(plan, x.dtype, x.shape[1], "accurate")
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
@@ -226,11 +224,6 @@ def _launch_direct(ops, plan, out, symmetric, cfg):
     return out
 
 
-def uses_mma(plan, d):
-    """Whether K takes the tensor-core path (else direct differences)."""
-    return not (plan.pairwise == E.PW_MANHATTAN.value or d <= P.DIRECT_MAX_D)
-
-
 def gram_fwd(x, y, plan, out, precision, symmetric, config=None):
     """Prepare the operands and launch the Gram kernels; ``y`` is None for K(X, X).
 
@@ -238,14 +231,15 @@ def gram_fwd(x, y, plan, out, precision, symmetric, config=None):
     of the heuristic / autotuned one (tests run every candidate; benchmarks time them).
     """
     d = x.shape[1]
-    if uses_mma(plan, d):
-        ops = prepare_mma(x, y, plan, precision, symmetric)
+    r = P.recipe(plan, x.dtype, d, precision)  # tensor cores or direct differences, and how
+    if r.mode == E.MODE_MMA.value:
+        ops = prepare_mma(x, y, plan, r, symmetric)
         elem = ops.x.element_size()
         if config is None:
             config = (_autotuned_mma(ops, plan, out, symmetric) if _launch.autotuning()
                       else mma_default_config(ops.kd, ops.split, elem, ops.sliced))
         return _launch_mma(ops, plan, out, symmetric, config)
-    ops = prepare_direct(x, y, plan, symmetric)
+    ops = prepare_direct(x, y, plan, r, symmetric)
     if config is None:
         config = (_autotuned_direct(ops, plan, out, symmetric) if _launch.autotuning()
                   else direct_default_config(d, plan.pairwise))
