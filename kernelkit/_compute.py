@@ -1,10 +1,10 @@
 """Where the scikit-learn-facing kernels pick the CPU or the GPU for K(X, Y) and its gradient.
 
-The functions of :mod:`kernelkit.pairwise` and the kernel classes of :mod:`kernelkit.kernels`
-(values and log-hyperparameter gradients) evaluate kernels here, and nothing else does: the
-other entry points choose their own path (:func:`kernelkit.blocked_gram.gram` computes row
-blocks, the solvers and the Gaussian process have their kernel operators, the attention
-functions dispatch in :mod:`kernelkit._attention_ops`).
+Used by :mod:`kernelkit.pairwise` (the functions) and :mod:`kernelkit.kernels` (the kernel
+classes: values and log-hyperparameter gradients), and by nothing else. The other entry points
+choose their own path: :func:`kernelkit.blocked_gram.gram` computes row blocks, the solvers and
+the Gaussian process have their kernel operators, the attention functions dispatch in
+:mod:`kernelkit._attention_ops`.
 
 - NumPy in: validated by :func:`kernelkit._validation.check_pair`; ``device`` resolves to the CPU
   (the float64 registry reference) or to CUDA (``kernelkit_gpu.gram``, float64 kernels for
