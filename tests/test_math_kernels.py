@@ -1,5 +1,7 @@
 """The float64 references: agreement with scikit-learn's own kernels, gradients, exactness."""
 
+import doctest
+
 import numpy as np
 import pytest
 from sklearn.gaussian_process import kernels as skk
@@ -7,6 +9,7 @@ from sklearn.metrics import pairwise as skp
 
 from kernelkit_math import REGISTRY, get_kernel, kernel_names
 from kernelkit_math import distances as dist
+from kernelkit_math import registry
 from tests.cases import N_FEATURES, PARAM_CASES, case_ids
 from tests.conftest import TOL
 
@@ -52,6 +55,11 @@ def test_normalized_flag_says_whether_k_x_x_is_1(rng, name):
             k_xx, diag = np.diag(spec.value(X, X.copy(), **params)), spec.diag(X, **params)
         ones.append(bool(np.all(np.abs(k_xx - 1.0) <= 1e-12) and np.all(diag == 1.0)))
     assert all(ones) == spec.normalized, f"{name}: k(x, x) == 1 per example: {ones}"
+
+
+def test_registry_examples_run():
+    result = doctest.testmod(registry)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_unknown_kernel_names_known_ones():
