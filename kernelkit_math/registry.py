@@ -4,8 +4,8 @@ An entry (:class:`KernelSpec`) names a kernel, declares its parameters with defa
 ranges, says whether it is stationary, normalised (k(x, x) = 1) and positive semi-definite,
 which pairwise quantity it is a function of (what a GPU kernel must tile over), and points at
 its float64 value, diagonal, log-hyperparameter gradient and exact feature map (where one
-exists). :func:`kernel_list_doc`, :func:`param_list_doc` and :func:`fill_doc` put the registry's kernel
-and parameter names into docstrings, so no docstring lists them by hand.
+exists). :func:`kernel_list_doc`, :func:`param_list_doc` and :func:`fill_doc` put the
+registry's kernel and parameter names into docstrings, so no docstring lists them by hand.
 
 Examples
 --------
