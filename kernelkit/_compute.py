@@ -1,8 +1,15 @@
-"""The one place kernelkit evaluates a kernel matrix, on the CPU (float64 NumPy) or the GPU (Triton).
+"""Where the scikit-learn-facing kernels pick the CPU or the GPU for K(X, Y) and its gradient.
+
+Used by :mod:`kernelkit.pairwise` (the functions) and :mod:`kernelkit.kernels` (the kernel
+classes: values and log-hyperparameter gradients), and by nothing else. The other entry points
+choose their own path: :func:`kernelkit.blocked_gram.gram` computes row blocks, the solvers and
+the Gaussian process have their kernel operators, the attention functions dispatch in
+:mod:`kernelkit._attention_ops`.
 
 - NumPy in: validated by :func:`kernelkit._validation.check_pair`; ``device`` resolves to the CPU
   (the float64 registry reference) or to CUDA (``kernelkit_gpu.gram``, float64 kernels for
-  float64 data, the accurate float32 mode for float32 data). NumPy comes back.
+  float64 data and for float32 data mixed with float64 data, the accurate float32 mode for
+  float32 data). NumPy comes back.
 - torch tensors in: the result is a tensor on the same device, with no host round trip. CUDA
   tensors run the Triton kernels; CPU tensors take the float64 NumPy path (exact, and faster than
   the Triton interpreter), returned as float32 for 32- and 16-bit input, float64 for float64.
@@ -32,8 +39,9 @@ def _gpu_gram(spec, X, Y, params):
 
     import kernelkit_gpu
 
-    x = torch.from_numpy(np.ascontiguousarray(X)).cuda()
-    y = None if Y is None else torch.from_numpy(np.ascontiguousarray(Y)).cuda()
+    dtype = X.dtype if Y is None else np.promote_types(X.dtype, Y.dtype)  # gram takes one dtype
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=dtype)).cuda()
+    y = None if Y is None else torch.from_numpy(np.ascontiguousarray(Y, dtype=dtype)).cuda()
     with kernelkit_gpu.assume_finite():  # X and Y passed check_pair (finite)
         return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).cpu().numpy()
 
@@ -41,8 +49,8 @@ def _gpu_gram(spec, X, Y, params):
 def numpy_kernel_matrix(spec, X, Y, params, where):
     """K(X, Y) for validated NumPy arrays on ``where`` ("cpu" or "cuda").
 
-    ``params`` are registry parameters, already resolved. float64 on the CPU; on the GPU float64
-    for float64 data and float32 for float32 data.
+    ``params`` are registry parameters, already resolved. float64 on the CPU; on the GPU float32
+    when every input is float32, else float64.
     """
     if where == "cuda":
         K = _gpu_gram(spec, X, Y, params)

@@ -1,9 +1,11 @@
 """The kernel registry: one entry per kernel, read by every layer of kernelkit.
 
 An entry (:class:`KernelSpec`) names a kernel, declares its parameters with defaults and valid
-ranges, says whether it is stationary and positive semi-definite, which pairwise quantity it is
-a function of (what a GPU kernel must tile over), and points at its float64 value, diagonal,
-log-hyperparameter gradient and exact feature map (where one exists).
+ranges, says whether it is stationary, normalised (k(x, x) = 1) and positive semi-definite,
+which pairwise quantity it is a function of (what a GPU kernel must tile over), and points at
+its float64 value, diagonal, log-hyperparameter gradient and exact feature map (where one
+exists). :func:`kernel_list_doc`, :func:`param_list_doc` and :func:`fill_doc` put the
+registry's kernel and parameter names into docstrings, so no docstring lists them by hand.
 
 Examples
 --------
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import textwrap
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -28,7 +31,7 @@ from kernelkit_math import feature_maps as _fm
 from kernelkit_math import kernels as _k
 
 __all__ = ["Param", "Example", "SklearnEquivalent", "KernelSpec", "REGISTRY", "get_kernel",
-           "kernel_names"]
+           "kernel_names", "kernel_list_doc", "param_list_doc", "fill_doc"]
 
 
 def _is_single_number_array(value):
@@ -215,7 +218,11 @@ class KernelSpec:
     name: str
     formula: str
     params: tuple
+    #: k(x, y) depends on x - y only.
     stationary: bool
+    #: k(x, x) = 1 for every x and every parameter value (scikit-learn's NormalizedKernelMixin):
+    #: the diagonal of K(X, X) is exactly 1, and the GPU kernels write it so.
+    normalized: bool
     psd: bool
     #: The pairwise quantity the kernel is a function of: "dot", "sqeuclidean", "manhattan"
     #: or "cosine" (a dot product of normalised rows).
@@ -318,7 +325,8 @@ REGISTRY = {
     spec.name: spec
     for spec in [
         KernelSpec(
-            "linear", "x·y", (), stationary=False, psd=True, pairwise="dot",
+            "linear", "x·y", (), stationary=False, normalized=False, psd=True,
+            pairwise="dot",
             value_fn=_k.linear, diag_fn=_k.linear_diag, gradient_fn=_k.linear_gradient,
             feature_map_fn=_fm.linear_features,
             examples=(
@@ -334,7 +342,7 @@ REGISTRY = {
              Param("degree", 3, low=0, low_inclusive=True, high=2**31 - 1, integer=True,
                    doc="at most 2**31 - 1: the GPU kernels take it as a 32-bit integer"),
              _COEF0),
-            stationary=False, psd=True, pairwise="dot",
+            stationary=False, normalized=False, psd=True, pairwise="dot",
             value_fn=_k.polynomial, diag_fn=_k.polynomial_diag, gradient_fn=_k.polynomial_gradient,
             feature_map_fn=_fm.polynomial_features,
             examples=(
@@ -349,7 +357,7 @@ REGISTRY = {
         ),
         KernelSpec(
             "rbf", "exp(-sum_k gamma_k (x_k - y_k)**2)", (_gamma_param(per_feature=True),),
-            stationary=True, psd=True, pairwise="sqeuclidean",
+            stationary=True, normalized=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.rbf, diag_fn=_k.rbf_diag, gradient_fn=_k.rbf_gradient,
             examples=(
                 Example("default", lambda d: {}),
@@ -363,7 +371,7 @@ REGISTRY = {
         ),
         KernelSpec(
             "laplacian", "exp(-sum_k gamma_k |x_k - y_k|)", (_gamma_param(per_feature=True),),
-            stationary=True, psd=True, pairwise="manhattan",
+            stationary=True, normalized=True, psd=True, pairwise="manhattan",
             value_fn=_k.laplacian, diag_fn=_k.laplacian_diag, gradient_fn=_k.laplacian_gradient,
             examples=(
                 Example("default", lambda d: {}),
@@ -378,7 +386,7 @@ REGISTRY = {
         KernelSpec(
             "matern", "Matérn(nu) of r = ||(x - y) / length_scale||",
             (_LENGTH_SCALE, Param("nu", 1.5, choices=(0.5, 1.5, 2.5))),
-            stationary=True, psd=True, pairwise="sqeuclidean",
+            stationary=True, normalized=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.matern, diag_fn=_k.matern_diag, gradient_fn=_k.matern_gradient,
             examples=(
                 Example("05", lambda d: dict(nu=0.5, length_scale=1.3 * np.sqrt(d / 3))),
@@ -396,7 +404,7 @@ REGISTRY = {
         KernelSpec(
             "rational_quadratic", "(1 + r**2 / (2 alpha)) ** -alpha",
             (_LENGTH_SCALE, Param("alpha", 1.0, low=0.0, hyperparameter=True)),
-            stationary=True, psd=True, pairwise="sqeuclidean",
+            stationary=True, normalized=True, psd=True, pairwise="sqeuclidean",
             value_fn=_k.rational_quadratic, diag_fn=_k.rational_quadratic_diag,
             gradient_fn=_k.rational_quadratic_gradient,
             examples=(
@@ -413,7 +421,7 @@ REGISTRY = {
             (Param("length_scale", 1.0, low=0.0, hyperparameter=True),
              Param("periodicity", 1.0, low=0.0, hyperparameter=True)),
             # PSD on one feature; with the Euclidean distance of several features it need not be
-            stationary=True, psd=False, pairwise="sqeuclidean",
+            stationary=True, normalized=True, psd=False, pairwise="sqeuclidean",
             value_fn=_k.periodic, diag_fn=_k.periodic_diag, gradient_fn=_k.periodic_gradient,
             examples=(
                 Example("default", lambda d: dict(periodicity=2.0 * np.sqrt(d / 3))),
@@ -423,7 +431,9 @@ REGISTRY = {
             sklearn=SklearnEquivalent(None, "ExpSineSquared"),
         ),
         KernelSpec(
-            "cosine", "x·y / (||x|| ||y||)", (), stationary=False, psd=True, pairwise="cosine",
+            "cosine", "x·y / (||x|| ||y||)", (), stationary=False,
+            # k(x, x) = 1 except for a zero row, whose similarity with everything is 0
+            normalized=False, psd=True, pairwise="cosine",
             value_fn=_k.cosine, diag_fn=_k.cosine_diag, gradient_fn=_k.cosine_gradient,
             examples=(
                 Example("default", lambda d: {}),
@@ -434,7 +444,7 @@ REGISTRY = {
         KernelSpec(
             "sigmoid", "tanh(gamma x·y + coef0)",
             (_gamma_param(), _COEF0),
-            stationary=False, psd=False, pairwise="dot",
+            stationary=False, normalized=False, psd=False, pairwise="dot",
             value_fn=_k.sigmoid, diag_fn=_k.sigmoid_diag, gradient_fn=_k.sigmoid_gradient,
             examples=(
                 Example("default", lambda d: {}),
@@ -448,7 +458,7 @@ REGISTRY = {
         KernelSpec(
             "exponential", "exp(scale x·y)",
             (Param("scale", None, low=0.0, hyperparameter=True, doc="None means 1 / sqrt(n_features)"),),
-            stationary=False, psd=True, pairwise="dot",
+            stationary=False, normalized=False, psd=True, pairwise="dot",
             value_fn=_k.exponential, diag_fn=_k.exponential_diag, gradient_fn=_k.exponential_gradient,
             examples=(
                 Example("default", lambda d: {}),
@@ -477,3 +487,73 @@ def get_kernel(name):
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"unknown kernel {name!r}; known kernels: {', '.join(REGISTRY)}")
     return REGISTRY[name]
+
+
+def kernel_list_doc(names=None):
+    """Kernel names as a docstring list: ``"linear"``, ``"polynomial"``, ... in registry order.
+
+    Parameters
+    ----------
+    names : iterable of str, default=None
+        The kernels to list, for example those with a registry flag
+        (``[n for n in kernel_names() if get_kernel(n).psd]``); None lists every kernel.
+
+    Returns
+    -------
+    str
+        The names, each as an inline literal of the quoted string (``"rbf"``), comma-separated.
+    """
+    return ", ".join(f'``"{name}"``' for name in (kernel_names() if names is None else names))
+
+
+def param_list_doc():
+    """Every parameter name of the registry as a docstring list: ``gamma``, ``degree``, ...
+
+    Each name once, in order of first appearance in the registry.
+    """
+    names = dict.fromkeys(p.name for spec in REGISTRY.values() for p in spec.params)
+    return ", ".join(f"``{name}``" for name in names)
+
+
+def fill_doc(**fields):
+    """Decorator: put ``fields`` into the docstring of a function or class.
+
+    Each ``{name}`` in the docstring is replaced by ``fields[name]`` (text rendered by
+    :func:`kernel_list_doc`, for instance), and each paragraph that held a placeholder (a run of
+    non-blank lines of one indentation) is wrapped again to 96 columns. Other braces
+    (``{0.5, 1.5}``, LaTeX) are left alone. Under ``python -OO`` (no docstrings) it does nothing.
+
+    Examples
+    --------
+    >>> @fill_doc(kernels=kernel_list_doc(["rbf", "laplacian"]))
+    ... def f():
+    ...     "Takes {kernels}."
+    >>> f.__doc__
+    'Takes ``"rbf"``, ``"laplacian"``.'
+    """
+
+    def fill(text):
+        for name, value in fields.items():
+            text = text.replace("{" + name + "}", value)
+        return text
+
+    def decorate(obj):
+        if obj.__doc__ is None:
+            return obj
+        lines, out = obj.__doc__.split("\n"), []
+        while lines:
+            indent = lines[0][: len(lines[0]) - len(lines[0].lstrip())]
+            n = 1
+            while (n < len(lines) and lines[n].strip() and lines[0].strip()
+                   and lines[n][: len(lines[n]) - len(lines[n].lstrip())] == indent):
+                n += 1
+            paragraph, lines = "\n".join(lines[:n]), lines[n:]
+            if fill(paragraph) != paragraph:
+                paragraph = textwrap.fill(
+                    " ".join(fill(paragraph).split()), width=96, initial_indent=indent,
+                    subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+            out.append(paragraph)
+        obj.__doc__ = "\n".join(out)
+        return obj
+
+    return decorate

@@ -1,5 +1,7 @@
 """The float64 references: agreement with scikit-learn's own kernels, gradients, exactness."""
 
+import doctest
+
 import numpy as np
 import pytest
 from sklearn.gaussian_process import kernels as skk
@@ -7,6 +9,7 @@ from sklearn.metrics import pairwise as skp
 
 from kernelkit_math import REGISTRY, get_kernel, kernel_names
 from kernelkit_math import distances as dist
+from kernelkit_math import registry
 from tests.cases import N_FEATURES, PARAM_CASES, case_ids
 from tests.conftest import TOL
 
@@ -31,6 +34,32 @@ def test_registry_entries_are_complete():
         assert spec.stationary == (spec.pairwise in {"sqeuclidean", "manhattan"})
     assert not get_kernel("sigmoid").psd
     assert {n for n in REGISTRY if REGISTRY[n].feature_map_fn} == {"linear", "polynomial"}
+
+
+@pytest.mark.parametrize("name", kernel_names())
+def test_normalized_flag_says_whether_k_x_x_is_1(rng, name):
+    """``normalized`` (k(x, x) = 1 for every x, which the GPU kernels rely on to write the
+    diagonal) against the float64 values: on rows near 0, at 1000, tiny and zero, for every
+    registry example. A normalised kernel is 1 on all of them (its ``diag`` exactly); any other
+    kernel differs from 1 on some, so a wrong flag either way fails."""
+    spec = get_kernel(name)
+    d = N_FEATURES
+    X = np.vstack([data(rng, n=4), data(rng, n=1, offset=1000.0), 1e-3 * data(rng, n=1),
+                   np.zeros((1, d))])
+    ones = []
+    for example in spec.examples:
+        params = example.params(d)
+        # Y given: the computed k(x, x), not K(X, X)'s diagonal (written from diag());
+        # the exponential kernel overflows to inf at 1000, which is not 1 either
+        with np.errstate(over="ignore"):
+            k_xx, diag = np.diag(spec.value(X, X.copy(), **params)), spec.diag(X, **params)
+        ones.append(bool(np.all(np.abs(k_xx - 1.0) <= 1e-12) and np.all(diag == 1.0)))
+    assert all(ones) == spec.normalized, f"{name}: k(x, x) == 1 per example: {ones}"
+
+
+def test_registry_examples_run():
+    result = doctest.testmod(registry)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_unknown_kernel_names_known_ones():
@@ -155,7 +184,7 @@ def test_symmetric_and_exact_diagonal(rng, name, params):
     np.testing.assert_array_equal(K, K.T)
     np.testing.assert_array_equal(np.diag(K), spec.diag(X, **params))
     np.testing.assert_allclose(K, spec.value(X, X.copy(), **params), **TOL["float64"])
-    if spec.stationary:
+    if spec.normalized:
         np.testing.assert_array_equal(np.diag(K), 1.0)
 
 

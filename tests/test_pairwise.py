@@ -566,20 +566,46 @@ def test_property_symmetric_exactly(fn, X):
     assert np.all(np.isfinite(K))
 
 
-STATIONARY = [n for n in kernel_names() if REGISTRY[n].stationary]
+def registry_params(spec):
+    """Hypothesis: a value for each of ``spec``'s parameters from its registry range: one of its
+    choices, its default for an integer, else a float in [1e-3, 1e3] (widths and scales from
+    far below to far above the data's spread), or [-1e3, 1e3] where negative values are valid."""
+    values = {}
+    for p in spec.params:
+        if p.choices:
+            values[p.name] = st.sampled_from(p.choices)
+        elif p.integer:
+            values[p.name] = st.just(p.default)
+        else:
+            low = max(p.low, 1e-3 if p.low >= 0 else -1e3)
+            values[p.name] = st.floats(low, min(p.high, 1e3),
+                                       exclude_min=low == p.low and not p.low_inclusive)
+    return st.fixed_dictionaries(values)
 
 
-@pytest.mark.parametrize("name", STATIONARY)
+NORMALIZED = [n for n in kernel_names() if REGISTRY[n].normalized]
+NORMALIZED_FUNCS = [f for f in FUNC_NAMES if REGISTRY[REGISTRY_NAME[f]].normalized]
+
+
+@pytest.mark.parametrize("name", NORMALIZED)
 @PROPERTY_SETTINGS
-@given(X=data_matrices(), width=st.floats(1e-3, 1e3))
-def test_property_unit_diagonal(name, X, width):
-    param = {"rbf": "gamma", "laplacian": "gamma"}.get(name, "length_scale")
-    K = kp.pairwise_kernels(X, metric=name, **{param: width})
+@given(X=data_matrices(), draw=st.data())
+def test_property_unit_diagonal(name, X, draw):
+    """The registry's ``normalized`` flag: k(x, x) = 1 exactly, at any parameter value."""
+    spec = get_kernel(name)
+    K = kp.pairwise_kernels(X, metric=name, **draw.draw(registry_params(spec)))
     assert np.all(np.diag(K) == 1.0)
-    assert np.all((K >= 0) & (K <= 1))
-    if name in ("rbf", "laplacian"):
-        f = getattr(kp, f"{name}_kernel")
-        assert np.all(np.diag(f(X)) == 1.0) and np.all(np.diag(f(X, gamma=width)) == 1.0)
+    if spec.psd:  # |k(x, y)| <= sqrt(k(x, x) k(y, y)) = 1 (Cauchy-Schwarz)
+        assert np.all(np.abs(K) <= 1.0)
+
+
+@pytest.mark.parametrize("fname", NORMALIZED_FUNCS)
+@PROPERTY_SETTINGS
+@given(X=data_matrices(), draw=st.data())
+def test_property_unit_diagonal_of_functions(fname, X, draw):
+    f = getattr(kp, fname)
+    params = draw.draw(registry_params(get_kernel(REGISTRY_NAME[fname])))
+    assert np.all(np.diag(f(X)) == 1.0) and np.all(np.diag(f(X, **params)) == 1.0)
 
 
 PSD_CALLS = [
@@ -637,3 +663,47 @@ def test_data_frame_with_numeric_and_boolean_columns_is_accepted():
                           "n": pd.Series([1, 2, 3], dtype="category")})
     want = skp.rbf_kernel(frame.to_numpy(dtype=np.float64), gamma=0.5)
     np.testing.assert_allclose(kp.rbf_kernel(frame, gamma=0.5), want, **F64)
+
+
+# ------------------------------------------------------- precision per device (issue 18, docs)
+@pytest.mark.parametrize("fname", kp.__all__)
+def test_docstring_states_each_devices_precision(fname):
+    """rbf_kernel said "computed in float64, never by expansion" on every device, but float32
+    data on the GPU run kernelkit_gpu.gram's float32 mode (centred expansion, tensor cores).
+    Every function's Notes carry the one statement per device and dtype, and no sentence claims
+    float64 unconditionally."""
+    doc = " ".join(getattr(kp, fname).__doc__.split())
+    assert " ".join(kp._PRECISION_DOC.split()) in doc
+    assert "Computed in float64" not in doc and "never by expansion" not in doc
+
+
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (np.float32, np.float64),
+                                    (np.float64, np.float32), (np.float64, np.float64)],
+                         ids=["f32", "f32-f64", "f64-f32", "f64"])
+def test_gpu_path_computes_as_the_notes_say(device, rng, monkeypatch, triton_can_run, dtypes):
+    """The GPU rows of the Notes: kernelkit_gpu.gram in float32 for float32 data, in float64 for
+    float64 data and for float32 mixed with float64 (the mixture used to raise TypeError "x and
+    y must have the same dtype"). On the CPU the Triton interpreter stands in for the GPU."""
+    import torch
+
+    import kernelkit._device
+    import kernelkit_gpu
+
+    if device == "cpu":
+        monkeypatch.setattr(kernelkit._device, "gpu_available", lambda: True)
+        monkeypatch.setattr(torch.Tensor, "cuda", lambda self: self)
+    calls, real = [], kernelkit_gpu.gram
+
+    def spy(x, y=None, **kwargs):
+        calls.append((x.dtype, y.dtype, kwargs.get("precision", "accurate")))
+        return real(x, y, **kwargs)
+
+    monkeypatch.setattr(kernelkit_gpu, "gram", spy)
+    X, Y = _data(rng, 9, 3).astype(dtypes[0]), _data(rng, 5, 3).astype(dtypes[1])
+    K = kp.rbf_kernel(X, Y, gamma=0.5, device="cuda")
+    single = dtypes == (np.float32, np.float32)
+    want = torch.float32 if single else torch.float64
+    assert calls == [(want, want, "accurate")]
+    assert K.dtype == (np.float32 if single else np.float64)
+    ref = get_kernel("rbf").value(X.astype(np.float64), Y.astype(np.float64), gamma=0.5)
+    np.testing.assert_allclose(K, ref, **(F32 if single else F64))
