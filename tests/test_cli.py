@@ -337,6 +337,20 @@ def test_python_m_kernelkit_gram_and_error(files):
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_gram_input_too_large_for_memory_exit_2(files, capsys, monkeypatch):
+    """An input that does not fit in memory is not a --block-size problem."""
+    from kernelkit import _io
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    d, _, _ = files
+    monkeypatch.setattr(_io.np, "load", no_memory)
+    code, _, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy"], capsys)
+    assert_clean_error(code, err, "out of memory reading the input files")
+    assert "--block-size" not in err
+
+
 @pytest.mark.subprocess
 def test_gram_fifo_input_exit_2_without_hanging(files):
     """Issue 18 H: a FIFO as input made np.load wait for a writer forever. The timeout turns a
