@@ -6,14 +6,23 @@
   temporary file in the same directory and ``os.replace`` it onto the final name only when the
   write succeeded, so no partial or corrupt file is ever left under the final name.
 
+:func:`load_matrix` reads only regular files: a FIFO or a device is refused (reading one could
+block forever or never end), and a ``.npy`` header that declares more data than the file holds
+is refused before anything is allocated.
+
 Rules of every atomic write (:func:`atomic_path`):
 
 - a symbolic link is followed: the file it points to is replaced and the link stays a link;
+- only a regular file is replaced: an existing target that is a FIFO, a device, a socket or a
+  directory is refused;
+- a missing directory of the target is created (parents included), and removed again if the
+  write fails;
 - a replaced file keeps its permission bits;
 - :func:`check_npy_path` refuses an output that is one of the inputs (same path after symbolic
-  links, or the same file through a hard link);
-- the temporary file is removed on any error, on Ctrl-C (``KeyboardInterrupt``) and on SIGTERM
-  (see :func:`atomic_path`);
+  links, or the same file through a hard link) and a directory that cannot hold it (not
+  writable, or a file system without storage such as /proc);
+- the temporary file is removed on any error, on Ctrl-C (``KeyboardInterrupt``) and on the
+  terminating signals (see :func:`atomic_path`);
 - :func:`open_npy_memmap_atomic` checks the free disk space first and allocates the file's
   blocks before writing, so a full disk is a clear ``OSError`` (ENOSPC), never a SIGBUS.
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import math
 import os
 import secrets
 import shutil
@@ -43,6 +53,23 @@ def _check_path_type(path, name):
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{name} must be a file path (str or os.PathLike); got {path!r}")
     return os.fspath(path)
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _irregular_kind(path):
+    """What ``path`` is (symbolic links followed) when it exists and is not a regular file,
+    e.g. "a FIFO (named pipe)"; None for a regular file or a path that does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for is_kind, kind in _FILE_KINDS if is_kind(mode)), "not a file")
 
 
 def load_matrix(path, name="X"):
@@ -67,10 +94,13 @@ def load_matrix(path, name="X"):
     FileNotFoundError
         If the file does not exist.
     ValueError
-        For an unknown extension, a file that is not a valid ``.npy``, a pickled object array,
-        a non-numeric dtype, an array that is not 2-D, an empty file, a malformed CSV row (the
-        wrong number of values) or a non-numeric CSV value. The message names ``name``, the file
-        and, for CSV, the line.
+        For a path that is not a regular file (a directory, a FIFO, a device: reading a FIFO
+        would wait for a writer forever), an unknown extension, a file that is not a valid
+        ``.npy``, a ``.npy`` header that declares more data than the file holds (truncated or
+        corrupt; checked before the array is allocated), a pickled object array, a non-numeric
+        dtype, an array that is not 2-D, an empty file, a malformed CSV row (the wrong number
+        of values) or a non-numeric CSV value. The message names ``name``, the file and, for
+        CSV, the line.
     TypeError
         If ``path`` is not a path.
 
@@ -89,8 +119,9 @@ def load_matrix(path, name="X"):
     where = f"{name} file {path!r}"
     if not os.path.exists(path):
         raise FileNotFoundError(f"{where} does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"{where} is a directory, not a .npy or .csv file")
+    kind = _irregular_kind(path)
+    if kind is not None:
+        raise ValueError(f"{where} is {kind}, not a regular .npy or .csv file")
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".npy":
         arr = _load_npy(path, where)
@@ -103,7 +134,36 @@ def load_matrix(path, name="X"):
     return arr
 
 
+def _check_npy_size(path, where):
+    """Refuse a ``.npy`` file whose header declares more data bytes than the file holds, before
+    ``np.load`` allocates the declared array (a header of shape (10**6, 10**6) on 64 bytes of
+    data would otherwise ask for 8 TB). Files without the ``.npy`` magic are left to
+    ``np.load``, which says what they are."""
+    fmt = np.lib.format
+    with open(path, "rb") as f:
+        if f.read(len(fmt.MAGIC_PREFIX)) != fmt.MAGIC_PREFIX:
+            return
+        f.seek(0)
+        try:
+            version = fmt.read_magic(f)
+            read_header = (fmt.read_array_header_1_0 if version == (1, 0)
+                           else fmt.read_array_header_2_0)
+            shape, _fortran_order, dtype = read_header(f)
+        except ValueError as exc:
+            raise ValueError(f"{where} is not a valid .npy file: {exc}") from None
+        held = os.fstat(f.fileno()).st_size - f.tell()
+    if dtype.hasobject:
+        return  # pickled objects: np.load refuses them
+    declared = math.prod(shape) * dtype.itemsize
+    if declared > held:
+        raise ValueError(
+            f"{where} declares an array of shape {shape} and dtype {dtype} ({declared} bytes) "
+            f"but holds only {held} bytes of data; the file is truncated or corrupt"
+        )
+
+
 def _load_npy(path, where):
+    _check_npy_size(path, where)
     try:
         arr = np.load(path, allow_pickle=False)
     except ValueError as exc:
@@ -200,6 +260,7 @@ def check_npy_path(path, name="out", inputs=()):
     ----------
     path : str or os.PathLike
         The output path. A symbolic link is allowed: the file it points to will be replaced.
+        A missing directory is allowed: the write creates it (parents included).
     name : str, default="out"
         The argument name used in error messages.
     inputs : sequence of (str, path), default=()
@@ -212,25 +273,62 @@ def check_npy_path(path, name="out", inputs=()):
     TypeError
         If ``path`` is not a ``str`` or ``os.PathLike``.
     ValueError
-        If it does not end in ``.npy``, names an existing directory or is one of the inputs.
-    FileNotFoundError
-        If its directory does not exist.
+        If it does not end in ``.npy``, exists and is not a regular file (a directory, a FIFO,
+        a device, also through a symbolic link), is one of the inputs, or its directory (or the
+        nearest one that exists) is a file, or is on a file system without storage such as
+        /proc or /sys.
+    PermissionError
+        If that directory is not writable.
     """
     path = _check_path_type(path, name)
     if os.path.isdir(path):
         raise ValueError(f"{name} {path!r} is a directory; give a file name ending in .npy")
     if not path.lower().endswith(".npy"):
         raise ValueError(f"{name} must be a path ending in .npy; got {path!r}")
+    _check_replaceable(path, name)
     for label, source in inputs:
         if _same_file(path, os.fspath(source)):
             raise ValueError(
                 f"{name} {path!r} is the input {label} ({os.fspath(source)!r}); writing the "
                 "result there would destroy the input: choose another output file"
             )
-    parent = os.path.dirname(os.path.realpath(path))
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{name}: directory {parent!r} does not exist (for {path!r})")
+    _check_directory(path, name)
     return path
+
+
+def _check_replaceable(path, name):
+    """Refuse to replace an existing ``path`` (links followed) that is not a regular file: a
+    FIFO or a device (/dev/null behind a link) would be swapped for a regular file."""
+    kind = _irregular_kind(path)
+    if kind is not None:
+        raise ValueError(
+            f"{name} {path!r} is {kind}, not a regular file; kernelkit replaces only regular "
+            "files: choose another output file"
+        )
+
+
+def _existing_directory(directory):
+    """``directory`` or its nearest ancestor that exists."""
+    while not os.path.lexists(directory):
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def _check_directory(path, name):
+    """The directory of ``path`` (or the nearest one that exists, where the write will create
+    the rest) must be a writable directory on a file system that stores files."""
+    parent = os.path.dirname(os.path.realpath(path))
+    existing = _existing_directory(parent)
+    where = f"{name} {path!r}: {existing!r}"
+    if not os.path.isdir(existing):
+        raise ValueError(f"{where} is not a directory")
+    if hasattr(os, "statvfs") and os.statvfs(existing).f_blocks == 0:
+        raise ValueError(
+            f"{where} is on a file system without storage (such as /proc or /sys); write to a "
+            "directory on a disk"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{where} is not a writable directory")
 
 
 def _temp_name(path):
@@ -256,30 +354,54 @@ def _remove_quietly(path):
         os.remove(path)
 
 
-@contextlib.contextmanager
-def _sigterm_raises_system_exit():
-    """While active, SIGTERM raises ``SystemExit(143)`` (128 + SIGTERM, the status a shell
-    reports for it) so ``except``/``finally`` clean-ups run; the default action is restored
-    afterwards.
+#: The signals another process (or a closed terminal, or a CPU-time limit) sends to end a
+#: process, whose default action ends it without any clean-up. SIGINT normally raises
+#: ``KeyboardInterrupt`` already; it is listed for programs that reset it to the default.
+TERMINATING_SIGNALS = tuple(
+    getattr(signal, name) for name in
+    ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU",
+     "SIGVTALRM", "SIGPROF")
+    if hasattr(signal, name)
+)
 
-    Only where SIGTERM has its default action (which would kill the process without any
-    clean-up) and only in the main thread (the only one that may set handlers): a handler the
-    program installed itself, or SIG_IGN, is left alone.
+
+@contextlib.contextmanager
+def _signals_raise_system_exit():
+    """While active, each of :data:`TERMINATING_SIGNALS` raises ``SystemExit(128 + signal
+    number)`` (the status a shell reports for it, 143 for SIGTERM) so ``except``/``finally``
+    clean-ups run; the default actions are restored afterwards.
+
+    Only signals that have their default action (which would end the process without any
+    clean-up), and only in the main thread (the only one that may set handlers): a handler the
+    program installed itself, SIG_IGN (``nohup``) or Python's SIGINT handler are left alone.
     """
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    taken = [s for s in TERMINATING_SIGNALS if signal.getsignal(s) is signal.SIG_DFL]
+    for signum in taken:
+        signal.signal(signum, handler)
     try:
         yield
     finally:
-        if signal.getsignal(signal.SIGTERM) is handler:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum in taken:
+            if signal.getsignal(signum) is handler:
+                signal.signal(signum, signal.SIG_DFL)
+
+
+def _make_directories(directory, created):
+    """Create ``directory`` and its missing parents, appending each one made to ``created``."""
+    missing = []
+    while not os.path.isdir(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    for d in reversed(missing):
+        os.mkdir(d)
+        created.append(d)
 
 
 @contextlib.contextmanager
@@ -288,21 +410,31 @@ def atomic_path(path):
     file is ``os.replace``-d onto ``path``, on any error it is removed and ``path`` is untouched.
 
     A symbolic link ``path`` is followed: the file it points to is replaced (beside which the
-    temporary file is made) and the link itself is kept. A replaced file keeps its permission
-    bits. The temporary file is also removed on ``KeyboardInterrupt`` and, in the main thread
-    of a program that has not set its own SIGTERM handler, on SIGTERM, which then ends the
-    program with exit status 143 (``SystemExit``).
+    temporary file is made) and the link itself is kept. An existing target that is not a
+    regular file (a FIFO, a device) raises ``ValueError``. Missing directories of the target
+    are created, and removed again on an error. A replaced file keeps its permission bits. The
+    temporary file is also removed on ``KeyboardInterrupt`` and, in the main thread, on each of
+    :data:`TERMINATING_SIGNALS` (SIGTERM, SIGHUP, SIGQUIT...) that the program has left at its
+    default action; such a signal then ends the program with exit status 128 + its number
+    (``SystemExit``; 143 for SIGTERM).
     """
     target = os.path.realpath(path)
-    with _sigterm_raises_system_exit():
-        tmp = _temp_name(target)
+    _check_replaceable(target, "path")
+    with _signals_raise_system_exit():
+        created, tmp = [], None
         try:
+            _make_directories(os.path.dirname(target), created)
+            tmp = _temp_name(target)
             yield tmp
             with contextlib.suppress(FileNotFoundError):
                 os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
             os.replace(tmp, target)
         except BaseException:
-            _remove_quietly(tmp)
+            if tmp is not None:
+                _remove_quietly(tmp)
+            for d in reversed(created):  # deepest first; one that is not empty stays
+                with contextlib.suppress(OSError):
+                    os.rmdir(d)
             raise
 
 
@@ -322,12 +454,14 @@ def save_npy_atomic(path, array):
     The data are written to a temporary file in the same directory, flushed to disk and
     ``os.replace``-d onto ``path``; on any error the temporary file is removed and ``path`` is
     left as it was (absent, or the previous complete file). The rules of :func:`atomic_path`
-    apply (symbolic links followed, permissions kept).
+    apply (symbolic links followed, only regular files replaced, missing directories created,
+    permissions kept).
 
     Parameters
     ----------
     path : str or os.PathLike
-        Destination; must end in ``.npy`` and its directory must exist.
+        Destination; must end in ``.npy`` (:func:`check_npy_path`); a missing directory is
+        created.
     array : array_like
         Saved with ``allow_pickle=False``.
 
@@ -363,7 +497,7 @@ def _no_space(path, nbytes, needed, available, directory):
 
 def _check_free_space(path, nbytes):
     """Raise ``OSError(ENOSPC)`` unless the directory of ``path`` has room for ``nbytes``."""
-    directory = os.path.dirname(os.path.realpath(path))
+    directory = _existing_directory(os.path.dirname(os.path.realpath(path)))
     needed = nbytes + max(nbytes // 100, FREE_SPACE_MARGIN)
     available = free_bytes(directory)
     if available < needed:
@@ -396,7 +530,8 @@ def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     directory as ``path``. When the ``with`` block ends normally the map is flushed and the file
     is ``os.replace``-d onto ``path``; when it raises, the temporary file is removed and
     ``path`` is untouched. No partial file is ever visible under ``path``. The rules of
-    :func:`atomic_path` apply (symbolic links followed, permissions kept, clean-up on SIGTERM).
+    :func:`atomic_path` apply (symbolic links followed, only regular files replaced, missing
+    directories created, permissions kept, clean-up on terminating signals).
 
     Before anything is written the free space of the directory is checked (the array's bytes
     plus 1 %, at least :data:`FREE_SPACE_MARGIN`) and the file's blocks are allocated
@@ -406,7 +541,8 @@ def open_npy_memmap_atomic(path, shape, dtype=np.float64):
     Parameters
     ----------
     path : str or os.PathLike
-        Destination; must end in ``.npy`` and its directory must exist.
+        Destination; must end in ``.npy`` (:func:`check_npy_path`); a missing directory is
+        created.
     shape : tuple of int
         Shape of the array.
     dtype : data-type, default=np.float64

@@ -254,11 +254,14 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
         ``None`` returns the matrix as a float64 ndarray. A path ending in ``.npy`` streams the
         blocks into a memory-mapped ``.npy`` file (float32 if every input is float32, else
         float64) written to a temporary file beside it and renamed onto ``out`` only when
-        complete: an error or interruption (Ctrl-C, SIGTERM) never leaves a partial or
-        temporary file. The free disk space is checked and the file's blocks allocated before
-        the first block is computed. ``out`` must not be the file behind X or Y (a
-        memory-mapped input); a symbolic link is followed (its target is replaced, the link
-        kept) and a replaced file keeps its permission bits. K(X, X) is written front to back
+        complete: an error or interruption (Ctrl-C, or in the main thread SIGTERM, SIGHUP,
+        SIGQUIT and the other terminating signals left at their default action) never leaves a
+        partial or temporary file. A missing directory is created (parents included; removed
+        again if the write fails). The free disk space is checked and the file's blocks
+        allocated before the first block is computed. ``out`` must not be the file behind X or
+        Y (a memory-mapped input) and, if it exists, must be a regular file (not a FIFO or a
+        device); a symbolic link is followed (its target is replaced, the link kept) and a
+        replaced file keeps its permission bits. K(X, X) is written front to back
         in square tiles, each row block computing its own part left of the diagonal again
         (twice the kernel evaluations, but a file larger than memory goes at disk speed).
     block_size : int, default=None
@@ -293,13 +296,14 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     ValueError
         For an unknown kernel, an out-of-range parameter, X and Y with different numbers of
         features, empty / non-2-D / non-finite data, ``block_size < 1``, an ``out`` path not
-        ending in ``.npy`` or naming the memory-mapped file of X or Y, or an unavailable
-        ``device``.
+        ending in ``.npy``, naming the memory-mapped file of X or Y, naming an existing file
+        that is not a regular file, or in a directory on a file system without storage (such
+        as /proc), or an unavailable ``device``.
     TypeError
         For an unknown parameter name, a non-numeric parameter or data, a non-integer
         ``block_size``, a ``kernel`` or ``out`` of the wrong type.
-    FileNotFoundError
-        If the directory of ``out`` does not exist.
+    PermissionError
+        If the directory of ``out`` (or the nearest one that exists) is not writable.
     OSError
         errno ENOSPC when the disk of ``out`` has too little free space for the file (the
         message names the path, the bytes needed and available); nothing is written.

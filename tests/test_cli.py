@@ -4,6 +4,8 @@ import io
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from kernelkit.cli import CLIError, parse_param
 from kernelkit_math import get_kernel
 from tests.cli_helpers import assert_clean_error, run_main
 from tests.conftest import TOL
+from tests.test_gram import device_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,9 +147,56 @@ def test_gram_file_errors_exit_2(tmp_path, capsys):
     code, _, err = run_main(["gram", tmp_path / "X.npy", "--out", tmp_path / "K.txt"], capsys)
     assert_clean_error(code, err, "--out", ".npy")
 
-    code, _, err = run_main(["gram", tmp_path / "X.npy", "--out", tmp_path / "no" / "K.npy"], capsys)
-    assert_clean_error(code, err, "does not exist")
     assert not out.exists()
+
+
+def test_gram_creates_a_missing_output_directory(files, capsys):
+    """Issue 21: gram, compare and sweep create a missing output directory (parents included);
+    an input error creates nothing."""
+    d, X, _ = files
+    code, _, err = run_main(["gram", d / "missing.npy", "--out", d / "new" / "K.npy"], capsys)
+    assert_clean_error(code, err, "does not exist")
+    assert sorted(os.listdir(d)) == ["X.npy", "Y.csv"]
+    code, out, err = run_main(["gram", d / "X.npy", "--out", d / "new" / "sub" / "K.npy"], capsys)
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(d / "new" / "sub" / "K.npy"), get_kernel("rbf").value(X),
+                               **TOL["float64"])
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a character device"])
+def test_gram_out_link_to_a_non_regular_file_exit_2(files, capsys, kind):
+    """Issue 18 E: the FIFO or device behind a --out link was replaced by a regular file."""
+    d, _, _ = files
+    if kind == "a FIFO":
+        os.mkfifo(d / "node")
+    else:
+        device_copy(d / "node")  # a copy: never a real device (a regression would replace it)
+    (d / "K.npy").symlink_to(d / "node")
+    code, _, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy"], capsys)
+    assert_clean_error(code, err, "--out", "K.npy", f"is {kind}", "not a regular file")
+    assert sorted(os.listdir(d)) == ["K.npy", "X.npy", "Y.csv", "node"]
+    assert not stat.S_ISREG(os.stat(d / "node").st_mode)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="no /proc file system on this system")
+def test_gram_out_on_proc_exit_2(files, capsys):
+    """Issue 21: --out /proc/K.npy said "not enough free disk space ... 0 bytes"."""
+    d, _, _ = files
+    code, _, err = run_main(["gram", d / "X.npy", "--out", "/proc/K.npy"], capsys)
+    assert_clean_error(code, err, "--out '/proc/K.npy'", "file system without storage")
+    assert "disk space" not in err
+
+
+def test_gram_truncated_npy_exit_2(tmp_path, capsys):
+    """Issue 18 G: a header declaring (10**6, 10**6) on 64 bytes of data gave "out of memory;
+    try a smaller --block-size"."""
+    with open(tmp_path / "X.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f8", "fortran_order": False, "shape": (10**6, 10**6)})
+        f.write(bytes(64))
+    code, _, err = run_main(["gram", tmp_path / "X.npy", "--out", tmp_path / "K.npy"], capsys)
+    assert_clean_error(code, err, "X file", "(1000000, 1000000)", "holds only 64 bytes",
+                       "truncated or corrupt")
 
 
 @pytest.mark.parametrize("how", ["same path", "relative path", "symbolic link", "hard link"])
@@ -285,6 +335,74 @@ def test_python_m_kernelkit_gram_and_error(files):
     assert bad.returncode == 2
     assert bad.stderr.startswith("kernelkit: error: unknown kernel 'nope'")
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_gram_input_too_large_for_memory_exit_2(files, capsys, monkeypatch):
+    """An input that does not fit in memory is not a --block-size problem."""
+    from kernelkit import _io
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    d, _, _ = files
+    monkeypatch.setattr(_io.np, "load", no_memory)
+    code, _, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy"], capsys)
+    assert_clean_error(code, err, "out of memory reading the input files")
+    assert "--block-size" not in err
+
+
+@pytest.mark.subprocess
+def test_gram_fifo_input_exit_2_without_hanging(files):
+    """Issue 18 H: a FIFO as input made np.load wait for a writer forever. The timeout turns a
+    regression into a failure instead of a hung suite (tests/test_gram.py checks both inputs
+    in-process)."""
+    d, _, _ = files
+    os.mkfifo(d / "pipe.npy")
+    res = subprocess.run(
+        [sys.executable, "-m", "kernelkit", "gram", str(d / "X.npy"), "--y", str(d / "pipe.npy"),
+         "--out", str(d / "K.npy")],
+        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=60,
+    )
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("kernelkit: error: ") and len(res.stderr.splitlines()) == 1
+    assert "pipe.npy" in res.stderr and "is a FIFO (named pipe), not a regular" in res.stderr
+    assert sorted(os.listdir(d)) == ["X.npy", "Y.csv", "pipe.npy"]
+
+
+_SLOW_GRAM = """
+import sys, time
+from kernelkit import blocked_gram
+from kernelkit.cli import main
+real = blocked_gram._block_value
+def slow(*args, **kwargs):
+    print("writing", flush=True)
+    time.sleep(0.2)
+    return real(*args, **kwargs)
+blocked_gram._block_value = slow
+sys.exit(main(["gram", sys.argv[1], "--out", sys.argv[2], "--block-size", "4"]))
+"""
+
+
+@pytest.mark.subprocess
+def test_gram_sighup_mid_write_leaves_nothing(files):
+    """Issue 18 I: SIGHUP (a closed terminal) left the full-size hidden temporary file
+    (tests/test_gram.py sends SIGTERM and SIGQUIT to the function)."""
+    d, _, _ = files
+    signum = signal.SIGHUP
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_GRAM, str(d / "X.npy"), str(d / "K.npy")], cwd=ROOT,
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline() == "writing\n"
+        assert len(os.listdir(d)) == 3, "the temporary file exists during the write"
+        child.send_signal(signum)
+        out, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 128 + signum, err
+    assert "wrote" not in out and "Traceback" not in err
+    assert sorted(os.listdir(d)) == ["X.npy", "Y.csv"], "no output or temporary file may remain"
 
 
 @pytest.mark.subprocess

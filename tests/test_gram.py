@@ -4,6 +4,7 @@ import contextlib
 import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -307,8 +308,6 @@ def test_bad_data_names_the_argument(rng, tmp_path):
         gram(data(rng, 3, d=2), data(rng, 3, d=3))
     with pytest.raises(TypeError, match="X"):
         gram([["a", "b"]])
-    with pytest.raises(FileNotFoundError, match="out"):
-        gram(data(rng, 3), out=tmp_path / "missing" / "K.npy")
     with pytest.raises(ValueError, match="directory"):
         gram(data(rng, 3), out=tmp_path)
     assert os.listdir(tmp_path) == []
@@ -396,6 +395,56 @@ def test_load_path_errors(tmp_path):
         _io.load_matrix(3, "X")
 
 
+def test_load_refuses_files_that_are_not_regular(tmp_path):
+    """Issue 18 H: a device or FIFO (also behind a link) is refused before it is opened (a FIFO
+    would block np.load forever; tests/test_cli.py runs that case in a subprocess)."""
+    (tmp_path / "null.npy").symlink_to(os.devnull)
+    with pytest.raises(ValueError, match=r"X file .*null.npy.* is a character device, not a "
+                                         r"regular \.npy or \.csv file"):
+        _io.load_matrix(tmp_path / "null.npy", "X")
+    os.mkfifo(tmp_path / "pipe.csv")
+    (tmp_path / "link.csv").symlink_to(tmp_path / "pipe.csv")
+    for name in ("pipe.csv", "link.csv"):
+        with pytest.raises(ValueError, match=r"Y file .* is a FIFO \(named pipe\)"):
+            _io.load_matrix(tmp_path / name, "Y")
+
+
+def _npy_header(path, shape, descr="<f8"):
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": descr, "fortran_order": False, "shape": shape})
+    return path
+
+
+@pytest.mark.parametrize("shape", [(10**6, 10**6), (1000, 3), (9,)], ids=str)
+def test_load_npy_refuses_a_header_larger_than_the_file(tmp_path, shape):
+    """Issue 18 G: a header declaring more data than the file holds is "truncated or corrupt",
+    said before the declared array is allocated (8 TB for (10**6, 10**6))."""
+    path = _npy_header(tmp_path / "X.npy", shape)
+    with open(path, "ab") as f:
+        f.write(bytes(64))
+    declared = int(np.prod(shape, dtype=object)) * 8
+    with pytest.raises(ValueError) as info:
+        _io.load_matrix(path, "X")
+    assert str(info.value) == (
+        f"X file {str(path)!r} declares an array of shape {shape} and dtype float64 "
+        f"({declared} bytes) but holds only 64 bytes of data; the file is truncated or corrupt")
+
+
+def test_load_npy_header_checks_pass_complete_files(tmp_path):
+    """The size check counts the header exactly: a complete file loads, any version."""
+    X = np.arange(6.0).reshape(3, 2)
+    for version in ((1, 0), (2, 0), (3, 0)):
+        path = tmp_path / f"v{version[0]}.npy"
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, X, version=version)
+        np.testing.assert_array_equal(_io.load_matrix(path, "X"), X)
+    with open(tmp_path / "cut.npy", "wb") as f:
+        f.write(np.lib.format.MAGIC_PREFIX + b"\x01")
+    with pytest.raises(ValueError, match="cut.npy.* is not a valid .npy file"):
+        _io.load_matrix(tmp_path / "cut.npy", "X")
+
+
 def test_save_npy_atomic_roundtrip_and_failure(tmp_path, monkeypatch):
     target = tmp_path / "a.npy"
     assert _io.save_npy_atomic(target, np.arange(5.0)) == str(target)
@@ -470,6 +519,81 @@ def test_out_symlink_replaces_its_target_and_stays_a_link(rng, tmp_path):
     assert dangling.is_symlink() and np.load(tmp_path / "store" / "new.npy").shape == (6, 6)
 
 
+def device_copy(path):
+    """A copy of /dev/full at ``path`` (made with mknod, as in the issue's reproduction), or a
+    skip where that needs privileges this process lacks. Tests never point an output at a real
+    device: as root, a regression would replace /dev/null itself."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except (PermissionError, AttributeError):
+        pytest.skip("making a device node needs root (CAP_MKNOD)")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["a FIFO", "a character device"])
+def test_out_refuses_a_target_that_is_not_a_regular_file(rng, tmp_path, kind):
+    """Issue 18 E: a FIFO or a device, also behind a symbolic link, is refused, not replaced
+    by a regular file (as root, a link to /dev/null replaced /dev/null)."""
+    node = tmp_path / "node.npy"
+    if kind == "a FIFO":
+        os.mkfifo(node)
+    else:
+        device_copy(node)
+    (tmp_path / "link.npy").symlink_to(node)
+    for name in ("node.npy", "link.npy"):
+        with pytest.raises(ValueError, match=rf"out .*{name}.* is {kind}.* not a regular file"):
+            gram(data(rng, 4), kernel="rbf", out=tmp_path / name)
+        with pytest.raises(ValueError, match="not a regular file"):
+            _io.save_npy_atomic(tmp_path / name, np.ones(2))
+        with pytest.raises(ValueError, match="not a regular file"):
+            _io.write_text_atomic(tmp_path / name, "text")
+    assert sorted(os.listdir(tmp_path)) == ["link.npy", "node.npy"]
+    assert not stat.S_ISREG(os.stat(node).st_mode)
+
+
+def test_out_creates_missing_directories(rng, tmp_path):
+    """Issue 21: a missing output directory is created, parents included."""
+    X = data(rng, 5)
+    out = tmp_path / "a" / "b" / "K.npy"
+    assert gram(X, kernel="rbf", out=out) == str(out)
+    np.testing.assert_array_equal(np.load(out), gram(X, kernel="rbf"))
+    assert os.listdir(tmp_path / "a" / "b") == ["K.npy"]
+
+
+def test_out_directories_are_removed_when_the_write_fails(rng, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("block failed")
+
+    monkeypatch.setattr(gram_module, "_block_value", broken)
+    (tmp_path / "a").mkdir()
+    with pytest.raises(RuntimeError, match="block failed"):
+        gram(data(rng, 5), kernel="rbf", out=tmp_path / "a" / "b" / "c" / "K.npy")
+    assert os.listdir(tmp_path) == ["a"] and os.listdir(tmp_path / "a") == [], \
+        "only the directories the write created are removed"
+    monkeypatch.setattr(_io, "free_bytes", lambda directory: 0)
+    with pytest.raises(OSError, match="not enough free disk space"):
+        gram(data(rng, 5), kernel="rbf", out=tmp_path / "new" / "K.npy")
+    assert os.listdir(tmp_path) == ["a"]
+
+
+def test_out_directory_must_be_able_to_hold_the_file(rng, tmp_path, monkeypatch):
+    """Issue 21: /proc/K.npy was "not enough free disk space ... 0 bytes"."""
+    X = data(rng, 4)
+    if os.path.isdir("/proc"):
+        with pytest.raises(ValueError, match=r"out '/proc/K.npy': '/proc' is on a file system "
+                                             r"without storage \(such as /proc or /sys\)"):
+            gram(X, kernel="rbf", out="/proc/K.npy")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match=r"out .*: '.*file' is not a directory"):
+        gram(X, kernel="rbf", out=tmp_path / "file" / "sub" / "K.npy")
+    real_access = os.access
+    monkeypatch.setattr(_io.os, "access",  # a read-only directory (root may write anywhere)
+                        lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode))
+    with pytest.raises(PermissionError, match=r"out .*new.*K.npy.* is not a writable directory"):
+        gram(X, kernel="rbf", out=tmp_path / "new" / "K.npy")
+    assert os.listdir(tmp_path) == ["file"]
+
+
 def test_out_too_little_disk_space_is_a_clear_oserror(rng, tmp_path, monkeypatch):
     seen = []
 
@@ -533,7 +657,11 @@ print("finished", flush=True)
 
 
 @pytest.mark.subprocess
-def test_sigterm_mid_write_removes_the_temporary_file(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGQUIT],
+                         ids=lambda s: signal.Signals(s).name)
+def test_signal_mid_write_removes_the_temporary_file(tmp_path, signum):
+    """SIGTERM, and (issue 18 I) SIGQUIT, which left the full-size temporary file (SIGHUP:
+    tests/test_cli.py)."""
     target = tmp_path / "K.npy"
     np.save(target, np.arange(3.0))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -543,14 +671,39 @@ def test_sigterm_mid_write_removes_the_temporary_file(tmp_path):
     try:
         assert child.stdout.readline() == "writing\n"
         assert len(os.listdir(tmp_path)) == 2, "the temporary file exists during the write"
-        child.send_signal(signal.SIGTERM)
+        child.send_signal(signum)
         out, err = child.communicate(timeout=60)
     finally:
         child.kill()
-    assert child.returncode == 143, err
+    assert child.returncode == 128 + signum, err
     assert "finished" not in out and "Traceback" not in err
     assert os.listdir(tmp_path) == ["K.npy"], "no temporary file may remain"
     np.testing.assert_array_equal(np.load(target), np.arange(3.0))
+
+
+def _handlers():
+    return {s: signal.getsignal(s) for s in _io.TERMINATING_SIGNALS}
+
+
+def test_signal_handlers_are_set_during_the_write_and_restored(rng, tmp_path, monkeypatch):
+    before = _handlers()
+    assert {signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(_io.TERMINATING_SIGNALS)
+    assert before[signal.SIGINT] is signal.default_int_handler
+    defaults = [s for s, h in before.items() if h is signal.SIG_DFL]
+    assert signal.SIGHUP in defaults and signal.SIGQUIT in defaults
+    seen = []
+    real_value = gram_module._block_value
+
+    def value(*args, **kwargs):
+        seen.append(_handlers())
+        return real_value(*args, **kwargs)
+
+    monkeypatch.setattr(gram_module, "_block_value", value)
+    gram(data(rng, 5), kernel="rbf", out=tmp_path / "K.npy")
+    during = seen[0]
+    assert all(during[s] is not signal.SIG_DFL for s in defaults), "each default one is caught"
+    assert during[signal.SIGINT] is signal.default_int_handler, "KeyboardInterrupt stays"
+    assert _handlers() == before
 
 
 def test_sigterm_handlers_are_restored(rng, tmp_path):

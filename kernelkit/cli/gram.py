@@ -46,11 +46,15 @@ input files:
   .npy  a 2-D numeric array saved with numpy.save (pickled object arrays are refused)
   .csv  comma-separated numbers, one sample per line; an optional header line is skipped
 
+Input files must be regular files (not a FIFO or a device).
+
 The output is a .npy file (float32 when every input is float32, else float64), written to a
-temporary file beside it and renamed when complete: an error, Ctrl-C or SIGTERM never leaves a
-partial or temporary file. The free disk space is checked before any work. --out may not be an
-input file (also through a symbolic or hard link); a symbolic link is followed (the file it
-points to is replaced, the link kept) and a replaced file keeps its permissions.
+temporary file beside it and renamed when complete: an error, Ctrl-C, SIGTERM, SIGHUP or
+SIGQUIT never leaves a partial or temporary file. The free disk space is checked before any
+work. A missing output directory is created (parents included). --out may not be an input file
+(also through a symbolic or hard link) and, if it exists, must be a regular file; a symbolic
+link is followed (the file it points to is replaced, the link kept) and a replaced file keeps
+its permissions.
 
 examples:
   kernelkit gram X.npy --kernel rbf --param gamma=0.5 --out K.npy
@@ -152,8 +156,12 @@ def cmd_gram(args):
     try:
         inputs = [("X", args.X)] + ([] if args.Y is None else [("--y", args.Y)])
         check_npy_path(args.out, "--out", inputs=inputs)  # fail before reading large inputs
-        X = load_matrix(args.X, "X")
-        Y = None if args.Y is None else load_matrix(args.Y, "Y")
+        try:
+            X = load_matrix(args.X, "X")
+            Y = None if args.Y is None else load_matrix(args.Y, "Y")
+        except MemoryError:
+            raise CLIError("out of memory reading the input files: the data do not fit in "
+                           "memory") from None
         t0 = time.perf_counter()
         path = gram(
             X, Y, args.kernel, out=args.out, block_size=args.block_size,

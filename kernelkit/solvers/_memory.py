@@ -9,8 +9,7 @@ the bytes one kernel block may use.
 
 from __future__ import annotations
 
-import os
-
+from kernelkit import _host_memory
 from kernelkit.solvers import _kernel_op
 
 __all__ = ["available_bytes", "plan_blocks", "GPU_BLOCK_SHARE", "GPU_BLOCK_BYTES_MAX"]
@@ -28,15 +27,14 @@ CG_VECTORS = 10
 
 
 def available_bytes(where):
-    """Free memory on ``where`` ("cpu" or "cuda") in bytes, or None when it cannot be read."""
+    """Memory available on ``where`` in bytes: free GPU memory on "cuda"; on "cpu" the host
+    memory a new allocation can get (:func:`kernelkit._host_memory.available_bytes`, None when
+    it cannot be read)."""
     if where == "cuda":
         import torch
 
         return int(torch.cuda.mem_get_info()[0])
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # not Linux: no figure to check against
-        return None
+    return _host_memory.available_bytes()
 
 
 def _round16(d):
