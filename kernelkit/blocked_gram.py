@@ -3,8 +3,9 @@
 :func:`gram` is the large-scale entry point: it never holds more than one block of temporaries,
 so ``out="K.npy"`` can write a Gram matrix larger than memory, front to back (row block after
 row block), so the disk, not the page cache, sets the pace. The block loop in
-:func:`_fill_blocks` is the only place that computes kernel values; a GPU backend routes blocks
-there.
+:func:`_fill_blocks` is where this module computes kernel values (on the GPU through
+``kernelkit_gpu.gram``, on the CPU through the float64 reference); the pairwise functions and the
+kernel classes go through :mod:`kernelkit._compute` instead.
 """
 
 from __future__ import annotations
