@@ -18,6 +18,7 @@ from kernelkit_math.registry import get_kernel
 
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
+from kernelkit_gpu._checks import range_limit
 
 #: Up to this many features the pairwise quantity is formed by direct differences in registers
 #: (exact, and as fast as a tensor-core dot at such small D); above it, by tl.dot.
@@ -82,6 +83,40 @@ def kernel_plan(kernel, n_features, params):
         scale=None if scale is None else np.asarray(scale, dtype=np.float64),
         stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
     )
+
+
+def check_params_range(plan, dtype):
+    """The plan's epilogue numbers (``plan.prm``: parameters with constants such as log2(e)
+    folded in) must be numbers of the accumulation dtype of ``dtype`` input; rounded to infinity
+    they would make 0 * inf = NaN (rbf with gamma = 3e38 in float32: gamma log2(e) overflows).
+
+    Raises
+    ------
+    ValueError
+        Naming the kernel's scalar parameters and the number that does not fit.
+    """
+    acc = acc_dtype(dtype)
+    big = torch.finfo(acc).max
+    for p in plan.prm:
+        if not abs(p) <= big:
+            shown = ", ".join(f"{k}={v!r}" for k, v in plan.params.items()
+                              if np.ndim(v) == 0 and v is not None)
+            raise ValueError(
+                f"{plan.name} kernel parameters out of range for {str(acc)[6:]} arithmetic "
+                f"({shown}): the kernel computes with {p:.3g} (a parameter times a constant such "
+                f"as log2(e)), beyond the largest {str(acc)[6:]} number {big:.3g}; use float64 "
+                f"input or a parameter within range"
+            )
+
+
+def out_of_range(t, dtype):
+    """0-dim boolean tensor (on ``t``'s device, no sync): some row of ``t`` (the last axis) has a
+    squared norm in the accumulation dtype of ``dtype`` input above
+    :func:`kernelkit_gpu._checks.range_limit`, or a NaN; ``t`` 1-D: some ``|t_i|`` does."""
+    limit = range_limit(dtype)
+    t = t.to(acc_dtype(dtype))
+    size = t.abs() if t.ndim == 1 else (t * t).sum(dim=-1)
+    return ~(size <= limit).all()
 
 
 # ------------------------------------------------------------------------------ operands
@@ -264,11 +299,14 @@ def _row_norms(x, acc):
     return (xa * xa).sum(dim=1)
 
 
-def prepare(x, y, plan, precision, symmetric):
+def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
     """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
     ``symmetric`` (or ``y`` None): y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
-    operands feature-major (D, N) for coalesced per-feature loads.
+    operands feature-major (D, N) for coalesced per-feature loads. ``check``: a
+    :class:`kernelkit_gpu._checks.FiniteCheck` whose flags ``names`` (of x and y) are set where
+    the prepared values (and dot-product offsets) are non-finite or out of range
+    (:func:`out_of_range`).
     """
     symmetric = symmetric or y is None
     r = recipe(plan, x.dtype, x.shape[1], precision)
@@ -277,6 +315,10 @@ def prepare(x, y, plan, precision, symmetric):
     x, y, _, mean, scale = normalized_inputs(x, y, plan, r, symmetric)
     xk = centre_and_scale(x, mean, scale, r.dtype)
     yk = xk if symmetric else centre_and_scale(y, mean, scale, r.dtype)
+    if check is not None:
+        check.mark(names[0], out_of_range(xk, x.dtype))
+        if not symmetric:
+            check.mark(names[1], out_of_range(yk, x.dtype))
     nx = ny = None
     if r.mode == E.MODE_DIRECT.value:
         xk = xk.t().contiguous()
@@ -294,6 +336,10 @@ def prepare(x, y, plan, precision, symmetric):
         elif r.bias:
             nx = dot_offsets(x, mean).to(r.acc)
             ny = nx if symmetric else dot_offsets(y, mean).to(r.acc)
+            if check is not None:
+                check.mark(names[0], out_of_range(nx, x.dtype))
+                if not symmetric:
+                    check.mark(names[1], out_of_range(ny, x.dtype))
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0
