@@ -238,24 +238,29 @@ def centre_and_scale(x, mean, scale, dtype):
     return w.to(dtype)
 
 
-def dot_offsets(x, mean):
-    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y.
+def dot_offsets(x, mean, other_mean):
+    """Per-row b = (x - mean)·m' + mean·m' / 2 in float64 (m' = ``other_mean``, the centre of the
+    other operand): x·y = (x - m_x)·(y - m_y) + b_x + b_y, b_y with the roles swapped.
 
     Centring dot-product kernels: the tensor cores then only accumulate the small centred
     products, and the large common part is added once, in float64 rounded to the tile's dtype.
-    ``mean`` is the (1, D) row of :func:`column_mean`.
+    ``mean`` and ``other_mean`` are (1, D) rows of :func:`column_mean` (the same one for K(X, X)).
     """
-    mean = mean.reshape(-1)
-    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
+    mean, other_mean = mean.reshape(-1), other_mean.reshape(-1)
+    return (x.to(torch.float64) - mean) @ other_mean + 0.5 * (mean @ other_mean)
 
 
 def normalized_inputs(x, y, plan, r, symmetric):
     """The first steps of every preparation: cosine rows normalised (in ``r.acc``), then the
-    float64 column mean of x (if ``r.centre``) and the per-feature scales (if ``r.scale``).
+    float64 column means (if ``r.centre``) and the per-feature scales (if ``r.scale``).
 
-    Returns ``(x, y, cos_diag, mean, scale)``: ``y`` is None when ``symmetric``; ``cos_diag`` the
-    cosine kernel's exact diagonal (1, or 0 for zero rows) or None; the values to hand to the
-    kernels are then ``centre_and_scale(x, mean, scale, r.dtype)``.
+    Returns ``(x, y, cos_diag, mean, mean_y, scale)``: ``y`` is None when ``symmetric``;
+    ``cos_diag`` the cosine kernel's exact diagonal (1, or 0 for zero rows) or None; ``mean`` the
+    column mean of x; ``mean_y`` what y is centred on: the same ``mean`` for distances (one
+    common shift), y's own column mean for centred dot products (``r.bias``: the offsets of
+    :func:`dot_offsets` hold for any two centres, and y far from x's mean, centred on it, would
+    cancel the digits of x·y). The values to hand to the kernels are then
+    ``centre_and_scale(x, mean, scale, r.dtype)`` and ``centre_and_scale(y, mean_y, ...)``.
     """
     cos_diag = None
     if r.normalize:
@@ -264,8 +269,9 @@ def normalized_inputs(x, y, plan, r, symmetric):
     elif symmetric:
         y = None
     mean = column_mean(x) if r.centre else None
+    mean_y = column_mean(y) if r.bias and not symmetric else mean
     scale = feature_scales(plan, x.device) if r.scale else None
-    return x, y, cos_diag, mean, scale
+    return x, y, cos_diag, mean, mean_y, scale
 
 
 @dataclass
@@ -312,9 +318,9 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
     r = recipe(plan, x.dtype, x.shape[1], precision)
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, _, mean, scale = normalized_inputs(x, y, plan, r, symmetric)
+    x, y, _, mean, mean_y, scale = normalized_inputs(x, y, plan, r, symmetric)
     xk = centre_and_scale(x, mean, scale, r.dtype)
-    yk = xk if symmetric else centre_and_scale(y, mean, scale, r.dtype)
+    yk = xk if symmetric else centre_and_scale(y, mean_y, scale, r.dtype)
     if check is not None:
         check.mark(names[0], out_of_range(xk, x.dtype))
         if not symmetric:
@@ -334,8 +340,8 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
             nx = _row_norms(xk, r.acc)
             ny = nx if symmetric else _row_norms(yk, r.acc)
         elif r.bias:
-            nx = dot_offsets(x, mean).to(r.acc)
-            ny = nx if symmetric else dot_offsets(y, mean).to(r.acc)
+            nx = dot_offsets(x, mean, mean_y).to(r.acc)
+            ny = nx if symmetric else dot_offsets(y, mean_y, mean).to(r.acc)
             if check is not None:
                 check.mark(names[0], out_of_range(nx, x.dtype))
                 if not symmetric:

@@ -117,20 +117,23 @@ def prepare_mma(x, y, plan, r, symmetric, check=None):
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
+    x, y, cos_diag, mean, mean_y, scale = P.normalized_inputs(x, y, plan, r, symmetric)
     split = r.dot_prec == "tf32x3"
     kd = _round_up(d, PAD_K)
     xb, nx = _prep_launch(x, mean, scale, kd, split, r.dtype, r.acc, flag=_flag(check, "x"))
     if symmetric:
         yb, ny = xb, nx
     else:
-        yb, ny = _prep_launch(y, mean, scale, kd, split, r.dtype, r.acc, flag=_flag(check, "y"))
+        yb, ny = _prep_launch(y, mean_y, scale, kd, split, r.dtype, r.acc,
+                              flag=_flag(check, "y"))
     dg = nx  # the diagonal of a dot-product K(X, X): the epilogue of the squared row norms
     if r.bias:
         if symmetric:
             dg = _padded_like(nx, (x.to(torch.float64) ** 2).sum(dim=1))
-        nx = _padded_like(nx, P.dot_offsets(x, mean))
-        ny = nx if symmetric else _padded_like(ny, P.dot_offsets(y, mean))
+            nx = ny = _padded_like(nx, P.dot_offsets(x, mean, mean))
+        else:
+            nx = _padded_like(nx, P.dot_offsets(x, mean, mean_y))
+            ny = _padded_like(ny, P.dot_offsets(y, mean_y, mean))
         if check is not None:
             check.mark("x", P.out_of_range(nx, r.acc))
             if not symmetric:
@@ -216,7 +219,7 @@ def prepare_direct(x, y, plan, r, symmetric, check=None):
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
+    x, y, cos_diag, mean, _, scale = P.normalized_inputs(x, y, plan, r, symmetric)
     xb, nx = _prep_launch(x, mean, scale, d, False, r.dtype, r.acc, feature_major=True,
                           flag=_flag(check, "x"))
     yb = xb if symmetric else _prep_launch(y, mean, scale, d, False, r.dtype, r.acc,
@@ -373,8 +376,10 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     fast       linear / polynomial, N(0, 1) (H200)         7.6e-4      7.3e-4
     =========  ==========================================  ==========  ===========
 
-    Dot-product kernels of float32 / float64 data are centred too: x·y = x̃·ỹ + b_x + b_y with
-    per-row offsets b = x̃·x̄ + ||x̄||²/2 formed in float64, so the tensor cores only accumulate the
+    Dot-product kernels of float32 / float64 data are centred too, x on the column mean
+    :math:`\bar x` of X and y on that of Y, :math:`\bar y` (K(X, X): both on :math:`\bar x`):
+    x·y = x̃·ỹ + b_x + b_y with per-row offsets :math:`b_x = \tilde x \cdot \bar y + \bar x
+    \cdot \bar y / 2` (b_y likewise) formed in float64, so the tensor cores only accumulate the
     small centred products (before this, polynomial at D = 512 on data offset by 1000 erred by
     5.6e-6 in accurate mode, eager IEEE float32 by 9.1e-7; now 8.1e-8, H200), and accumulate each
     16-feature slice in a fresh register tile added with IEEE float32 adds (the tensor cores'
