@@ -338,12 +338,23 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         parameters of the wrong type.
     ValueError
         Wrong shapes, mismatched devices, a CPU tensor without the interpreter, unknown kernel,
-        parameters out of range (``degree`` above 2**31 - 1 included), bad ``precision``; ``x``
-        or ``y`` containing NaN or infinity ("x contains NaN or infinity; ..."): the data are
-        centred and normalised with means and norms over rows and columns, where one non-finite
-        value would spread to, or be hidden in, unrelated entries, so it is refused as
-        scikit-learn's ``check_array`` does (one ``torch.isfinite`` reduction per tensor, read
-        after the kernels are queued: a given ``out`` has then been written, with undefined values).
+        parameters out of range (``degree`` above 2**31 - 1 included), bad ``precision``;
+        parameters whose epilogue numbers overflow the accumulation dtype ("rbf kernel
+        parameters out of range for float32 arithmetic (gamma=3e+38) ...": float32 gamma above
+        about 2.4e38 for rbf and laplacian, a length scale below about 1e-19 for matern, ...;
+        float64 input takes them); ``x`` or ``y`` containing NaN or infinity ("x contains NaN
+        or infinity; ..."): the data are centred and normalised with means and norms over rows
+        and columns, where one non-finite value would spread to, or be hidden in, unrelated
+        entries, so it is refused as scikit-learn's ``check_array`` does; ``x`` or ``y`` out of
+        range ("x is out of range for float32 arithmetic; ..."): a row of the values the kernel
+        computes with (centred, scaled or normalised as the Notes say) has a squared norm, or a
+        dot-product offset, above ``finfo.max / 8`` of the accumulation dtype (float32: 4.3e37,
+        coordinates of about 1e18 and up; float64: 2.2e307), where distances and dot products
+        would overflow to infinity or NaN. Both data checks run inside the preparation kernel,
+        which sets one flag per operand; the flags are copied to the host before the Gram
+        kernels are queued, and the call waits for that copy only, not for the Gram kernels. A
+        given ``out`` has then been written, with undefined values. Inside
+        :func:`kernelkit_gpu.assume_finite` the data checks are skipped.
 
     Notes
     -----

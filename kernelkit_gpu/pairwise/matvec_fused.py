@@ -264,16 +264,21 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     Raises
     ------
     TypeError, ValueError
-        As :func:`kernelkit_gpu.gram`, naming the offending argument; ValueError also when
-        ``x``, ``y`` or ``v`` (``u``) contains NaN or infinity ("v contains NaN or infinity; ...").
+        As :func:`kernelkit_gpu.gram`, naming the offending argument (parameters that overflow
+        the accumulation dtype, ``x`` or ``y`` with NaN, infinity or values out of range
+        included); ValueError also when ``v`` (``u``) contains NaN or infinity ("v contains NaN
+        or infinity; ..."). The data flags are set by the torch preparation (a reduction over
+        the prepared x and y, and one over v) and copied to the host before the product is
+        queued: the call waits for the preparation only.
 
     Notes
     -----
     For D <= 16 each pair costs a few FMAs for the distance, one exp2 and one FMA with v (R = 1);
     larger D uses tensor-core dot products on centred data as :func:`kernelkit_gpu.gram` does:
-    squared distances of centred rows, and for the dot-product kernels (linear, polynomial,
-    sigmoid, exponential; float32 / float64) x·y = x̃·ỹ + b_x + b_y with the same float64
-    per-row offsets (:func:`kernelkit_gpu._prepare.dot_offsets`).
+    squared distances of rows centred on x's column mean, and for the dot-product kernels
+    (linear, polynomial, sigmoid, exponential; float32 / float64) x and y each centred on their
+    own column mean, x·y = x̃·ỹ + b_x + b_y with the same float64 per-row offsets
+    (:func:`kernelkit_gpu._prepare.dot_offsets`).
 
     Examples
     --------

@@ -131,7 +131,10 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     tolerance (near-duplicate points: float32 accuracy of d² only). With ``y=None`` the result is
     exactly symmetric with the diagonal written exactly (k(0), or the kernel of the row norms).
     Runs on any device; float16 / bfloat16 are computed in float32. Raises as
-    :func:`kernelkit_gpu.gram` does, non-finite ``x`` / ``y`` included (ValueError).
+    :func:`kernelkit_gpu.gram` does, non-finite or out-of-range ``x`` / ``y`` and parameters
+    that overflow the accumulation dtype included (ValueError; the range is judged on the values
+    this twin computes with: distance kernels centred, dot-product kernels raw), before any
+    product.
     """
     _checks.check_pair(x, y)
     symmetric = y is None or y is x
@@ -166,8 +169,8 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
 
     Equivalent to ``get_kernel(kernel).value(X, Y, **params) @ V`` up to dtype tolerance; K is
     materialised one chunk of rows at a time (about 2^27 values), so memory stays bounded.
-    Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` included
-    (ValueError).
+    Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` and
+    out-of-range ``x`` / ``y`` included (ValueError, judged as :func:`gram_naive` does).
     """
     from kernelkit_gpu.pairwise.matvec_fused import check_matvec_args
 
