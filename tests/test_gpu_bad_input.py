@@ -308,3 +308,26 @@ def test_epilogue_where_the_scaled_distance_overflows(entry, d, case, device, rn
     x = randn(rng, (6, d), torch.float32, device, spread=1e5)
     y = randn(rng, (5, d), torch.float32, device, spread=1e5)
     _check_against_reference(fn(x, y, name, **params), name, params, x, y, matvec, "float32")
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("d", [3, 20])
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_range_limit_is_finfo_max_over_8(entry, d, dtype_name, device):
+    """The limit is on the squared row norm, finfo.max / 8, not on overflow to infinity: rows
+    of squared norm 1.5 x the limit (finite) are refused, rows of 0.5 x the limit are not."""
+    fn, _ = ENTRY_POINTS[entry]
+    dtype = DTYPES[dtype_name]
+    limit = _checks.range_limit(dtype)
+    for factor, refused in ((1.5, True), (0.5, False)):
+        # rows 0, a, -a: the column mean is 0, so centred or not, rows 1 and 2 have squared
+        # norm factor * limit
+        x = torch.zeros((3, d), dtype=torch.float64)
+        x[1] = (factor * limit / d) ** 0.5
+        x[2] = -x[1]
+        x = x.to(dtype=dtype, device=device)
+        if refused:
+            with pytest.raises(ValueError, match=r"^x is out of range"):
+                fn(x, None, "rbf")
+        else:
+            assert bool(torch.isfinite(fn(x, None, "rbf")).all())
