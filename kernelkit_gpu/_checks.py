@@ -211,7 +211,7 @@ class FiniteCheck:
             self._host = torch.empty(self.flags.shape, dtype=torch.int32, pin_memory=True)
             self._host.copy_(self.flags, non_blocking=True)
             self._event = torch.cuda.Event()
-            self._event.record()
+            self._event.record(torch.cuda.current_stream(self.flags.device))
 
     def raise_if_not_finite(self):
         """ValueError for the first flagged tensor (in the given order) with a NaN or an

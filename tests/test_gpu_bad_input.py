@@ -24,6 +24,9 @@ from kernelkit_gpu.attention.smoother import kernel_attention
 from tests.conftest import TOL
 from tests.gpu_cases import DTYPES, randn, reference, spy_kernels, to_numpy64
 
+gram_module = importlib.import_module("kernelkit_gpu.pairwise.gram_fused")
+matvec_module = importlib.import_module("kernelkit_gpu.pairwise.matvec_fused")
+
 pytestmark = [
     pytest.mark.usefixtures("triton_can_run"),
     # the launchers read the NaN check after queueing their kernels, which then run on the NaN
@@ -160,7 +163,14 @@ def test_assume_finite_skips_the_check_and_restores_it(device):
 
 
 # ------------------------------------------------- issue 18: the check fused into the preparation
-gram_module = importlib.import_module("kernelkit_gpu.pairwise.gram_fused")
+def _spy_start_read(monkeypatch, calls):
+    real = _checks.FiniteCheck.start_read
+
+    def start_read(self):
+        calls.append(("read", {}))
+        return real(self)
+
+    monkeypatch.setattr(_checks.FiniteCheck, "start_read", start_read)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
@@ -173,9 +183,7 @@ def test_gram_check_is_fused_into_the_preparation(d, which, value, device, rng, 
     the host waits for the preparation only. NaN or inf in x or in y still raises naming it."""
     calls = spy_kernels(monkeypatch, gram_module, {
         "_gram_prep_kernel": "prep", "_gram_mma_kernel": "tiles", "_gram_direct_kernel": "tiles"})
-    real_read = _checks.FiniteCheck.start_read
-    monkeypatch.setattr(_checks.FiniteCheck, "start_read",
-                        lambda self: (calls.append(("read", {})), real_read(self))[1])
+    _spy_start_read(monkeypatch, calls)
     reductions = []
     real_isfinite = torch.isfinite
     monkeypatch.setattr(torch, "isfinite", lambda t: (reductions.append(t), real_isfinite(t))[1])
@@ -191,6 +199,22 @@ def test_gram_check_is_fused_into_the_preparation(d, which, value, device, rng, 
         y = _spoil(y, BAD_VALUES[value], (1, 0))
     with pytest.raises(ValueError, match=rf"^{which} contains NaN or infinity"):
         kernelkit_gpu.gram(x, y, kernel="rbf")
+
+
+@pytest.mark.parametrize("d", [3, 20], ids=["direct", "mma"])
+def test_matvec_check_is_read_before_the_product(d, device, rng, monkeypatch):
+    """kernel_matvec prepares in torch (no preparation kernel): its flags are set by reductions
+    over the prepared x and y and over v, and their read starts before the product is queued
+    (spy), so the call waits for the preparation only; bad y is still named."""
+    calls = spy_kernels(monkeypatch, matvec_module, {"_matvec_kernel": "product"})
+    _spy_start_read(monkeypatch, calls)
+    x = randn(rng, (6, d), torch.float32, device)
+    y = randn(rng, (5, d), torch.float32, device)
+    v = randn(rng, (5,), torch.float32, device)
+    kernelkit_gpu.kernel_matvec(x, y, v, "rbf")
+    assert [c[0] for c in calls] == ["read", "product"], calls
+    with pytest.raises(ValueError, match=r"^y contains NaN or infinity"):
+        kernelkit_gpu.kernel_matvec(x, _spoil(y, float("inf"), (2, 1)), v, "rbf")
 
 
 def test_gram_check_is_off_inside_assume_finite(device, rng, monkeypatch):
