@@ -355,3 +355,20 @@ def test_range_limit_is_finfo_max_over_8(entry, d, dtype_name, device):
                 fn(x, None, "rbf")
         else:
             assert bool(torch.isfinite(fn(x, None, "rbf")).all())
+
+
+def test_gram_returns_before_its_tiles_finish(device, rng):
+    """On a GPU the default (checked) call waits for the preparation's flags only: right after
+    it returns, the Gram kernel of a 2-3 ms problem (N = 32768, D = 64 on an H100) is still
+    running. (The check before issue 18 read its flags behind the Gram kernels: the stream was
+    idle on return, and the host's next launches left the GPU waiting.)"""
+    if device != "cuda":
+        pytest.skip("host / GPU overlap exists on a GPU only (pytest --device cuda)")
+    x = torch.randn(32768, 64, device=device)
+    out = torch.empty(32768, 32768, device=device)
+    kernelkit_gpu.gram(x, kernel="rbf", out=out)  # compile
+    torch.cuda.synchronize()
+    kernelkit_gpu.gram(x, kernel="rbf", out=out)
+    still_running = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert still_running
