@@ -357,7 +357,7 @@ def test_range_limit_is_finfo_max_over_8(entry, d, dtype_name, device):
             assert bool(torch.isfinite(fn(x, None, "rbf")).all())
 
 
-def test_gram_returns_before_its_tiles_finish(device, rng):
+def test_gram_returns_before_its_tiles_finish(device):
     """On a GPU the default (checked) call waits for the preparation's flags only: right after
     it returns, the Gram kernel of a 2-3 ms problem (N = 32768, D = 64 on an H100) is still
     running. (The check before issue 18 read its flags behind the Gram kernels: the stream was
