@@ -234,9 +234,9 @@ class FiniteCheck:
             raise ValueError(
                 f"{name} is out of range for {acc} arithmetic: the values the kernel computes "
                 f"with (rows centred, scaled or normalised as the kernel needs) have a squared row "
-                f"norm or a dot product above {range_limit(t.dtype):.3g}, so distances or dot "
-                f"products would overflow; rescale the data (and the kernel's length scales with "
-                f"it) or pass float64 input"
+                f"norm or a dot-product offset above {range_limit(t.dtype):.3g}, so distances or "
+                f"dot products would overflow; rescale the data (and the kernel's length scales "
+                f"with it) or pass float64 input"
             )
 
 

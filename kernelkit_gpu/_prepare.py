@@ -127,7 +127,8 @@ class Recipe:
     ``mode``: ``MODE_DIRECT`` (differences feature by feature) or ``MODE_MMA`` (tensor-core dot
     products). ``acc``: accumulation / output dtype. ``dtype``: dtype of the prepared values (the
     16-bit input dtype itself, or ``acc``). ``normalize``: cosine rows scaled to unit norm first.
-    ``centre``: the float64 column mean of x is subtracted. ``scale``: per-feature multipliers
+    ``centre``: a float64 column mean is subtracted (x's from both operands; with ``bias``
+    each operand's own, :func:`normalized_inputs`). ``scale``: per-feature multipliers
     (``plan.scale``) after centring. ``bias``: centred dot products, so the kernel adds the
     float64 per-row offsets of :func:`dot_offsets`. ``dot_prec``: "tf32x3", "tf32" or "ieee".
     """
@@ -322,9 +323,9 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
     xk = centre_and_scale(x, mean, scale, r.dtype)
     yk = xk if symmetric else centre_and_scale(y, mean_y, scale, r.dtype)
     if check is not None:
-        check.mark(names[0], out_of_range(xk, x.dtype))
+        check.mark(names[0], out_of_range(xk, r.acc))
         if not symmetric:
-            check.mark(names[1], out_of_range(yk, x.dtype))
+            check.mark(names[1], out_of_range(yk, r.acc))
     nx = ny = None
     if r.mode == E.MODE_DIRECT.value:
         xk = xk.t().contiguous()
@@ -343,9 +344,9 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
             nx = dot_offsets(x, mean, mean_y).to(r.acc)
             ny = nx if symmetric else dot_offsets(y, mean_y, mean).to(r.acc)
             if check is not None:
-                check.mark(names[0], out_of_range(nx, x.dtype))
+                check.mark(names[0], out_of_range(nx, r.acc))
                 if not symmetric:
-                    check.mark(names[1], out_of_range(ny, x.dtype))
+                    check.mark(names[1], out_of_range(ny, r.acc))
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0
