@@ -109,13 +109,16 @@ _ASSUME_FINITE = contextvars.ContextVar("kernelkit_gpu_assume_finite", default=F
 
 @contextlib.contextmanager
 def assume_finite(enabled=True):
-    """Skip the NaN / infinity checks of the Gram-family and kernel-attention entry points.
+    """Skip the data checks of the Gram-family and kernel-attention entry points: NaN /
+    infinity, and for the Gram family values out of range (:func:`range_limit`).
 
-    The checks (one reduction per input, and one device sync per call to read them) are the
-    default. Code that has validated its data once and then calls a kernel many times (an
-    iterative solver's products, blocks of one Gram matrix) skips them inside this block, as
-    scikit-learn's ``assume_finite`` does: the calls then never wait for the GPU. Non-finite input
-    inside the block gives undefined values, not an error. Per thread and per asyncio task.
+    The checks (:class:`FiniteCheck`: a flag per input, set on the device by the preparation
+    or by reductions, and one wait per call for the flags only) are the default. Code that has
+    validated its data once and then calls a kernel many times (an iterative solver's products,
+    blocks of one Gram matrix) skips them inside this block, as scikit-learn's
+    ``assume_finite`` does: the calls then never wait for the GPU. Non-finite or out-of-range
+    input inside the block gives undefined values, not an error (parameters are still checked).
+    Per thread and per asyncio task.
 
     Parameters
     ----------
@@ -141,26 +144,100 @@ def assume_finite(enabled=True):
         _ASSUME_FINITE.reset(token)
 
 
-class FiniteCheck:
-    """A finiteness check of named tensors whose result is read later, with one device sync.
+def range_limit(dtype):
+    """Largest squared row norm (and |dot-product offset|) of the values a Gram-family kernel
+    computes with, for input of ``dtype``: one eighth of the accumulation dtype's largest number
+    (float32 for 16-bit input), so every squared distance (at most 4x that), every dot product
+    and every intermediate of ||x||² + ||y||² - 2 x·y stays finite."""
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.finfo(acc).max / 8
 
-    The reductions are queued at construction; :meth:`raise_if_not_finite` reads their combined
-    result. A launcher reads it after queueing its kernels, so the GPU is not left idle while the
-    host launches them; the twins, and checks that must fail before anything runs, read it at
-    once. Inside :func:`assume_finite` nothing is queued or read.
+
+class FiniteCheck:
+    """A check of named tensors, set on their device and read later with one wait.
+
+    One int32 flag per name (in the given order) says that the tensor holds NaN or infinity or,
+    for the Gram family, values out of range (:func:`range_limit`). ``FiniteCheck(a=a, b=b)``
+    sets every flag at once with ``torch.isfinite`` reductions and starts reading them. With
+    ``deferred=("a",)`` the flag of ``a`` is left for the caller to set (a kernel writing to
+    :meth:`flag`, or :meth:`mark`), who then calls :meth:`start_read`.
+
+    On a GPU the flags are copied to pinned host memory (non-blocking) and a CUDA event is
+    recorded behind the copy, so :meth:`raise_if_not_finite` waits for the kernels queued before
+    the flags were set, not for those queued after (the Gram tiles). On the CPU it reads them.
+    Inside :func:`assume_finite` nothing is set or read (:attr:`active` is False).
     """
 
-    def __init__(self, **tensors):
+    def __init__(self, *, deferred=(), **tensors):
         self._tensors = tensors
-        flags = [] if _ASSUME_FINITE.get() else [
-            torch.isfinite(t).all() for t in tensors.values() if t.numel()]
-        self._ok = torch.stack(flags).all() if flags else None
+        self._names = list(tensors)
+        self.active = not _ASSUME_FINITE.get()
+        self._host = self._event = None
+        self.flags = None
+        if not self.active:
+            return
+        device = next(iter(tensors.values())).device
+        self.flags = torch.zeros(len(tensors), dtype=torch.int32, device=device)
+        self.mark_non_finite(*(name for name in tensors if name not in deferred))
+        if not deferred:
+            self.start_read()
+
+    def flag(self, name):
+        """The flag of ``name`` as a one-element int32 tensor to write 1 into (None when not
+        :attr:`active`)."""
+        if not self.active:
+            return None
+        i = self._names.index(name)
+        return self.flags[i : i + 1]
+
+    def mark(self, name, bad):
+        """Set the flag of ``name`` where the 0-dim boolean tensor ``bad`` is true (queued on
+        the device, no wait)."""
+        if self.active:
+            self.flag(name).bitwise_or_(bad.to(torch.int32))
+
+    def mark_non_finite(self, *names):
+        """Set the flags of ``names`` by ``torch.isfinite`` reductions (queued, no wait)."""
+        if not self.active:
+            return
+        for name in names:
+            t = self._tensors[name]
+            if t.numel():
+                self.mark(name, ~torch.isfinite(t).all())
+
+    def start_read(self):
+        """Start copying the flags to the host (after every flag has been set)."""
+        if self.active and self.flags.device.type == "cuda":
+            self._host = torch.empty(self.flags.shape, dtype=torch.int32, pin_memory=True)
+            self._host.copy_(self.flags, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(self.flags.device))
 
     def raise_if_not_finite(self):
-        """ValueError naming the first tensor (in the given order) with a NaN or an infinity."""
-        if self._ok is not None and not bool(self._ok):
-            for name, t in self._tensors.items():
-                check_finite(t, name)
+        """ValueError for the first flagged tensor (in the given order) with a NaN or an
+        infinity ("x contains NaN or infinity; ..."); if no flagged tensor has one, for the first
+        flagged one that is out of range ("x is out of range for float32 arithmetic; ...")."""
+        if not self.active:
+            return
+        if self._event is not None:
+            self._event.synchronize()
+            flags = self._host
+        else:
+            flags = self.flags.cpu()
+        bad = [name for name, f in zip(self._names, flags.tolist()) if f]
+        for name in bad:
+            check_finite(self._tensors[name], name)
+        if bad:
+            name = bad[0]
+            t = self._tensors[name]
+            acc = "float64" if t.dtype == torch.float64 else "float32"
+            raise ValueError(
+                f"{name} is out of range for {acc} arithmetic: the values the kernel computes "
+                f"with (rows centred, scaled or normalised as the kernel needs) have a squared row "
+                f"norm or a dot-product offset above {range_limit(t.dtype):.3g}, so distances or "
+                f"dot products would overflow; rescale the data (and the kernel's length scales "
+                f"with it) or pass float64 input"
+            )
 
 
 def check_pair(x, y, y_name="y"):

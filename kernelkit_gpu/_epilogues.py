@@ -256,10 +256,12 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
         k = tl.exp2(-p1 * r)
     elif KIND == K_MATERN15:
         t = tl.sqrt(p0 * s)
-        k = (1.0 + t) * tl.exp2(-p1 * t)
+        e = tl.exp2(-p1 * t)
+        k = tl.where(e > 0.0, (1.0 + t) * e, 0.0)  # t = inf (p0 s overflows): 0, not inf * 0
     elif KIND == K_MATERN25:
         t = tl.sqrt(p0 * s)
-        k = (1.0 + t + p2 * (t * t)) * tl.exp2(-p1 * t)
+        e = tl.exp2(-p1 * t)
+        k = tl.where(e > 0.0, (1.0 + t + p2 * (t * t)) * e, 0.0)
     elif KIND == K_PERIODIC:
         sn = tl.sin(p0 * tl.sqrt(s))
         k = tl.exp2(-p1 * (sn * sn))
@@ -271,6 +273,9 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
         one = w == 1.0
         den = tl.where(one, 1.0, w - 1.0)
         l2 = tl.where(one, u * p2, tl.log2(w) * (u / den))
+        # u = inf (p0 s overflows): log2(1 + u) = log2(p0) + log2(s) to rounding
+        big = tl.log2(p0) + tl.log2(tl.where(one, 1.0, s))
+        l2 = tl.where(u < float("inf"), l2, big)
         k = tl.exp2(-p1 * l2)
     return k
 
@@ -343,9 +348,15 @@ def _matern_torch(s, p0, p1, p2, deg, kind):
     e = torch.exp(-t)
     if kind == K_MATERN05.value:
         return e
-    if kind == K_MATERN15.value:
-        return (1.0 + t) * e
-    return (1.0 + t + t * t / 3.0) * e
+    poly = (1.0 + t) if kind == K_MATERN15.value else (1.0 + t + t * t / 3.0)
+    return torch.where(e > 0, poly * e, 0.0)  # t = inf (p0 s overflows): 0, not inf * 0
+
+
+def _rational_quadratic_torch(s, p0, p1, p2, deg, kind):
+    u = p0 * s
+    # u = inf (p0 s overflows): log(1 + u) = log(p0) + log(s) to rounding
+    big = torch.log(torch.as_tensor(p0, dtype=s.dtype, device=s.device)) + torch.log(s)
+    return torch.exp(-p1 * torch.where(torch.isinf(u), big, torch.log1p(u)))
 
 
 _LINEAR = Epilogue(_fixed(K_LINEAR), _no_numbers, lambda s, p0, p1, p2, deg, kind: s)
@@ -381,7 +392,7 @@ EPILOGUES = {
         _pack_length_scaled(
             lambda p: 1.0 / (2.0 * p["alpha"] * p["length_scale"] * p["length_scale"]),
             lambda p: 1.0 / (2.0 * p["alpha"]), lambda p: p["alpha"], LOG2E),
-        lambda s, p0, p1, p2, deg, kind: torch.exp(-p1 * torch.log1p(p0 * s))),
+        _rational_quadratic_torch),
     "periodic": Epilogue(
         _fixed(K_PERIODIC),
         lambda params: ((math.pi / params["periodicity"],

@@ -18,6 +18,7 @@ from kernelkit_math.registry import get_kernel
 
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
+from kernelkit_gpu._checks import range_limit
 
 #: Up to this many features the pairwise quantity is formed by direct differences in registers
 #: (exact, and as fast as a tensor-core dot at such small D); above it, by tl.dot.
@@ -84,6 +85,40 @@ def kernel_plan(kernel, n_features, params):
     )
 
 
+def check_params_range(plan, dtype):
+    """The plan's epilogue numbers (``plan.prm``: parameters with constants such as log2(e)
+    folded in) must be numbers of the accumulation dtype of ``dtype`` input; rounded to infinity
+    they would make 0 * inf = NaN (rbf with gamma = 3e38 in float32: gamma log2(e) overflows).
+
+    Raises
+    ------
+    ValueError
+        Naming the kernel's scalar parameters and the number that does not fit.
+    """
+    acc = acc_dtype(dtype)
+    big = torch.finfo(acc).max
+    for p in plan.prm:
+        if not abs(p) <= big:
+            shown = ", ".join(f"{k}={v!r}" for k, v in plan.params.items()
+                              if np.ndim(v) == 0 and v is not None)
+            raise ValueError(
+                f"{plan.name} kernel parameters out of range for {str(acc)[6:]} arithmetic "
+                f"({shown}): the kernel computes with {p:.3g} (a parameter times a constant such "
+                f"as log2(e)), beyond the largest {str(acc)[6:]} number {big:.3g}; use float64 "
+                f"input or a parameter within range"
+            )
+
+
+def out_of_range(t, dtype):
+    """0-dim boolean tensor (on ``t``'s device, no sync): some row of ``t`` (the last axis) has a
+    squared norm in the accumulation dtype of ``dtype`` input above
+    :func:`kernelkit_gpu._checks.range_limit`, or a NaN; ``t`` 1-D: some ``|t_i|`` does."""
+    limit = range_limit(dtype)
+    t = t.to(acc_dtype(dtype))
+    size = t.abs() if t.ndim == 1 else (t * t).sum(dim=-1)
+    return ~(size <= limit).all()
+
+
 # ------------------------------------------------------------------------------ operands
 @dataclass(frozen=True)
 class Recipe:
@@ -92,7 +127,8 @@ class Recipe:
     ``mode``: ``MODE_DIRECT`` (differences feature by feature) or ``MODE_MMA`` (tensor-core dot
     products). ``acc``: accumulation / output dtype. ``dtype``: dtype of the prepared values (the
     16-bit input dtype itself, or ``acc``). ``normalize``: cosine rows scaled to unit norm first.
-    ``centre``: the float64 column mean of x is subtracted. ``scale``: per-feature multipliers
+    ``centre``: a float64 column mean is subtracted (x's from both operands; with ``bias``
+    each operand's own, :func:`normalized_inputs`). ``scale``: per-feature multipliers
     (``plan.scale``) after centring. ``bias``: centred dot products, so the kernel adds the
     float64 per-row offsets of :func:`dot_offsets`. ``dot_prec``: "tf32x3", "tf32" or "ieee".
     """
@@ -203,24 +239,29 @@ def centre_and_scale(x, mean, scale, dtype):
     return w.to(dtype)
 
 
-def dot_offsets(x, mean):
-    """Per-row b = (x - mean)·mean + ||mean||² / 2 in float64: x·y = (x - mean)·(y - mean) + b_x + b_y.
+def dot_offsets(x, mean, other_mean):
+    """Per-row b = (x - mean)·m' + mean·m' / 2 in float64 (m' = ``other_mean``, the centre of the
+    other operand): x·y = (x - m_x)·(y - m_y) + b_x + b_y, b_y with the roles swapped.
 
     Centring dot-product kernels: the tensor cores then only accumulate the small centred
     products, and the large common part is added once, in float64 rounded to the tile's dtype.
-    ``mean`` is the (1, D) row of :func:`column_mean`.
+    ``mean`` and ``other_mean`` are (1, D) rows of :func:`column_mean` (the same one for K(X, X)).
     """
-    mean = mean.reshape(-1)
-    return (x.to(torch.float64) - mean) @ mean + 0.5 * (mean @ mean)
+    mean, other_mean = mean.reshape(-1), other_mean.reshape(-1)
+    return (x.to(torch.float64) - mean) @ other_mean + 0.5 * (mean @ other_mean)
 
 
 def normalized_inputs(x, y, plan, r, symmetric):
     """The first steps of every preparation: cosine rows normalised (in ``r.acc``), then the
-    float64 column mean of x (if ``r.centre``) and the per-feature scales (if ``r.scale``).
+    float64 column means (if ``r.centre``) and the per-feature scales (if ``r.scale``).
 
-    Returns ``(x, y, cos_diag, mean, scale)``: ``y`` is None when ``symmetric``; ``cos_diag`` the
-    cosine kernel's exact diagonal (1, or 0 for zero rows) or None; the values to hand to the
-    kernels are then ``centre_and_scale(x, mean, scale, r.dtype)``.
+    Returns ``(x, y, cos_diag, mean, mean_y, scale)``: ``y`` is None when ``symmetric``;
+    ``cos_diag`` the cosine kernel's exact diagonal (1, or 0 for zero rows) or None; ``mean`` the
+    column mean of x; ``mean_y`` what y is centred on: the same ``mean`` for distances (one
+    common shift), y's own column mean for centred dot products (``r.bias``: the offsets of
+    :func:`dot_offsets` hold for any two centres, and y far from x's mean, centred on it, would
+    cancel the digits of x·y). The values to hand to the kernels are then
+    ``centre_and_scale(x, mean, scale, r.dtype)`` and ``centre_and_scale(y, mean_y, ...)``.
     """
     cos_diag = None
     if r.normalize:
@@ -229,8 +270,9 @@ def normalized_inputs(x, y, plan, r, symmetric):
     elif symmetric:
         y = None
     mean = column_mean(x) if r.centre else None
+    mean_y = column_mean(y) if r.bias and not symmetric else mean
     scale = feature_scales(plan, x.device) if r.scale else None
-    return x, y, cos_diag, mean, scale
+    return x, y, cos_diag, mean, mean_y, scale
 
 
 @dataclass
@@ -264,19 +306,26 @@ def _row_norms(x, acc):
     return (xa * xa).sum(dim=1)
 
 
-def prepare(x, y, plan, precision, symmetric):
+def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
     """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
     ``symmetric`` (or ``y`` None): y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
-    operands feature-major (D, N) for coalesced per-feature loads.
+    operands feature-major (D, N) for coalesced per-feature loads. ``check``: a
+    :class:`kernelkit_gpu._checks.FiniteCheck` whose flags ``names`` (of x and y) are set where
+    the prepared values (and dot-product offsets) are non-finite or out of range
+    (:func:`out_of_range`).
     """
     symmetric = symmetric or y is None
     r = recipe(plan, x.dtype, x.shape[1], precision)
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, _, mean, scale = normalized_inputs(x, y, plan, r, symmetric)
+    x, y, _, mean, mean_y, scale = normalized_inputs(x, y, plan, r, symmetric)
     xk = centre_and_scale(x, mean, scale, r.dtype)
-    yk = xk if symmetric else centre_and_scale(y, mean, scale, r.dtype)
+    yk = xk if symmetric else centre_and_scale(y, mean_y, scale, r.dtype)
+    if check is not None:
+        check.mark(names[0], out_of_range(xk, r.acc))
+        if not symmetric:
+            check.mark(names[1], out_of_range(yk, r.acc))
     nx = ny = None
     if r.mode == E.MODE_DIRECT.value:
         xk = xk.t().contiguous()
@@ -292,8 +341,12 @@ def prepare(x, y, plan, precision, symmetric):
             nx = _row_norms(xk, r.acc)
             ny = nx if symmetric else _row_norms(yk, r.acc)
         elif r.bias:
-            nx = dot_offsets(x, mean).to(r.acc)
-            ny = nx if symmetric else dot_offsets(y, mean).to(r.acc)
+            nx = dot_offsets(x, mean, mean_y).to(r.acc)
+            ny = nx if symmetric else dot_offsets(y, mean_y, mean).to(r.acc)
+            if check is not None:
+                check.mark(names[0], out_of_range(nx, r.acc))
+                if not symmetric:
+                    check.mark(names[1], out_of_range(ny, r.acc))
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0

@@ -209,10 +209,11 @@ def test_matvec_centres_dot_kernels(case, dtype_name, device, rng, monkeypatch):
     xk, nx, bias = seen[0]
     assert bias is True
     assert np.abs(xk).max() < 1.0, "x reached the kernel uncentred"
-    X = to_numpy64(x)
-    mean = X.mean(axis=0)
-    # offsets of ~1e7 formed in float64 and rounded to the dtype: float32 rounding, rtol 1e-6
-    np.testing.assert_allclose(nx, (X - mean) @ mean + 0.5 * (mean @ mean), rtol=1e-6, atol=0)
+    X, Y = to_numpy64(x), to_numpy64(y)
+    mx, my = X.mean(axis=0), Y.mean(axis=0)
+    # x and y each centred on their own mean: b_x = (x - m_x)·m_y + m_x·m_y / 2 (offsets of ~1e7
+    # formed in float64 and rounded to the dtype: float32 rounding, rtol 1e-6)
+    np.testing.assert_allclose(nx, (X - mx) @ my + 0.5 * (mx @ my), rtol=1e-6, atol=0)
     check_matvec(out, reference(name, params, x, y), v, dtype_name, name, params, x, y)
 
 

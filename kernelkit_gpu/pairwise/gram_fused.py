@@ -1,6 +1,6 @@
 """Fused Triton Gram matrices K(X, Y) for every registry kernel.
 
-Layers (see ARCHITECTURE.md):
+Layers (kernel, launcher, public function: the layout of every kernelkit_gpu op):
 
 * the ``@triton.jit`` kernels, in :mod:`kernelkit_gpu.pairwise.gram_tiles`: ``_gram_prep_kernel``
   (centre / scale / pad / split the operands, squared row norms), ``_gram_mma_kernel``
@@ -77,8 +77,11 @@ def _round_up(v, q):
     return -(-v // q) * q
 
 
-def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=False):
-    """Launch ``_gram_prep_kernel``: (rows padded, kd or 2 kd) operand and (rows padded,) norms."""
+def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=False, flag=None):
+    """Launch ``_gram_prep_kernel``: (rows padded, kd or 2 kd) operand and (rows padded,) norms.
+
+    ``flag``: a one-element int32 tensor set to 1 when x holds a NaN, an infinity or values out
+    of range (:func:`kernelkit_gpu._checks.range_limit`); None: no check."""
     n, d = x.shape
     npad = _round_up(max(n, 1), PAD_ROWS)
     width = kd * (2 if split else 1)
@@ -90,36 +93,51 @@ def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=
     block_r = PAD_ROWS if _launch.INTERPRET else 32
     dummy = mean if mean is not None else nrm
     _gram_prep_kernel[(npad // block_r,)](
-        x, dummy, scale if scale is not None else dummy, buf, nrm, n, d, kd,
+        x, dummy, scale if scale is not None else dummy, buf, nrm,
+        flag if flag is not None else nrm, n, d, kd,
         x.stride(0), x.stride(1), buf.stride(0), buf.stride(1),
         BLOCK_R=block_r, BLOCK_D=64, CENTRE=mean is not None,
-        SCALE=scale is not None, SPLIT=split, num_warps=4,
+        SCALE=scale is not None, SPLIT=split, CHECK=flag is not None,
+        LIMIT=_checks.range_limit(nrm_dtype), num_warps=4,
     )
     return buf, nrm
 
 
-def prepare_mma(x, y, plan, r, symmetric):
+def _flag(check, name):
+    return None if check is None else check.flag(name)
+
+
+def prepare_mma(x, y, plan, r, symmetric, check=None):
     """Padded operands for ``_gram_mma_kernel`` (y None: K(X, X)), prepared as
     :func:`kernelkit_gpu._prepare.recipe` says: the centring and scaling run fused in
     ``_gram_prep_kernel`` (the values of ``_prepare.centre_and_scale``), which also pads and, for
-    the accurate float32 mode, splits each value into a TF32 head and tail (3xTF32)."""
+    the accurate float32 mode, splits each value into a TF32 head and tail (3xTF32), and sets
+    the flags "x" / "y" of ``check`` (a :class:`kernelkit_gpu._checks.FiniteCheck`) for
+    non-finite or out-of-range data (dot-product offsets included)."""
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
+    x, y, cos_diag, mean, mean_y, scale = P.normalized_inputs(x, y, plan, r, symmetric)
     split = r.dot_prec == "tf32x3"
     kd = _round_up(d, PAD_K)
-    xb, nx = _prep_launch(x, mean, scale, kd, split, r.dtype, r.acc)
+    xb, nx = _prep_launch(x, mean, scale, kd, split, r.dtype, r.acc, flag=_flag(check, "x"))
     if symmetric:
         yb, ny = xb, nx
     else:
-        yb, ny = _prep_launch(y, mean, scale, kd, split, r.dtype, r.acc)
+        yb, ny = _prep_launch(y, mean_y, scale, kd, split, r.dtype, r.acc,
+                              flag=_flag(check, "y"))
     dg = nx  # the diagonal of a dot-product K(X, X): the epilogue of the squared row norms
     if r.bias:
         if symmetric:
             dg = _padded_like(nx, (x.to(torch.float64) ** 2).sum(dim=1))
-        nx = _padded_like(nx, P.dot_offsets(x, mean))
-        ny = nx if symmetric else _padded_like(ny, P.dot_offsets(y, mean))
+            nx = ny = _padded_like(nx, P.dot_offsets(x, mean, mean))
+        else:
+            nx = _padded_like(nx, P.dot_offsets(x, mean, mean_y))
+            ny = _padded_like(ny, P.dot_offsets(y, mean_y, mean))
+        if check is not None:
+            check.mark("x", P.out_of_range(nx, r.acc))
+            if not symmetric:
+                check.mark("y", P.out_of_range(ny, r.acc))
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)  # cosine's diagonal: exactly 1 (0 for zero rows)
     return MMAOperands(
@@ -193,17 +211,19 @@ class DirectOperands:
     dk: int
 
 
-def prepare_direct(x, y, plan, r, symmetric):
+def prepare_direct(x, y, plan, r, symmetric, check=None):
     """(D, rows padded) operands, prepared as :func:`kernelkit_gpu._prepare.recipe` says (raw
     values in the accumulation dtype; centred and scaled with per-feature scales; cosine:
-    normalised rows), fused in ``_gram_prep_kernel``."""
+    normalised rows), fused in ``_gram_prep_kernel``, which sets the flags of ``check`` as in
+    :func:`prepare_mma`."""
     dev = x.device
     n, d = x.shape
     m = n if symmetric else y.shape[0]
-    x, y, cos_diag, mean, scale = P.normalized_inputs(x, y, plan, r, symmetric)
-    xb, nx = _prep_launch(x, mean, scale, d, False, r.dtype, r.acc, feature_major=True)
+    x, y, cos_diag, mean, _, scale = P.normalized_inputs(x, y, plan, r, symmetric)
+    xb, nx = _prep_launch(x, mean, scale, d, False, r.dtype, r.acc, feature_major=True,
+                          flag=_flag(check, "x"))
     yb = xb if symmetric else _prep_launch(y, mean, scale, d, False, r.dtype, r.acc,
-                                           feature_major=True)[0]
+                                           feature_major=True, flag=_flag(check, "y"))[0]
     if cos_diag is not None and symmetric:
         nx[:n].copy_(cos_diag)
     return DirectOperands(x=xb, y=yb, nx=nx, prm=P._params_tensor(plan.prm, r.acc, dev), n=n, m=m,
@@ -224,22 +244,29 @@ def _launch_direct(ops, plan, out, symmetric, cfg):
     return out
 
 
-def gram_fwd(x, y, plan, out, precision, symmetric, config=None):
+def gram_fwd(x, y, plan, out, precision, symmetric, config=None, check=None):
     """Prepare the operands and launch the Gram kernels; ``y`` is None for K(X, X).
 
     ``config``: a :class:`kernelkit_gpu.pairwise.gram_configs.GramConfig` to launch with instead
     of the heuristic / autotuned one (tests run every candidate; benchmarks time them).
+    ``check``: a :class:`kernelkit_gpu._checks.FiniteCheck` of "x" (and "y") whose flags the
+    preparation sets; its read starts before the Gram kernels are queued, so
+    ``check.raise_if_not_finite()`` then waits for the preparation only.
     """
     d = x.shape[1]
     r = P.recipe(plan, x.dtype, d, precision)  # tensor cores or direct differences, and how
     if r.mode == E.MODE_MMA.value:
-        ops = prepare_mma(x, y, plan, r, symmetric)
+        ops = prepare_mma(x, y, plan, r, symmetric, check)
+        if check is not None:
+            check.start_read()
         elem = ops.x.element_size()
         if config is None:
             config = (_autotuned_mma(ops, plan, out, symmetric) if _launch.autotuning()
                       else mma_default_config(ops.kd, ops.split, elem, ops.sliced))
         return _launch_mma(ops, plan, out, symmetric, config)
-    ops = prepare_direct(x, y, plan, r, symmetric)
+    ops = prepare_direct(x, y, plan, r, symmetric, check)
+    if check is not None:
+        check.start_read()
     if config is None:
         config = (_autotuned_direct(ops, plan, out, symmetric) if _launch.autotuning()
                   else direct_default_config(d, plan.pairwise))
@@ -311,12 +338,23 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         parameters of the wrong type.
     ValueError
         Wrong shapes, mismatched devices, a CPU tensor without the interpreter, unknown kernel,
-        parameters out of range (``degree`` above 2**31 - 1 included), bad ``precision``; ``x``
-        or ``y`` containing NaN or infinity ("x contains NaN or infinity; ..."): the data are
-        centred and normalised with means and norms over rows and columns, where one non-finite
-        value would spread to, or be hidden in, unrelated entries, so it is refused as
-        scikit-learn's ``check_array`` does (one ``torch.isfinite`` reduction per tensor, read
-        after the kernels are queued: a given ``out`` has then been written, with undefined values).
+        parameters out of range (``degree`` above 2**31 - 1 included), bad ``precision``;
+        parameters whose epilogue numbers overflow the accumulation dtype ("rbf kernel
+        parameters out of range for float32 arithmetic (gamma=3e+38) ...": float32 gamma above
+        about 2.4e38 for rbf and laplacian, a length scale below about 1e-19 for matern, ...;
+        float64 input takes them); ``x`` or ``y`` containing NaN or infinity ("x contains NaN
+        or infinity; ..."): the data are centred and normalised with means and norms over rows
+        and columns, where one non-finite value would spread to, or be hidden in, unrelated
+        entries, so it is refused as scikit-learn's ``check_array`` does; ``x`` or ``y`` out of
+        range ("x is out of range for float32 arithmetic; ..."): a row of the values the kernel
+        computes with (centred, scaled or normalised as the Notes say) has a squared norm, or a
+        dot-product offset, above ``finfo.max / 8`` of the accumulation dtype (float32: 4.3e37,
+        coordinates of about 1e18 and up; float64: 2.2e307), where distances and dot products
+        would overflow to infinity or NaN. Both data checks run inside the preparation kernel,
+        which sets one flag per operand; the flags are copied to the host before the Gram
+        kernels are queued, and the call waits for that copy only, not for the Gram kernels. A
+        given ``out`` has then been written, with undefined values. Inside
+        :func:`kernelkit_gpu.assume_finite` the data checks are skipped.
 
     Notes
     -----
@@ -349,8 +387,10 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     fast       linear / polynomial, N(0, 1) (H200)         7.6e-4      7.3e-4
     =========  ==========================================  ==========  ===========
 
-    Dot-product kernels of float32 / float64 data are centred too: x·y = x̃·ỹ + b_x + b_y with
-    per-row offsets b = x̃·x̄ + ||x̄||²/2 formed in float64, so the tensor cores only accumulate the
+    Dot-product kernels of float32 / float64 data are centred too, x on the column mean
+    :math:`\bar x` of X and y on that of Y, :math:`\bar y` (K(X, X): both on :math:`\bar x`):
+    x·y = x̃·ỹ + b_x + b_y with per-row offsets :math:`b_x = \tilde x \cdot \bar y + \bar x
+    \cdot \bar y / 2` (b_y likewise) formed in float64, so the tensor cores only accumulate the
     small centred products (before this, polynomial at D = 512 on data offset by 1000 erred by
     5.6e-6 in accurate mode, eager IEEE float32 by 9.1e-7; now 8.1e-8, H200), and accumulate each
     16-feature slice in a fresh register tile added with IEEE float32 adds (the tensor cores'
@@ -372,8 +412,9 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     _checks.check_pair(x, y)
     _checks.check_precision(precision)
     symmetric = y is None or y is x
-    finite = _checks.FiniteCheck(x=x) if symmetric else _checks.FiniteCheck(x=x, y=y)
+    operands = {"x": x} if symmetric else {"x": x, "y": y}
     plan = P.kernel_plan(kernel, x.shape[1], params)
+    P.check_params_range(plan, x.dtype)
     _checks.check_triton_device(x)
     n, m = x.shape[0], (x.shape[0] if symmetric else y.shape[0])
     acc = P.acc_dtype(x.dtype)
@@ -382,8 +423,10 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     else:
         _checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
-        finite.raise_if_not_finite()
+        _checks.FiniteCheck(**operands).raise_if_not_finite()
         return out
-    gram_fwd(x, None if symmetric else y, plan, out, precision, symmetric)
-    finite.raise_if_not_finite()  # read after the launches: the GPU does not wait for the host
+    # the preparation kernel sets the flags as it reads x and y (no reductions of their own)
+    check = _checks.FiniteCheck(**operands, deferred=tuple(operands))
+    gram_fwd(x, None if symmetric else y, plan, out, precision, symmetric, check=check)
+    check.raise_if_not_finite()  # waits for the preparation, not for the Gram kernels
     return out

@@ -28,10 +28,11 @@ from kernelkit_gpu._epilogues import (
 
 # ------------------------------------------------------------------------------- preparation
 @triton.jit(do_not_specialize=["N", "D", "KD"])
-def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, N, D, KD,
+def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, flag_ptr, N, D, KD,
                       stride_xm, stride_xk, stride_bm, stride_bk,
                       BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, CENTRE: tl.constexpr,
-                      SCALE: tl.constexpr, SPLIT: tl.constexpr):
+                      SCALE: tl.constexpr, SPLIT: tl.constexpr, CHECK: tl.constexpr,
+                      LIMIT: tl.constexpr):
     """Rows [pid BLOCK_R, (pid + 1) BLOCK_R) of the padded operand and their squared norms.
 
     v = (x - mean) * scale in float64, rounded once to the buffer dtype (CENTRE / SCALE), else x
@@ -39,7 +40,10 @@ def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, N, D, KD,
     explicit mantissa bits, to nearest) and lo = v - hi rounded to TF32: hi·hi' + hi·lo' + lo·hi'
     on TF32 tensor cores is the split-precision ("3xTF32") product. Padding (columns D..KD,
     rows N..) is zero. Norms are of v, in the norm buffer's dtype. The buffer may be
-    feature-major (stride_bm == 1: the direct-difference kernel's layout).
+    feature-major (stride_bm == 1: the direct-difference kernel's layout). CHECK: writes 1 to
+    ``flag_ptr[0]`` when a row's norm is not <= LIMIT (a NaN or infinity in x, or values whose
+    squares overflow the Gram kernels: ``kernelkit_gpu._checks.range_limit``); the flag is
+    zeroed by the caller, so every writer writes the same 1.
     """
     BT: tl.constexpr = buf_ptr.dtype.element_ty
     NT: tl.constexpr = nrm_ptr.dtype.element_ty
@@ -77,6 +81,9 @@ def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, N, D, KD,
         else:
             tl.store(bp, v, mask=smask)
     tl.store(nrm_ptr + rows, nrm)
+    if CHECK:
+        if tl.max((~(nrm <= LIMIT)).to(tl.int32), axis=0) > 0:
+            tl.store(flag_ptr, 1)
 
 
 # ------------------------------------------------------------------------ tensor-core tiles

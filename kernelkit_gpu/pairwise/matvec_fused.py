@@ -194,7 +194,10 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
 
 def check_matvec_args(x, y, v, transpose):
     """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze,
-    finite), ``finite`` the pending :class:`kernelkit_gpu._checks.FiniteCheck` of x, y, v."""
+    names, finite): ``names`` those of x_eff and y_eff ("y", "x" with ``transpose``), ``finite``
+    the :class:`kernelkit_gpu._checks.FiniteCheck` of x, y, v (u) with v's flag set; the flags of
+    x and y are left to the preparation (``_prepare.prepare(..., check=finite)``), then
+    ``finite.start_read()``."""
     _checks.check_pair(x, y)
     if y is None:
         raise TypeError("y must be a torch.Tensor of shape (M, D); pass y=x for K(X, X) @ V")
@@ -214,8 +217,10 @@ def check_matvec_args(x, y, v, transpose):
             f"got {tuple(v.shape)}"
         )
     squeeze = v.ndim == 1
-    finite = _checks.FiniteCheck(**{"x": x, "y": y, vname: v})
-    return xe, ye, (v[:, None] if squeeze else v), squeeze, finite
+    names = ("y", "x") if transpose else ("x", "y")
+    # x_eff first: its column mean centres both, so it is named first when both are out of range
+    finite = _checks.FiniteCheck(**{names[0]: xe, names[1]: ye, vname: v}, deferred=names)
+    return xe, ye, (v[:, None] if squeeze else v), squeeze, names, finite
 
 
 def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params):
@@ -259,16 +264,21 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     Raises
     ------
     TypeError, ValueError
-        As :func:`kernelkit_gpu.gram`, naming the offending argument; ValueError also when
-        ``x``, ``y`` or ``v`` (``u``) contains NaN or infinity ("v contains NaN or infinity; ...").
+        As :func:`kernelkit_gpu.gram`, naming the offending argument (parameters that overflow
+        the accumulation dtype, ``x`` or ``y`` with NaN, infinity or values out of range
+        included); ValueError also when ``v`` (``u``) contains NaN or infinity ("v contains NaN
+        or infinity; ..."). The data flags are set by the torch preparation (a reduction over
+        the prepared x and y, and one over v) and copied to the host before the product is
+        queued: the call waits for the preparation only.
 
     Notes
     -----
     For D <= 16 each pair costs a few FMAs for the distance, one exp2 and one FMA with v (R = 1);
     larger D uses tensor-core dot products on centred data as :func:`kernelkit_gpu.gram` does:
-    squared distances of centred rows, and for the dot-product kernels (linear, polynomial,
-    sigmoid, exponential; float32 / float64) x·y = x̃·ỹ + b_x + b_y with the same float64
-    per-row offsets (:func:`kernelkit_gpu._prepare.dot_offsets`).
+    squared distances of rows centred on x's column mean, and for the dot-product kernels
+    (linear, polynomial, sigmoid, exponential; float32 / float64) x and y each centred on their
+    own column mean, x·y = x̃·ỹ + b_x + b_y with the same float64 per-row offsets
+    (:func:`kernelkit_gpu._prepare.dot_offsets`).
 
     Examples
     --------
@@ -279,19 +289,23 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     >>> kernelkit_gpu.kernel_matvec(x, y, v, "rbf", gamma=0.5).shape
     torch.Size([6])
     """
-    xe, ye, v2, squeeze, finite = check_matvec_args(x, y, v, transpose)
+    xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
+    P.check_params_range(plan, x.dtype)
     _checks.check_triton_device(x)
     acc = P.acc_dtype(x.dtype)
     n, m, r = xe.shape[0], ye.shape[0], v2.shape[1]
     out = torch.empty((n, r), dtype=acc, device=x.device)
     if n == 0 or r == 0 or m == 0:
+        finite.mark_non_finite("x", "y")
+        finite.start_read()
         finite.raise_if_not_finite()
         out.zero_()  # an empty sum when m == 0
         return out[:, 0] if squeeze else out
-    ops = P.prepare(xe, ye, plan, precision, symmetric=False)
+    ops = P.prepare(xe, ye, plan, precision, symmetric=False, check=finite, names=names)
+    finite.start_read()
     v2 = v2.to(acc)
     matvec_fwd(ops, plan, v2, out, precision)
-    finite.raise_if_not_finite()  # read after the launch: the GPU does not wait for the host
+    finite.raise_if_not_finite()  # waits for the preparation only, not for the product
     return out[:, 0] if squeeze else out

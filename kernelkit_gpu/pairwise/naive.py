@@ -47,9 +47,11 @@ def epilogue_torch(s, plan):
 class _Prepared:
     """Data transformed once for all chunks: centred / scaled / normalised as the kernel needs."""
 
-    def __init__(self, x, y, plan, symmetric, direct=False):
+    def __init__(self, x, y, plan, symmetric, direct=False, check=None, names=("x", "y")):
         # direct: distances by direct differences, one feature at a time (exact for
-        # near-duplicates, and forward-mode differentiable, which torch.cdist is not)
+        # near-duplicates, and forward-mode differentiable, which torch.cdist is not).
+        # check: a FiniteCheck whose flags `names` (of x, y) are set where the values computed
+        # with are non-finite or out of range, and read here: ValueError before any product
         self.direct = direct
         acc = P.acc_dtype(x.dtype)
         x = x.to(acc)
@@ -66,6 +68,12 @@ class _Prepared:
             scale = P.feature_scales(plan, x.device)
             x = P.centre_and_scale(x, mean, scale, acc)
             y = x if symmetric else P.centre_and_scale(y, mean, scale, acc)
+        if check is not None:
+            check.mark(names[0], P.out_of_range(x, acc))
+            if not symmetric:
+                check.mark(names[1], P.out_of_range(y, acc))
+            check.start_read()
+            check.raise_if_not_finite()
         if plan.pairwise == E.PW_SQEUCLIDEAN.value:
             self.nx = (x * x).sum(dim=1)
             self.ny = self.nx if symmetric else (y * y).sum(dim=1)
@@ -96,15 +104,16 @@ def _chunk_rows(m):
     return max(1, CHUNK_ELEMENTS // max(1, m))
 
 
-def symmetric_gram(x, plan, direct=False):
+def symmetric_gram(x, plan, direct=False, check=None):
     """K(X, X) for a kernel plan: exactly symmetric (mirrored upper triangle), diagonal exact.
 
     The plan's ``prm`` and ``scale`` may be torch tensors. With ``direct``, distances are formed
     by direct differences (float64 accuracy for near-duplicate points, as the reference) and
     every operation supports forward-mode automatic differentiation (:mod:`kernelkit_gpu.pairwise.log_gradient`).
+    ``check``: the :class:`kernelkit_gpu._checks.FiniteCheck` of x, read before any product.
     """
     n = x.shape[0]
-    prep = _Prepared(x, None, plan, symmetric=True, direct=direct)
+    prep = _Prepared(x, None, plan, symmetric=True, direct=direct, check=check)
     step = _chunk_rows(n)
     K = torch.cat([prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)], dim=0)
     upper = torch.triu(K, diagonal=1)
@@ -122,25 +131,31 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     tolerance (near-duplicate points: float32 accuracy of d² only). With ``y=None`` the result is
     exactly symmetric with the diagonal written exactly (k(0), or the kernel of the row norms).
     Runs on any device; float16 / bfloat16 are computed in float32. Raises as
-    :func:`kernelkit_gpu.gram` does, non-finite ``x`` / ``y`` included (ValueError).
+    :func:`kernelkit_gpu.gram` does, non-finite or out-of-range ``x`` / ``y`` and parameters
+    that overflow the accumulation dtype included (ValueError; the range is judged on the values
+    this twin computes with: distance kernels centred, dot-product kernels raw), before any
+    product.
     """
     _checks.check_pair(x, y)
-    _checks.FiniteCheck(x=x, **({} if y is None else {"y": y})).raise_if_not_finite()
-    _checks.check_precision(precision)
     symmetric = y is None or y is x
+    operands = {"x": x} if symmetric else {"x": x, "y": y}
+    _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
+    P.check_params_range(plan, x.dtype)
     n = x.shape[0]
     m = n if symmetric else y.shape[0]
     acc = P.acc_dtype(x.dtype)
     if out is not None:
         _checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
+        _checks.FiniteCheck(**operands).raise_if_not_finite()
         return out if out is not None else torch.empty((n, m), dtype=acc, device=x.device)
+    check = _checks.FiniteCheck(**operands, deferred=tuple(operands))
     with _matmul_precision(x.device, precision):
         if symmetric:
-            K = symmetric_gram(x, plan)
+            K = symmetric_gram(x, plan, check=check)
         else:
-            prep = _Prepared(x, y, plan, symmetric=False)
+            prep = _Prepared(x, y, plan, symmetric=False, check=check)
             step = _chunk_rows(m)
             K = torch.cat([prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)], dim=0)
     if out is not None:
@@ -154,23 +169,26 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
 
     Equivalent to ``get_kernel(kernel).value(X, Y, **params) @ V`` up to dtype tolerance; K is
     materialised one chunk of rows at a time (about 2^27 values), so memory stays bounded.
-    Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` included
-    (ValueError).
+    Raises as :func:`kernelkit_gpu.kernel_matvec` does, non-finite ``x`` / ``y`` / ``v`` and
+    out-of-range ``x`` / ``y`` included (ValueError, judged as :func:`gram_naive` does).
     """
     from kernelkit_gpu.pairwise.matvec_fused import check_matvec_args
 
-    xe, ye, v2, squeeze, finite = check_matvec_args(x, y, v, transpose)
-    finite.raise_if_not_finite()
+    xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
+    P.check_params_range(plan, x.dtype)
     acc = P.acc_dtype(x.dtype)
     n, m = xe.shape[0], ye.shape[0]
     v2 = v2.to(acc)
     if n == 0 or m == 0 or v2.shape[1] == 0:
+        finite.mark_non_finite("x", "y")
+        finite.start_read()
+        finite.raise_if_not_finite()
         res = torch.zeros((n, v2.shape[1]), dtype=acc, device=x.device)
         return res[:, 0] if squeeze else res
     with _matmul_precision(x.device, precision):
-        prep = _Prepared(xe, ye, plan, symmetric=False)
+        prep = _Prepared(xe, ye, plan, symmetric=False, check=finite, names=names)
         step = _chunk_rows(m)
         parts = [prep.block(lo, min(n, lo + step)) @ v2 for lo in range(0, n, step)]
         res = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
