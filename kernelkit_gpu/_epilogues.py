@@ -476,12 +476,12 @@ def _store_tile(out_ptr, k, row0, col0, lm, ln, mask, stride_om, stride_on,
 def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M, stride_om, stride_on,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr,
                  NORM_DIAG: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
-                 STATIONARY: tl.constexpr, OFF64: tl.constexpr):
+                 UNIT_DIAG: tl.constexpr, OFF64: tl.constexpr):
     """Epilogue and stores of one tile of the pairwise quantity ``s``.
 
-    DIAG (K(X, X), square blocks): tiles on the block diagonal write the diagonal exactly (k(0)
-    for stationary kernels; with NORM_DIAG, the epilogue of the row norms ``nx``, for dot-product
-    kernels of uncentred operands).
+    DIAG (K(X, X), square blocks): tiles on the block diagonal write the diagonal exactly: 1
+    under UNIT_DIAG (the registry's ``normalized`` kernels); with NORM_DIAG, the epilogue of the
+    row norms ``nx``, for dot-product kernels of uncentred operands.
     TRIANGLE: each tile is stored at (i, j) and transposed at (j, i); diagonal tiles mirror their
     upper triangle onto the lower one, so K is exactly symmetric.
     Under TRIANGLE N == M; masking rows by M lets the transposed store vectorise too (M is
@@ -505,8 +505,8 @@ def _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M, stride
                                DEG, KIND)
             else:
                 kd = k
-            if STATIONARY:
-                kd = tl.where(on_diag, 1.0, kd)  # k(0) = 1 for every stationary registry kernel
+            if UNIT_DIAG:
+                kd = tl.where(on_diag, 1.0, kd)  # k(x, x) = 1: the registry flag `normalized`
             if TRIANGLE:
                 # mirror the upper triangle of the tile onto its lower one: one store, symmetric
                 kd = tl.where(lm[:, None] <= ln[None, :], kd, tl.trans(kd))

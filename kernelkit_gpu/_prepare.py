@@ -46,7 +46,7 @@ class KernelPlan:
     prm: tuple
     deg: int
     scale: Optional[np.ndarray]
-    stationary: bool
+    unit_diag: bool
     cosine: bool
     params: dict
 
@@ -81,7 +81,7 @@ def kernel_plan(kernel, n_features, params):
         name=name, kind=int(kind), pairwise=int(pairwise), prm=tuple(float(p) for p in prm),
         deg=int(resolved.get("degree", 0)),
         scale=None if scale is None else np.asarray(scale, dtype=np.float64),
-        stationary=spec.stationary, cosine=(spec.pairwise == "cosine"), params=resolved,
+        unit_diag=spec.normalized, cosine=(spec.pairwise == "cosine"), params=resolved,
     )
 
 

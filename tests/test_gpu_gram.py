@@ -82,7 +82,7 @@ def test_gram_symmetric_exact(case, n, d, device, rng):
     x = randn(rng, (n, d), torch.float32, device)
     K = check_float32_gram(x, None, name, params)
     assert torch.equal(K, K.T)
-    if get_kernel(name).stationary or name == "cosine":
+    if get_kernel(name).normalized or name == "cosine":
         # k(0) = 1; cosine: exactly 1 (0 for zero rows). Dot-product kernels: the kernel of the
         # float32 row norms, checked elementwise above (ref's diagonal is the reference diag).
         diag = K.diagonal().cpu().double().numpy()

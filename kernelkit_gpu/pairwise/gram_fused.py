@@ -181,7 +181,7 @@ def _launch_mma(ops, plan, out, symmetric, cfg):
         ops.n, ops.m, ops.kd, plan.deg, group,
         ops.x.stride(0), ops.y.stride(0), out.stride(0), out.stride(1),
         BLOCK_K=cfg.block_k, KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=symmetric,
-        DIAG=symmetric, STATIONARY=plan.stationary, SPLIT=ops.split, DOT_PREC=ops.dot_prec,
+        DIAG=symmetric, UNIT_DIAG=plan.unit_diag, SPLIT=ops.split, DOT_PREC=ops.dot_prec,
         TAU_=E.TAU, OFF64=off64, BIAS=ops.bias, NORM_DIAG=plan.pairwise == E.PW_DOT.value,
         SLICED=ops.sliced, **cfg.kwargs(),
     )
@@ -238,7 +238,7 @@ def _launch_direct(ops, plan, out, symmetric, cfg):
         ops.x.stride(0), ops.x.stride(1), ops.y.stride(0), ops.y.stride(1),
         out.stride(0), out.stride(1),
         KIND=plan.kind, PAIRWISE=plan.pairwise, TRIANGLE=symmetric, DIAG=symmetric,
-        STATIONARY=plan.stationary, DK=ops.dk, OFF64=_off64(out, cfg.block),
+        UNIT_DIAG=plan.unit_diag, DK=ops.dk, OFF64=_off64(out, cfg.block),
         NORM_DIAG=plan.pairwise == E.PW_DOT.value, **cfg.kwargs(),
     )
     return out

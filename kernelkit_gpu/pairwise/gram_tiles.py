@@ -94,7 +94,7 @@ def _gram_mma_kernel(
     stride_xm, stride_ym, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     KIND: tl.constexpr, PAIRWISE: tl.constexpr, TRIANGLE: tl.constexpr, DIAG: tl.constexpr,
-    STATIONARY: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr, TAU_: tl.constexpr,
+    UNIT_DIAG: tl.constexpr, SPLIT: tl.constexpr, DOT_PREC: tl.constexpr, TAU_: tl.constexpr,
     OFF64: tl.constexpr, BIAS: tl.constexpr, NORM_DIAG: tl.constexpr, SLICED: tl.constexpr,
 ):
     """One tile of K from padded operands (``_gram_prep_kernel``) with tl.dot over KD features.
@@ -153,7 +153,7 @@ def _gram_mma_kernel(
         p0, p1, p2 = _load_params(prm_ptr)
         _finish_tile(s, dg_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M,
                      stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE, DIAG,
-                     STATIONARY, OFF64)
+                     UNIT_DIAG, OFF64)
     else:
         if PAIRWISE == E.PW_SQEUCLIDEAN:
             tl.store(flag_ptr + t, 0)  # every flag is written: the fix-up scans them as vectors
@@ -219,7 +219,7 @@ def _gram_direct_kernel(
     N, M, D, DEG, group,
     stride_xm, stride_xk, stride_ym, stride_yk, stride_om, stride_on,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KIND: tl.constexpr, PAIRWISE: tl.constexpr,
-    TRIANGLE: tl.constexpr, DIAG: tl.constexpr, STATIONARY: tl.constexpr, DK: tl.constexpr,
+    TRIANGLE: tl.constexpr, DIAG: tl.constexpr, UNIT_DIAG: tl.constexpr, DK: tl.constexpr,
     OFF64: tl.constexpr, NORM_DIAG: tl.constexpr,
 ):
     """One tile of K from one feature at a time (feature-major, row-padded x / y from
@@ -246,4 +246,4 @@ def _gram_direct_kernel(
         p0, p1, p2 = _load_params(prm_ptr)
         _finish_tile(s, nx_ptr, p0, p1, p2, DEG, out_ptr, pid_m, pid_n, N, M,
                      stride_om, stride_on, BLOCK_M, BLOCK_N, KIND, NORM_DIAG, TRIANGLE,
-                     DIAG, STATIONARY, OFF64)
+                     DIAG, UNIT_DIAG, OFF64)

@@ -117,7 +117,7 @@ def symmetric_gram(x, plan, direct=False, check=None):
     step = _chunk_rows(n)
     K = torch.cat([prep.block(lo, min(n, lo + step)) for lo in range(0, n, step)], dim=0)
     upper = torch.triu(K, diagonal=1)
-    if plan.stationary:
+    if plan.unit_diag:
         diag = torch.ones(n, dtype=K.dtype, device=x.device)
     else:
         diag = epilogue_torch(prep.diag_dot, plan)
