@@ -188,8 +188,9 @@ def test_poly_is_polynomial(rng):
 def test_pairwise_kernels_equals_registry_reference(rng, name, params, same):
     X = _data(rng, 13, N_FEATURES)
     Y = None if same else _data(rng, 8, N_FEATURES)
-    K = kp.pairwise_kernels(X, Y, metric=name, **params)
-    # Same float64 code path, so equal bit for bit.
+    K = kp.pairwise_kernels(X, Y, metric=name, device="cpu", **params)
+    # Same float64 code path, so equal bit for bit (device="cpu": on a GPU machine "auto" would
+    # take the GPU, whose float64 rounds differently; tests/test_dispatch.py covers that path).
     np.testing.assert_array_equal(K, get_kernel(name).value(X, Y, **params))
     assert K.dtype == np.float64
 
@@ -324,9 +325,11 @@ F32_CASES = [
 
 
 def _call(fn, X, Y, params):
+    # The CPU path: its float32 results are correctly rounded float64 ones. The GPU's accurate
+    # float32 mode is checked against its own bounds in tests/test_gpu_gram.py.
     if isinstance(fn, tuple):
-        return kp.pairwise_kernels(X, Y, metric=fn[1], **params)
-    return getattr(kp, fn)(X, Y, **params)
+        return kp.pairwise_kernels(X, Y, metric=fn[1], device="cpu", **params)
+    return getattr(kp, fn)(X, Y, device="cpu", **params)
 
 
 @pytest.mark.parametrize("fn, params", F32_CASES)
@@ -349,7 +352,7 @@ def test_float32_rbf_offset_test_is_discriminating():
     X64 = X.astype(np.float64)
     gamma = 50.0
     ref = skp.rbf_kernel(X64, gamma=gamma)  # independent float64 reference on the same data
-    ours = kp.rbf_kernel(X, gamma=gamma)
+    ours = kp.rbf_kernel(X, gamma=gamma, device="cpu")
     np.testing.assert_allclose(ours, ref, **F32)
 
     # ||x||^2 + ||y||^2 - 2 x.y in float32 (what a naive GPU Gram kernel does): loses everything.
