@@ -424,3 +424,104 @@ def test_cpu_without_interpreter_is_a_clear_error():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=root, timeout=300)
     assert "ValueError" in res.stdout and "TRITON_INTERPRET=1" in res.stdout, res.stdout + res.stderr
+
+
+# ------------------------------------------------------ masked keys are absent (issue 18 J)
+#: (alignment, T, S, index of the spoiled key / query row). The first is the reproduction of
+#: issue 18 J; the last two span several tiles (full tiles and causal diagonals) under the
+#: interpreter's blocks (forward 32 x 16, dK/dV 16 x 32, dQ 32 x 16).
+MASKED_CASES = [("bottom_right", 9, 5, 4), ("top_left", 9, 5, 4), ("top_left", 5, 9, 4),
+                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9)]
+#: (operand, value) put at one entry of key j (k or v) or of query row j (q).
+NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
+             ("k", float("inf")), ("q", float("nan"))]
+#: Tolerances of the finite entries against float64 in these tests of the masking (the accuracy
+#: itself is test_matches_reference's job): float32 scores, exp2 and sums over <= 40 keys
+#: (~1e-6), 16-bit probabilities and operands (u = 4.9e-4 / 3.9e-3, gradients summing ~40
+#: such terms).
+MASK_TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2),
+            "bfloat16": dict(rtol=1e-1, atol=1e-1)}
+
+
+def _spoiled_qkv(rng, t, s, j, operand, value, dtype, device):
+    """q (1, 2, T, 16), k, v (1, 1, S, 16) (GQA: both query heads read the one k/v head) with
+    ``value`` at entry (j, 3) of ``operand``."""
+    q, k, v = make_qkv(rng, 1, 2, 1, t, s, 16, 16, dtype, device)
+    {"q": q, "k": k, "v": v}[operand][0, 0, j, 3] = value
+    return q, k, v
+
+
+def rowwise_reference(q, k, v, shift):
+    """Float64 softmax attention one query row at a time over its visible keys only, through
+    torch.autograd: the gradients too sum over the visible pairs only (IEEE semantics of a
+    row-by-row computation). Rows that see no key are 0. q (B, H, T, D), k, v (B, H_kv, S, *)."""
+    B, H, T, D = q.shape
+    S, rep = k.shape[2], H // k.shape[1]
+
+    def row(b, h, i):
+        js = [j for j in range(S) if shift is None or j <= i + shift]
+        if not js:
+            return torch.zeros(v.shape[3], dtype=torch.float64)
+        p = torch.softmax(D ** -0.5 * (k[b, h // rep, js] @ q[b, h, i]), dim=0)
+        return p @ v[b, h // rep, js]
+
+    return torch.stack([torch.stack([torch.stack([row(b, h, i) for i in range(T)])
+                                     for h in range(H)]) for b in range(B)])
+
+
+def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
+    q, k, v = _spoiled_qkv(rng, t, s, j, operand, value, getattr(torch, dt), device)
+    causal = dict(is_causal=True, causal_alignment=alignment)
+    ref_out, ref_lse = reference(q, k, v, True, causal_alignment=alignment)
+    q64, k64, v64 = (f64(x).cpu().requires_grad_(True) for x in (q, k, v))
+    row_out = rowwise_reference(q64, k64, v64, _shift(alignment, t, s))
+    np.testing.assert_allclose(to_numpy64(row_out), ref_out, **TOL["float64"])  # references agree
+    # a NaN output gets a NaN upstream gradient, as a loss like (out ** 2).sum() gives it
+    g = torch.from_numpy(rng.standard_normal(ref_out.shape)) + 0.0 * torch.from_numpy(ref_out)
+    expect = torch.autograd.grad(row_out, (q64, k64, v64), g)
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out, lse = fn(q, k, v, enable_gqa=True, return_lse=True, **causal)
+    np.testing.assert_allclose(to_numpy64(out), ref_out, **tol)
+    if not (operand == "k" and value == float("inf")):
+        # (an +inf score: the reference's max subtraction and the kernel give NaN (inf - inf),
+        # torch's logsumexp gives +inf; not compared)
+        np.testing.assert_allclose(to_numpy64(lse), ref_lse, **tol)
+    got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
+    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+        o = to_numpy64(out)[0, 0]
+        assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
+                                                     rng, poisoned_outputs):
+    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs and gradients that a
+    row-by-row float64 computation over the visible keys gives: never the rows that do not see
+    key j through 0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero
+    gradients); forward (Triton, float32) and backward (dq, dk, dv)."""
+    _check_masked(sa.softmax_attention, rng, device, alignment, t, s, j, operand, value,
+                  "float32", MASK_TOL["float32"])
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("operand,value", NONFINITE[:2], ids=["vnan", "vinf"])
+def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outputs):
+    """The reproduction of issue 18 J in float16 / bfloat16 (the exact branch compares in
+    float32: the interpreter cannot compare bfloat16 with inf)."""
+    _check_masked(sa.softmax_attention, rng, device, "bottom_right", 9, 5, 4, operand, value, dt,
+                  MASK_TOL[dt])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES[:4] + MASKED_CASES[5:],
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES[:4] + MASKED_CASES[5:]])
+def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, rng):
+    """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
+    other tests) and float32."""
+    for dt, tol in (("float64", TOL["float64"]), ("float32", MASK_TOL["float32"])):
+        _check_masked(softmax_attention_naive, rng, "cpu", alignment, t, s, j, operand, value,
+                      dt, tol)

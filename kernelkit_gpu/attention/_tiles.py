@@ -1,5 +1,7 @@
-"""``@triton.jit`` helpers of the softmax-attention kernels, forward and backward: tile loads
-with optional edge masks and the tensor-core product (with the interpreter's bfloat16 upcast)."""
+"""``@triton.jit`` helpers of the attention kernels, forward and backward: tile loads with
+optional edge masks, the tensor-core product (with the interpreter's bfloat16 upcast) and the
+product over the visible pairs of a partially masked tile (masked keys are absent:
+:mod:`kernelkit_math.attention`)."""
 
 from __future__ import annotations
 
@@ -47,3 +49,39 @@ def _load_cols(base, offs_c, offs_r, stride_c, stride_r, C, R,
     else:
         x = tl.load(ptrs)
     return x
+
+
+@triton.jit
+def _nonfinite_terms(a, b, valid):
+    """sum over the valid j of a[i, j] b[j, c] restricted to the non-finite b[j, c]: 0, +inf,
+    -inf or NaN per (i, c), as IEEE adds those products (inf * 0 and inf - inf are NaN). The
+    counts are products of 0/1 float16 indicators (exact, float32 accumulation)."""
+    a = a.to(tl.float32)  # the interpreter cannot compare bfloat16 with inf or NaN
+    b = b.to(tl.float32)
+    vis = valid.to(tl.float16)
+    pos_a = (valid & (a > 0)).to(tl.float16)
+    neg_a = (valid & (a < 0)).to(tl.float16)
+    zero_a = vis - pos_a - neg_a  # valid, and a[i, j] is 0 or NaN
+    pinf = (b == float("inf")).to(tl.float16)
+    ninf = (b == float("-inf")).to(tl.float16)
+    n_nan = tl.dot(vis, (b != b).to(tl.float16)) + tl.dot(zero_a, pinf + ninf)
+    n_pos = tl.dot(pos_a, pinf) + tl.dot(neg_a, ninf)
+    n_neg = tl.dot(pos_a, ninf) + tl.dot(neg_a, pinf)
+    terms = tl.where(n_pos > 0, float("inf"), 0.0) + tl.where(n_neg > 0, float("-inf"), 0.0)
+    return tl.where(n_nan > 0, float("nan"), terms)
+
+
+@triton.jit
+def _visible_mm(a, b, acc, valid, PREC: tl.constexpr, UPCAST: tl.constexpr):
+    """acc + sum over the valid (i, j) of a[i, j] b[j, c], for a tile that is partially masked
+    (a is 0 where not valid). A plain product would add 0 * inf = NaN for a non-finite b[j, c]
+    that row i does not see; here such a value reaches only the rows that see it. The check is
+    one reduction over the b tile; only a tile holding a non-finite value takes the exact
+    branch: the product with those entries zeroed plus :func:`_nonfinite_terms`."""
+    finite = tl.abs(b.to(tl.float32)) < float("inf")  # False for NaN and +-inf
+    if tl.min(finite.to(tl.int32)) == 1:
+        r = _mm(a, b, acc, PREC, UPCAST)
+    else:
+        r = _mm(a, tl.where(finite, b, 0.0).to(b.dtype), acc, PREC, UPCAST) \
+            + _nonfinite_terms(a, b, valid)
+    return r
