@@ -502,8 +502,9 @@ def linear_attention(
     (``normalize=False`` returns num). V(i) is every key, or ``{j <= i + shift}`` with
     ``is_causal`` (shift 0 top-left or S - T bottom-right aligned, as softmax attention; see
     ``causal_alignment``). A query with no visible key (bottom-right with T > S) reads the
-    initial state alone: output 0 without one. Masked keys are left out of the sums, so a NaN
-    or infinity in v_j (or k_j) reaches exactly the rows that see key j (and the final state).
+    initial state alone: output 0 without one (whatever q_i holds). Masked keys are left out of
+    the sums, so a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j (and
+    the final state).
     Two forms compute the same thing:
 
     - ``"parallel"``: num = (Q K^T ⊙ mask) v + Q S_0, den = (Q K^T ⊙ mask) 1 + Q z_0, with the
@@ -588,6 +589,10 @@ def linear_attention(
 
     if initial_state is None:
         S0, z0 = np.zeros((M, Dv)), np.zeros(M)
+        # A row that sees no key and has no state to read reads nothing: output 0 whatever q_i
+        # holds (phi(q_i) . 0 would be NaN for a NaN q_i).
+        reads = np.full(T, S > 0) if shift is None else causal_mask(T, S, shift).any(axis=1)
+        Q = np.where(reads[:, None], Q, 0.0)
     else:
         if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
             raise ValueError("initial_state must be a pair (S_0 (..., M, Dv), z_0 (..., M))")

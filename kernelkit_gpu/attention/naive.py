@@ -23,12 +23,12 @@ import torch
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
+from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_gpu.pairwise.naive import epilogue_torch
 from kernelkit_math.attention import causal_shift
 from kernelkit_math.registry import get_kernel
 
-__all__ = ["softmax_attention_naive", "kernel_attention_naive", "visible_mm", "VisibleMatmul",
-           "VisibleScores"]
+__all__ = ["softmax_attention_naive", "kernel_attention_naive"]
 
 #: Kernel values materialised per query chunk in :func:`kernel_attention_naive`.
 CHUNK_ELEMENTS = 1 << 26
@@ -45,72 +45,6 @@ def _causal_mask(t0, t1, s, shift, device):
     i = torch.arange(t0, t1, device=device)[:, None]
     j = torch.arange(s, device=device)[None, :]
     return j <= i + shift
-
-
-# ------------------------------------------------------------------- masked keys are absent
-def _nonfinite_terms(a, b, visible):
-    """sum over the visible j of a_ij b_jc, restricted to the non-finite b_jc: 0, +inf, -inf or
-    NaN per (i, c), as IEEE adds the products (inf * 0 and inf - inf are NaN). Counts by
-    products of 0/1 indicators (exact)."""
-    f = torch.float64 if a.dtype == torch.float64 else torch.float32
-    vis = visible.expand(a.shape)
-    pos_a, neg_a = (vis & (a > 0)).to(f), (vis & (a < 0)).to(f)
-    zero_a = vis.to(f) - pos_a - neg_a  # visible with a_ij 0 or NaN
-    pinf, ninf = (b == math.inf).to(f), (b == -math.inf).to(f)
-    n_nan = vis.to(f) @ b.isnan().to(f) + zero_a @ (pinf + ninf)
-    n_pos = pos_a @ pinf + neg_a @ ninf
-    n_neg = pos_a @ ninf + neg_a @ pinf
-    terms = torch.where(n_pos > 0, math.inf, 0.0) + torch.where(n_neg > 0, -math.inf, 0.0)
-    return torch.where(n_nan > 0, math.nan, terms).to(a.dtype)
-
-
-def visible_mm(a, b, visible):
-    """sum_j a_ij b_jc over the pairs with ``visible[i, j]`` only: (..., T, S) @ (..., S, C).
-
-    A masked pair contributes nothing whatever a_ij and b_jc hold (``a @ b`` with a_ij = 0 would
-    add 0 * inf = NaN for a non-finite b_jc that row i does not see). ``visible`` is a bool
-    (T, S) mask. The exact branch (non-finite b) costs a few products of 0/1 indicators.
-    """
-    a = a.masked_fill(~visible, 0.0)
-    finite = torch.isfinite(b)
-    if bool(finite.all()):  # every masked term is 0 * finite = 0
-        return a @ b
-    return a @ torch.where(finite, b, 0.0) + _nonfinite_terms(a, b, visible)
-
-
-class VisibleMatmul(torch.autograd.Function):
-    """``visible_mm(a, b, visible)`` with the matching gradients: da = (g b^T) on the visible
-    pairs, 0 elsewhere; db = sum over the visible i of a_ij g_i (a NaN g_i of a row that does
-    not see key j stays out of db_j)."""
-
-    @staticmethod
-    def forward(ctx, a, b, visible):
-        ctx.save_for_backward(a, b, visible)
-        return visible_mm(a, b, visible)
-
-    @staticmethod
-    def backward(ctx, g):
-        a, b, visible = ctx.saved_tensors
-        da = (g @ b.transpose(-1, -2)).masked_fill(~visible, 0.0)
-        db = visible_mm(a.transpose(-1, -2), g, visible.transpose(-1, -2))
-        return da, db, None
-
-
-class VisibleScores(torch.autograd.Function):
-    """Scores ``x @ y^T`` (..., T, S) of which only the ``visible`` pairs are used downstream:
-    the gradients sum over those pairs only, dx = sum_{j visible} g_ij y_j and dy likewise, so a
-    NaN y_j (or x_i) reaches only the rows (keys) that see it."""
-
-    @staticmethod
-    def forward(ctx, x, y, visible):
-        ctx.save_for_backward(x, y, visible)
-        return x @ y.transpose(-1, -2)
-
-    @staticmethod
-    def backward(ctx, g):
-        x, y, visible = ctx.saved_tensors
-        return (visible_mm(g, y, visible),
-                visible_mm(g.transpose(-1, -2), x, visible.transpose(-1, -2)), None)
 
 
 # ------------------------------------------------------------------------------------ softmax
