@@ -54,20 +54,23 @@ def _load_cols(base, offs_c, offs_r, stride_c, stride_r, C, R,
 @triton.jit
 def _nonfinite_terms(a, b, valid):
     """sum over the valid j of a[i, j] b[j, c] restricted to the non-finite b[j, c]: 0, +inf,
-    -inf or NaN per (i, c), as IEEE adds those products (inf * 0 and inf - inf are NaN). The
-    counts are products of 0/1 float16 indicators (exact, float32 accumulation)."""
+    -inf or NaN per (i, c), as IEEE adds those products (inf * 0 and inf - inf are NaN).
+
+    Counts from four products of float16 indicators (exact, float32 accumulation): NaN terms
+    n_nan = vis . isnan(b) + zero(a) . isinf(b); with sgn(a) in {-1, 0, 1} on the valid pairs,
+    d = sgn(a) . (isposinf - isneginf)(b) = n_pos - n_neg and t = |sgn(a)| . isinf(b) =
+    n_pos + n_neg, so +inf terms exist iff t + d > 0 and -inf terms iff t - d > 0."""
     a = a.to(tl.float32)  # the interpreter cannot compare bfloat16 with inf or NaN
     b = b.to(tl.float32)
     vis = valid.to(tl.float16)
-    pos_a = (valid & (a > 0)).to(tl.float16)
-    neg_a = (valid & (a < 0)).to(tl.float16)
-    zero_a = vis - pos_a - neg_a  # valid, and a[i, j] is 0 or NaN
-    pinf = (b == float("inf")).to(tl.float16)
-    ninf = (b == float("-inf")).to(tl.float16)
-    n_nan = tl.dot(vis, (b != b).to(tl.float16)) + tl.dot(zero_a, pinf + ninf)
-    n_pos = tl.dot(pos_a, pinf) + tl.dot(neg_a, ninf)
-    n_neg = tl.dot(pos_a, ninf) + tl.dot(neg_a, pinf)
-    terms = tl.where(n_pos > 0, float("inf"), 0.0) + tl.where(n_neg > 0, float("-inf"), 0.0)
+    sgn = tl.where(valid & (a > 0), 1.0, tl.where(valid & (a < 0), -1.0, 0.0)).to(tl.float16)
+    mag = tl.abs(sgn)
+    b_inf = (tl.abs(b) == float("inf")).to(tl.float16)
+    b_sgn = tl.where(b == float("inf"), 1.0, tl.where(b == float("-inf"), -1.0, 0.0)).to(tl.float16)
+    n_nan = tl.dot(vis, (b != b).to(tl.float16)) + tl.dot(vis - mag, b_inf)  # vis - mag: a 0 or NaN
+    d = tl.dot(sgn, b_sgn)
+    t = tl.dot(mag, b_inf)
+    terms = tl.where(t + d > 0, float("inf"), 0.0) + tl.where(t - d > 0, float("-inf"), 0.0)
     return tl.where(n_nan > 0, float("nan"), terms)
 
 

@@ -19,17 +19,18 @@ __all__ = ["visible_mm", "VisibleMatmul", "VisibleScores"]
 
 def _nonfinite_terms(a, b, visible):
     """sum over the visible j of a_ij b_jc, restricted to the non-finite b_jc: 0, +inf, -inf or
-    NaN per (i, c), as IEEE adds the products (inf * 0 and inf - inf are NaN). Counts by
-    products of 0/1 indicators (exact)."""
+    NaN per (i, c), as IEEE adds the products (inf * 0 and inf - inf are NaN). The counts are
+    the four indicator products of the Triton kernels
+    (:func:`kernelkit_gpu.attention._tiles._nonfinite_terms`)."""
     f = torch.float64 if a.dtype == torch.float64 else torch.float32
     vis = visible.expand(a.shape)
-    pos_a, neg_a = (vis & (a > 0)).to(f), (vis & (a < 0)).to(f)
-    zero_a = vis.to(f) - pos_a - neg_a  # visible with a_ij 0 or NaN
-    pinf, ninf = (b == math.inf).to(f), (b == -math.inf).to(f)
-    n_nan = vis.to(f) @ b.isnan().to(f) + zero_a @ (pinf + ninf)
-    n_pos = pos_a @ pinf + neg_a @ ninf
-    n_neg = pos_a @ ninf + neg_a @ pinf
-    terms = torch.where(n_pos > 0, math.inf, 0.0) + torch.where(n_neg > 0, -math.inf, 0.0)
+    sgn = (vis & (a > 0)).to(f) - (vis & (a < 0)).to(f)
+    mag = sgn.abs()
+    b_inf = b.isinf().to(f)
+    b_sgn = (b == math.inf).to(f) - (b == -math.inf).to(f)
+    n_nan = vis.to(f) @ b.isnan().to(f) + (vis.to(f) - mag) @ b_inf  # vis - mag: a_ij 0 or NaN
+    d, t = sgn @ b_sgn, mag @ b_inf  # n_pos - n_neg, n_pos + n_neg
+    terms = torch.where(t + d > 0, math.inf, 0.0) + torch.where(t - d > 0, -math.inf, 0.0)
     return torch.where(n_nan > 0, math.nan, terms).to(a.dtype)
 
 
