@@ -531,8 +531,9 @@ def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, o
 
 
 def _crafted_tiles(rng, n=16):
-    """a (n, n) with zeros, negatives and a NaN; b (n, n) with NaN, +inf, -inf (one column holds
-    both infinities, one an infinity met only by zero weights); a random mask."""
+    """a (n, n) with zeros, negatives, a NaN and an inf; b (n, n) with NaN, +inf, -inf (one
+    column holds both infinities, one an infinity met only by zero weights, one meets the inf
+    of a); a random mask."""
     a = rng.standard_normal((n, n))
     a[rng.random((n, n)) < 0.2] = 0.0
     a[3, 5] = np.nan
@@ -541,6 +542,7 @@ def _crafted_tiles(rng, n=16):
     b[4, 6] = np.inf
     a[:, 4] = 0.0  # key 4 has weight 0 in every row: inf * 0 = NaN where visible
     valid = rng.random((n, n)) < 0.6
+    a[6, 7], b[7, 8], valid[6, 7] = np.inf, -np.inf, True  # inf * -inf = -inf, inf * finite
     with np.errstate(invalid="ignore"):
         expect = np.where(valid[:, :, None], a[:, :, None] * b[None, :, :], 0.0).sum(axis=1)
     return a, b, valid, expect

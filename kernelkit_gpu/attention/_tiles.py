@@ -52,39 +52,34 @@ def _load_cols(base, offs_c, offs_r, stride_c, stride_r, C, R,
 
 
 @triton.jit
-def _nonfinite_terms(a, b, valid):
-    """sum over the valid j of a[i, j] b[j, c] restricted to the non-finite b[j, c]: 0, +inf,
-    -inf or NaN per (i, c), as IEEE adds those products (inf * 0 and inf - inf are NaN).
-
-    Counts from four products of float16 indicators (exact, float32 accumulation): NaN terms
-    n_nan = vis . isnan(b) + zero(a) . isinf(b); with sgn(a) in {-1, 0, 1} on the valid pairs,
-    d = sgn(a) . (isposinf - isneginf)(b) = n_pos - n_neg and t = |sgn(a)| . isinf(b) =
-    n_pos + n_neg, so +inf terms exist iff t + d > 0 and -inf terms iff t - d > 0."""
-    a = a.to(tl.float32)  # the interpreter cannot compare bfloat16 with inf or NaN
-    b = b.to(tl.float32)
-    vis = valid.to(tl.float16)
-    sgn = tl.where(valid & (a > 0), 1.0, tl.where(valid & (a < 0), -1.0, 0.0)).to(tl.float16)
-    mag = tl.abs(sgn)
-    b_inf = (tl.abs(b) == float("inf")).to(tl.float16)
-    b_sgn = tl.where(b == float("inf"), 1.0, tl.where(b == float("-inf"), -1.0, 0.0)).to(tl.float16)
-    n_nan = tl.dot(vis, (b != b).to(tl.float16)) + tl.dot(vis - mag, b_inf)  # vis - mag: a 0 or NaN
-    d = tl.dot(sgn, b_sgn)
-    t = tl.dot(mag, b_inf)
-    terms = tl.where(t + d > 0, float("inf"), 0.0) + tl.where(t - d > 0, float("-inf"), 0.0)
-    return tl.where(n_nan > 0, float("nan"), terms)
-
-
-@triton.jit
 def _visible_mm(a, b, acc, valid, PREC: tl.constexpr, UPCAST: tl.constexpr):
     """acc + sum over the valid (i, j) of a[i, j] b[j, c], for a tile that is partially masked
     (a is 0 where not valid). A plain product would add 0 * inf = NaN for a non-finite b[j, c]
-    that row i does not see; here such a value reaches only the rows that see it. The check is
-    one reduction over the b tile; only a tile holding a non-finite value takes the exact
-    branch: the product with those entries zeroed plus :func:`_nonfinite_terms`."""
-    finite = tl.abs(b.to(tl.float32)) < float("inf")  # False for NaN and +-inf
-    if tl.min(finite.to(tl.int32)) == 1:
+    that row i does not see; here such a value reaches only the rows that see it.
+
+    The check is one reduction over the b tile. Only a tile holding a non-finite value takes
+    the exact branch: the product of a and b with their non-finite entries zeroed, plus the
+    terms of the valid pairs with a non-finite factor, summed one key j at a time in IEEE
+    arithmetic (0 * inf and inf - inf give NaN). That branch is elementwise (O(M N C) work per
+    tile, no shared-memory operands), so it leaves the fast path's resources alone."""
+    finite_b = tl.abs(b.to(tl.float32)) < float("inf")  # False for NaN and +-inf
+    if tl.min(finite_b.to(tl.int32)) == 1:
         r = _mm(a, b, acc, PREC, UPCAST)
     else:
-        r = _mm(a, tl.where(finite, b, 0.0).to(b.dtype), acc, PREC, UPCAST) \
-            + _nonfinite_terms(a, b, valid)
+        af = a.to(tl.float32)  # (the interpreter cannot compare bfloat16 with inf or NaN)
+        bf = b.to(tl.float32)
+        finite_a = tl.abs(af) < float("inf")
+        r = _mm(tl.where(finite_a, a, 0.0).to(a.dtype), tl.where(finite_b, b, 0.0).to(b.dtype),
+                acc, PREC, UPCAST)
+        keys = tl.arange(0, a.shape[1])
+        for j in range(a.shape[1]):
+            col = keys[None, :] == j
+            row = keys[:, None] == j
+            a_j = tl.sum(tl.where(col, af, 0.0), axis=1)                    # a[:, j]
+            va_j = tl.sum(tl.where(col & valid & finite_a, 1, 0), axis=1) > 0  # valid, finite a
+            vn_j = tl.sum(tl.where(col & valid & ~finite_a, 1, 0), axis=1) > 0  # valid, a not finite
+            b_j = tl.sum(tl.where(row, bf, 0.0), axis=0)                    # b[j, :]
+            fb_j = tl.abs(b_j) < float("inf")
+            pair = vn_j[:, None] | (va_j[:, None] & ~fb_j[None, :])
+            r += tl.where(pair, a_j[:, None] * b_j[None, :], 0.0)
     return r

@@ -10,28 +10,9 @@ the attention twins :mod:`kernelkit_gpu.attention.naive` and
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 __all__ = ["visible_mm", "VisibleMatmul", "VisibleScores"]
-
-
-def _nonfinite_terms(a, b, visible):
-    """sum over the visible j of a_ij b_jc, restricted to the non-finite b_jc: 0, +inf, -inf or
-    NaN per (i, c), as IEEE adds the products (inf * 0 and inf - inf are NaN). The counts are
-    the four indicator products of the Triton kernels
-    (:func:`kernelkit_gpu.attention._tiles._nonfinite_terms`)."""
-    f = torch.float64 if a.dtype == torch.float64 else torch.float32
-    vis = visible.expand(a.shape)
-    sgn = (vis & (a > 0)).to(f) - (vis & (a < 0)).to(f)
-    mag = sgn.abs()
-    b_inf = b.isinf().to(f)
-    b_sgn = (b == math.inf).to(f) - (b == -math.inf).to(f)
-    n_nan = vis.to(f) @ b.isnan().to(f) + (vis.to(f) - mag) @ b_inf  # vis - mag: a_ij 0 or NaN
-    d, t = sgn @ b_sgn, mag @ b_inf  # n_pos - n_neg, n_pos + n_neg
-    terms = torch.where(t + d > 0, math.inf, 0.0) + torch.where(t - d > 0, -math.inf, 0.0)
-    return torch.where(n_nan > 0, math.nan, terms).to(a.dtype)
 
 
 def visible_mm(a, b, visible):
@@ -39,13 +20,23 @@ def visible_mm(a, b, visible):
 
     A masked pair contributes nothing whatever a_ij and b_jc hold (``a @ b`` with a_ij = 0 would
     add 0 * inf = NaN for a non-finite b_jc that row i does not see). ``visible`` is a bool
-    (T, S) mask. The exact branch (non-finite b) costs a few products of 0/1 indicators.
+    (T, S) mask. When b holds a non-finite value the product runs on a and b with their
+    non-finite entries zeroed, and the visible pairs with a non-finite factor are added key by
+    key (only the keys that have one) in IEEE arithmetic, as the Triton kernels do
+    (:func:`kernelkit_gpu.attention._tiles._visible_mm`).
     """
     a = a.masked_fill(~visible, 0.0)
-    finite = torch.isfinite(b)
-    if bool(finite.all()):  # every masked term is 0 * finite = 0
+    finite_b = torch.isfinite(b)
+    if bool(finite_b.all()):  # every masked term is 0 * finite = 0
         return a @ b
-    return a @ torch.where(finite, b, 0.0) + _nonfinite_terms(a, b, visible)
+    finite_a = torch.isfinite(a)
+    out = torch.where(finite_a, a, 0.0) @ torch.where(finite_b, b, 0.0)
+    bad = (~finite_a & visible).any(-2) | (~finite_b).any(-1)  # (..., S): keys with one
+    for j in bad.reshape(-1, bad.shape[-1]).any(0).nonzero()[:, 0].tolist():
+        a_j, b_j = a[..., :, j, None], b[..., None, j, :]
+        pair = visible[:, j, None] & (~finite_a[..., :, j, None] | ~finite_b[..., None, j, :])
+        out = out + torch.where(pair, a_j * b_j, 0.0)
+    return out
 
 
 class VisibleMatmul(torch.autograd.Function):

@@ -38,7 +38,7 @@ or not, is one of three kernels:
 
 Masked keys are absent (:mod:`kernelkit_math.attention`): in the causal sweeps the intra-chunk
 product runs over the pairs of the triangle only; a chunk whose c tile holds a non-finite value
-takes an exact branch (:func:`kernelkit_gpu.attention._tiles._nonfinite_terms`), so such a
+takes an exact branch (:func:`kernelkit_gpu.attention._tiles._visible_mm`), so such a
 value reaches only the rows that see its position, in the output and in the gradients.
 
 Feature maps are applied on load (and re-masked, since elu(0) + 1 = 1 would leak from padded rows
@@ -78,7 +78,7 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention._tiles import _nonfinite_terms
+from kernelkit_gpu.attention._tiles import _visible_mm
 
 __all__ = ["state_sums", "chunk_sweep", "dden_rows", "segment_length"]
 
@@ -303,16 +303,8 @@ def _la_chunk_kernel(
                 den += tl.sum(p, axis=1)
             if OPS == 2:
                 p = _bf16_rtne(p)
-            p = p.to(c.dtype)
-            # Masked pairs are absent: a non-finite c_s must not reach the rows that do not see
-            # s through 0 * inf. One reduction over the c tile; the exact branch only for a
-            # chunk that holds a non-finite value.
-            finite = tl.abs(c.to(tl.float32)) < float("inf")
-            if tl.min(finite.to(tl.int32)) == 1:
-                acc = tl.dot(p, c, acc, input_precision=DOT_PREC)
-            else:
-                acc = tl.dot(p, tl.where(finite, c, 0.0).to(c.dtype), acc,
-                             input_precision=DOT_PREC) + _nonfinite_terms(p, c, keep)
+            # masked pairs are absent: a non-finite c_s reaches only the rows that see s
+            acc = _visible_mm(p.to(c.dtype), c, acc, keep, DOT_PREC, False)
             # state update with this chunk (after its use: S holds the chunks before / after)
             S = tl.dot(tl.trans(b), c, S, input_precision=DOT_PREC)
             if RANK1 == 1:
