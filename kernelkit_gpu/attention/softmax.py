@@ -284,8 +284,8 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     ``benchmarks/attention_softmax.py`` measures it against SDPA. Masked keys cost nothing in
     full tiles; in a causal diagonal tile the operand that a masked pair would multiply (v
     forward; dO, q and k backward) is checked for non-finite values by one reduction, and only
-    a tile that holds one takes an exact branch (the product with those entries zeroed plus
-    products of 0/1 indicators that add NaN / +-inf where IEEE would).
+    a tile that holds one takes an exact branch (the product with those entries zeroed, plus
+    the visible pairs with a non-finite factor added key by key in IEEE arithmetic).
 
     Examples
     --------
