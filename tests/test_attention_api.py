@@ -296,7 +296,7 @@ def test_issue_18_j_reproduction_through_every_api(rng, device, path, feature_ma
 
 # ------------------------------------------------------------------------ docstrings (issue 18)
 def _signature_in_docstring(doc, name):
-    """The signature ``name(...)`` written in a docstring, as (name, kind, default) per parameter."""
+    """The signature ``name(...)`` written in a docstring: (name, kind, default) per parameter."""
     import ast
 
     text = " ".join(doc.split())
@@ -318,9 +318,10 @@ def test_kernelkit_gpu_docstring_shows_the_true_signatures(name):
 
     import kernelkit_gpu
 
-    kinds = {inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional",
-             inspect.Parameter.KEYWORD_ONLY: "keyword", inspect.Parameter.VAR_KEYWORD: "var_keyword"}
-    true = [(p.name, kinds[p.kind], None if p.default is inspect.Parameter.empty else p.default)
+    P = inspect.Parameter
+    kinds = {P.POSITIONAL_OR_KEYWORD: "positional", P.KEYWORD_ONLY: "keyword",
+             P.VAR_KEYWORD: "var_keyword"}
+    true = [(p.name, kinds[p.kind], None if p.default is P.empty else p.default)
             for p in inspect.signature(getattr(kernelkit_gpu, name)).parameters.values()]
     assert _signature_in_docstring(kernelkit_gpu.__doc__, name) == true
 

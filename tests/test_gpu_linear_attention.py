@@ -716,6 +716,7 @@ def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, c
                                                            value, rng):
     """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
     other tests) and float32."""
-    for dtype, tol in ((torch.float64, TOL["float64"]), (torch.float32, dict(rtol=2e-5, atol=2e-5))):
+    for dtype, tol in ((torch.float64, TOL["float64"]),
+                       (torch.float32, dict(rtol=2e-5, atol=2e-5))):
         _check_masked(linear_attention_naive, rng, "cpu", alignment, t, s, j, chunk, operand,
                       value, dtype, tol)

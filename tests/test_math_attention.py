@@ -548,7 +548,8 @@ def _with_nonfinite(rng, T, S, operand, value):
 
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}-{x}" for o, x in NONFINITE])
-@pytest.mark.parametrize("alignment,T,S", MASKED_CASES, ids=[f"{a}-T{t}-S{s}" for a, t, s in MASKED_CASES])
+@pytest.mark.parametrize("alignment,T,S", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s in MASKED_CASES])
 def test_nonfinite_key_reaches_only_the_rows_that_see_it(rng, alignment, T, S, operand, value):
     """A NaN / inf at key 4 gives exactly what a row-by-row float64 computation over the visible
     keys gives (IEEE: inf stays inf, 0 * inf is never formed for a masked key); rows without

@@ -76,8 +76,8 @@ def _visible_mm(a, b, acc, valid, PREC: tl.constexpr, UPCAST: tl.constexpr):
             col = keys[None, :] == j
             row = keys[:, None] == j
             a_j = tl.sum(tl.where(col, af, 0.0), axis=1)                    # a[:, j]
-            va_j = tl.sum(tl.where(col & valid & finite_a, 1, 0), axis=1) > 0  # valid, finite a
-            vn_j = tl.sum(tl.where(col & valid & ~finite_a, 1, 0), axis=1) > 0  # valid, a not finite
+            va_j = tl.sum(tl.where(col & valid & finite_a, 1, 0), axis=1) > 0   # finite a
+            vn_j = tl.sum(tl.where(col & valid & ~finite_a, 1, 0), axis=1) > 0  # non-finite a
             b_j = tl.sum(tl.where(row, bf, 0.0), axis=0)                    # b[j, :]
             fb_j = tl.abs(b_j) < float("inf")
             pair = vn_j[:, None] | (va_j[:, None] & ~fb_j[None, :])
