@@ -56,7 +56,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         ``"bottom_right"``: iff j <= i + S - T (torch ``CausalVariant.LOWER_RIGHT``,
         FlashAttention's alignment for decoding with a KV cache: the T queries are the last T of
         S positions). With T > S the first T - S queries see no key: output 0, lse -inf, no
-        gradient through them.
+        gradient through them, whatever k and v hold.
     scale : float or None
         None means 1 / sqrt(D).
     enable_gqa : bool
@@ -75,6 +75,12 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     ValueError, TypeError
         For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H,
         ``scale <= 0``, or a ``causal_alignment`` other than "top_left" / "bottom_right".
+
+    Notes
+    -----
+    Masked keys are absent, not weighted by 0, on every path (the rule of
+    :mod:`kernelkit_math.attention`): a NaN or infinity in v_j, k_j or q_i reaches exactly the
+    outputs and gradients of a row-by-row computation over the visible keys.
 
     Examples
     --------
@@ -178,8 +184,11 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
 
     Notes
     -----
-    NaN is never hidden: a NaN in q_t makes output row t NaN, one in k_s every row that sees key
-    s and the final state, on every path, as in :func:`kernelkit_math.attention.linear_attention`.
+    NaN is never hidden, and masked keys are absent: a NaN or infinity in q_t reaches output row
+    t, one in k_s or v_s every row that sees key s (and the final state) and no other row, in
+    the output and in the gradients, on every path, as in
+    :func:`kernelkit_math.attention.linear_attention`. Rows that see no key read the initial
+    state alone (0 without one, whatever q_t holds).
 
     Examples
     --------
@@ -226,7 +235,9 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
         (for RBF, gamma = 1 / (2 length_scale²)). ``"exponential"`` / ``kernelkit.Exponential``
         with scale s is softmax attention with that scale.
     is_causal, causal_alignment, enable_gqa
-        As :func:`softmax_attention`; rows without a visible key output 0.
+        As :func:`softmax_attention`; rows without a visible key output 0. q, k and v must be
+        finite (ValueError otherwise): the operands are prepared as for a Gram matrix
+        (centring over all rows), where one NaN would spread to unrelated rows.
     eps : float
         Denominator guard for kernels whose weights can sum to <= 0 (polynomial, sigmoid).
     **params
@@ -242,7 +253,8 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
         If ``kernel`` is neither a registry name nor a kernelkit kernel object, or parameters
         are given with a kernel object (they belong in its constructor).
     ValueError
-        For an unknown kernel name, a parameter out of range or a bad ``causal_alignment``.
+        For an unknown kernel name, a parameter out of range, a bad ``causal_alignment``, or
+        NaN or infinity in q, k or v.
 
     Examples
     --------

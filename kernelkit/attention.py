@@ -21,6 +21,11 @@ CPU when ``TRITON_INTERPRET=1`` was set before import (the interpreter), else th
 path (``kernelkit_gpu.*_naive``). float64 tensors always run the plain-PyTorch path, in float64,
 on their device (CPU or CUDA): the Triton kernels take 16- and 32-bit floats only. Float64
 references live in :mod:`kernelkit_math.attention`.
+
+Masked keys are absent, on every path: a causal mask leaves the keys a query may not see out of
+its sums (not weighted by 0), so a NaN or infinity in a key or value reaches exactly the rows
+that see it (and their gradients), and rows that see no key output 0 (the rule of
+:mod:`kernelkit_math.attention`; :func:`kernel_attention` refuses non-finite input).
 """
 
 from __future__ import annotations
@@ -39,8 +44,8 @@ __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_F
 def compare(*args, **kwargs):
     """Errors, speed and memory of attention methods against softmax on given q, k, v.
 
-    The same as :func:`kernelkit.compare.comparison` (see there for the parameters); loads
-    :mod:`kernelkit.compare` on first use.
+    The same as :func:`kernelkit.compare.compare` (defined in :mod:`kernelkit.compare.comparison`;
+    see there for the parameters); loads :mod:`kernelkit.compare` on first use.
 
     Examples
     --------
@@ -58,8 +63,8 @@ def compare(*args, **kwargs):
 def sweep(*args, **kwargs):
     """Time and peak memory of attention methods against sequence length, with crossovers.
 
-    The same as :func:`kernelkit.compare.sweeps` (see there for the parameters); loads
-    :mod:`kernelkit.compare` on first use.
+    The same as :func:`kernelkit.compare.sweep` (defined in :mod:`kernelkit.compare.sweeps`; see
+    there for the parameters); loads :mod:`kernelkit.compare` on first use.
     """
     from kernelkit.compare import sweep as impl
 

@@ -24,13 +24,20 @@ gram_log_gradient(x, kernel="rbf", **params)
     K(X, X) and its gradient with respect to the log hyperparameters, float64
     (:mod:`kernelkit_gpu.pairwise.log_gradient`; what scikit-learn's
     ``kernel(X, eval_gradient=True)`` returns).
-softmax_attention(q, k, v, *, is_causal=False, scale=None, enable_gqa=False, return_lse=False)
+softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
+                  enable_gqa=False, return_lse=False)
     FlashAttention-style online-softmax attention, forward and backward
     (:mod:`kernelkit_gpu.attention.softmax`).
-kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, eps=1e-6, enable_gqa=False, **params)
+kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment="top_left",
+                 eps=1e-6, enable_gqa=False, **params)
     The exact kernel smoother for any registry kernel (:mod:`kernelkit_gpu.attention.smoother`).
-linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, normalize=True, ...)
+linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_alignment="top_left",
+                 normalize=True, eps=1e-6, initial_state=None, return_state=False,
+                 chunk_size=None, causal=None)
     Chunked linear attention with fused cheap feature maps (:mod:`kernelkit_gpu.attention.linear`).
+    In all three, a causal mask leaves the keys a query may not see out of its sums (a NaN in a
+    value reaches only the rows that see it; rows without keys are 0), as
+    :mod:`kernelkit_math.attention` states.
 gram_naive, kernel_matvec_naive, softmax_attention_naive, kernel_attention_naive, linear_attention_naive
     Plain-PyTorch twins with the same signatures (any device, float64 included).
 apply_feature_map(fmap, x)

@@ -33,6 +33,13 @@ Causal mask
 
     With T == S the two coincide. A row with no visible key (bottom-right with T > S, or S = 0)
     outputs 0 (lse = -inf for softmax attention, FlashAttention's convention), never NaN.
+Masked keys are absent
+    A query row's output depends only on the keys and values it is allowed to see: a masked
+    position (a key after the causal diagonal) is left out of the sums, not multiplied by a
+    zero weight. So a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j,
+    with IEEE semantics as in a computation row by row (0 * inf, inf - inf and NaN give NaN);
+    rows that see no key output 0 whatever the keys and values hold. Every implementation
+    (the PyTorch twins and the Triton kernels of ``kernelkit_gpu``) follows this rule.
 Grouped-query attention (GQA)
     If k or v has fewer heads (axis -3) than q and that number divides H, each k/v head serves
     H / H_kv consecutive query heads (:func:`repeat_kv`, as ``enable_gqa=True`` in PyTorch).
@@ -219,6 +226,22 @@ def _safe_divide(num, den_guarded):
     return out
 
 
+def _visible_sum(w, v, visible):
+    """sum_j w_ij v_j over the visible (i, j) only: (..., T, S) x (..., S, Dv) -> (..., T, Dv).
+
+    A masked pair contributes nothing, whatever ``w_ij`` and ``v_j`` hold: ``w @ v`` would add
+    0 * inf = NaN for a non-finite ``v_j`` a row does not see. ``visible`` (T, S) bool, or None
+    (every key visible).
+    """
+    if visible is None:
+        return w @ v
+    w = np.where(visible, w, 0.0)
+    if np.isfinite(v).all():  # every masked term is 0 * finite = 0: w @ v is the masked sum
+        return w @ v
+    terms = np.where(visible[:, :, None], w[..., :, :, None] * v[..., None, :, :], 0.0)
+    return terms.sum(axis=-2)
+
+
 def _as_array(x, name, min_ndim=2):
     arr = np.asarray(x)
     if arr.dtype.kind not in "iuf":
@@ -288,7 +311,9 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False,
     goes through :func:`guard_denominator`: a no-op for positive kernels with the default
     ``eps = 0``; for kernels whose weights can be <= 0 (linear, polynomial, sigmoid, cosine) a
     row with ``den <= 0`` gives ``den_guarded = eps`` (and output 0 if eps = 0). Rows whose
-    guarded denominator is 0 output 0.
+    guarded denominator is 0 output 0. Masked keys are left out of the sums (a NaN in v_j
+    reaches only the rows that see key j; rows that see no key output 0), as in every function
+    of this module.
 
     The weights are the raw kernel values: with the exponential kernel, scores above ~709
     overflow. Use :func:`softmax_attention` (max-subtracted) for large scores.
@@ -352,9 +377,10 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False,
     for b in range(n_b):
         W[b] = spec.value_fn(qb[b], kb[b], **resolved)
     W = W.reshape(batch + (T, S))
-    if shift is not None:
-        W = np.where(causal_mask(T, S, shift), W, 0.0)
-    return _safe_divide(W @ v, guard_denominator(W.sum(axis=-1), eps))
+    visible = None if shift is None else causal_mask(T, S, shift)
+    if visible is not None:
+        W = np.where(visible, W, 0.0)
+    return _safe_divide(_visible_sum(W, v, visible), guard_denominator(W.sum(axis=-1), eps))
 
 
 # -------------------------------------------------------------------------- softmax attention
@@ -376,7 +402,8 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     enable_gqa=True)``. V(i) is every key, or ``{j <= i + shift}`` with ``is_causal`` (shift 0
     top-left aligned, S - T bottom-right aligned: ``causal_alignment``). Rows without visible
     keys (S = 0, or bottom-right with T > S) output 0 and their lse is -inf (not NaN), as
-    FlashAttention.
+    FlashAttention, whatever k and v hold. Masked keys are left out of the sums, not given a
+    zero weight: a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j.
 
     Parameters
     ----------
@@ -425,13 +452,14 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not np.isfinite(scale):
         raise ValueError(f"scale must be a finite number or None; got {scale!r}")
     scores = float(scale) * (q @ _swap(k))
-    if shift is not None:
-        scores = np.where(causal_mask(T, S, shift), scores, -np.inf)
+    visible = None if shift is None else causal_mask(T, S, shift)
+    if visible is not None:
+        scores = np.where(visible, scores, -np.inf)
     m = scores.max(axis=-1, keepdims=True, initial=-np.inf)
-    m = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: exp(-inf) = 0, no NaN
+    m = np.where(m == -np.inf, 0.0, m)  # rows with no visible key: exp(-inf) = 0, no NaN
     p = np.exp(scores - m)
     ell = p.sum(axis=-1)
-    out = _safe_divide(p @ v, ell)
+    out = _safe_divide(_visible_sum(p, v, visible), ell)
     if not return_lse:
         return out
     with np.errstate(divide="ignore"):
@@ -474,10 +502,15 @@ def linear_attention(
     (``normalize=False`` returns num). V(i) is every key, or ``{j <= i + shift}`` with
     ``is_causal`` (shift 0 top-left or S - T bottom-right aligned, as softmax attention; see
     ``causal_alignment``). A query with no visible key (bottom-right with T > S) reads the
-    initial state alone: output 0 without one. Two forms compute the same thing:
+    initial state alone: output 0 without one (whatever q_i holds). Masked keys are left out of
+    the sums, so a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j (and
+    the final state).
+    Two forms compute the same thing:
 
     - ``"parallel"``: num = (Q K^T ⊙ mask) v + Q S_0, den = (Q K^T ⊙ mask) 1 + Q z_0, with the
-      causal mask :func:`causal_mask` (diagonal included) when causal;
+      causal mask :func:`causal_mask` (diagonal included) when causal; the masked terms are
+      left out of the product, not multiplied by 0 (see "Masked keys are absent" in the module
+      docstring: a NaN in v_j reaches only the rows that see key j);
     - ``"recurrent"``: state S_j = S_{j-1} + K_j v_j^T (M x Dv), z_j = z_{j-1} + K_j, and
       out_i = Q_i^T S / max(Q_i·z, eps) with the state after key i + shift (the initial state
       when i + shift < 0); without ``is_causal`` every query reads the state after the last key.
@@ -556,6 +589,10 @@ def linear_attention(
 
     if initial_state is None:
         S0, z0 = np.zeros((M, Dv)), np.zeros(M)
+        # A row that sees no key and has no state to read reads nothing: output 0 whatever q_i
+        # holds (phi(q_i) . 0 would be NaN for a NaN q_i).
+        reads = np.full(T, S > 0) if shift is None else causal_mask(T, S, shift).any(axis=1)
+        Q = np.where(reads[:, None], Q, 0.0)
     else:
         if not isinstance(initial_state, (tuple, list)) or len(initial_state) != 2:
             raise ValueError("initial_state must be a pair (S_0 (..., M, Dv), z_0 (..., M))")
@@ -577,9 +614,10 @@ def linear_attention(
 
     if form == "parallel":
         A = Q @ _swap(K)  # (..., T, S)
-        if shift is not None:
-            A = np.where(causal_mask(T, S, shift), A, 0.0)
-        num = A @ v + Q @ S0
+        visible = None if shift is None else causal_mask(T, S, shift)
+        if visible is not None:
+            A = np.where(visible, A, 0.0)
+        num = _visible_sum(A, v, visible) + Q @ S0
         den = A.sum(axis=-1) + np.einsum("...tm,...m->...t", Q, z0)
         S_fin = S0 + _swap(K) @ v
         z_fin = z0 + K.sum(axis=-2)

@@ -268,3 +268,73 @@ def test_causal_is_the_deprecated_name_of_is_causal(rng, device):
 
 def _as_numpy(x):
     return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+
+
+# ------------------------------------------------------ masked keys are absent (issue 18 J)
+@pytest.mark.parametrize("feature_map", ["elu+1", "favor+:16"])
+def test_issue_18_j_reproduction_through_every_api(rng, device, path, feature_map):
+    """Bottom-right causal, T = 9, S = 5, NaN in v[4]: rows 0-3 see no key (0), rows 4-7 do not
+    see key 4 (finite, equal to the reference), row 8 sees it (NaN), on both paths;
+    kernel_attention refuses the non-finite value with a ValueError naming v."""
+    q, k, v = qkv(rng, device, T=9, S=5)
+    v[0, 1, 4, 3] = float("nan")
+    br = dict(is_causal=True, causal_alignment="bottom_right")
+    outs = {
+        "softmax": (ka.softmax_attention(q, k, v, **br),
+                    ref.softmax_attention(*as64(q, k, v), **br)),
+        "linear": (ka.linear_attention(q, k, v, feature_map, seed=2, **br),
+                   ref.linear_attention(*as64(q, k, v), feature_map=feature_map, seed=2, **br)),
+    }
+    for name, (out, want) in outs.items():
+        got = out.double().cpu().numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+        np.testing.assert_array_equal(got[0, :, :4], 0.0, err_msg=name)
+        assert np.isfinite(got[0, :, 4:8]).all() and np.isnan(got[0, 1, 8, 3]), name
+    with pytest.raises(ValueError, match="^v contains NaN or infinity"):
+        ka.kernel_attention(q, k, v, "rbf", gamma=0.1, **br)
+
+
+# ------------------------------------------------------------------------ docstrings (issue 18)
+def _signature_in_docstring(doc, name):
+    """The signature ``name(...)`` written in a docstring: (name, kind, default) per parameter."""
+    import ast
+
+    text = " ".join(doc.split())
+    start = text.index(f"{name}(")
+    node = ast.parse(f"def {text[start:text.index(')', start) + 1]}: pass").body[0].args
+    params = [(a.arg, "positional", None) for a in node.args[:len(node.args) - len(node.defaults)]]
+    params += [(a.arg, "positional", ast.literal_eval(d))
+               for a, d in zip(node.args[len(node.args) - len(node.defaults):], node.defaults)]
+    params += [(a.arg, "keyword", None if d is None else ast.literal_eval(d))
+               for a, d in zip(node.kwonlyargs, node.kw_defaults)]
+    return params + ([(node.kwarg.arg, "var_keyword", None)] if node.kwarg else [])
+
+
+@pytest.mark.parametrize("name", ["softmax_attention", "kernel_attention", "linear_attention"])
+def test_kernelkit_gpu_docstring_shows_the_true_signatures(name):
+    """The package docstring of kernelkit_gpu writes each attention function's full signature
+    (it used to omit causal_alignment)."""
+    import inspect
+
+    import kernelkit_gpu
+
+    P = inspect.Parameter
+    kinds = {P.POSITIONAL_OR_KEYWORD: "positional", P.KEYWORD_ONLY: "keyword",
+             P.VAR_KEYWORD: "var_keyword"}
+    true = [(p.name, kinds[p.kind], None if p.default is P.empty else p.default)
+            for p in inspect.signature(getattr(kernelkit_gpu, name)).parameters.values()]
+    assert _signature_in_docstring(kernelkit_gpu.__doc__, name) == true
+
+
+def test_kernelkit_attention_docstrings_point_to_functions():
+    """Every :func:`...` target in kernelkit.attention's docstrings is a function (it used to
+    name the modules kernelkit.compare.comparison and kernelkit.compare.sweeps)."""
+    import re
+
+    docs = [ka.__doc__] + [getattr(ka, n).__doc__ for n in ka.__all__ if callable(getattr(ka, n))]
+    targets = {t for doc in docs for t in re.findall(r":func:`([\w.]+)`", doc or "")}
+    assert "kernelkit.compare.compare" in targets and "kernelkit.compare.sweep" in targets
+    for target in targets:
+        mod, _, attr = target.rpartition(".")
+        obj = getattr(importlib.import_module(mod), attr) if mod else getattr(ka, attr)
+        assert callable(obj) and not isinstance(obj, type(importlib)), target

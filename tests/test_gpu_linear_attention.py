@@ -463,9 +463,9 @@ def test_nan_input_propagates_as_in_float64(feature_map, causal, where, device, 
     ``den > 0`` guard used to turn the NaN into finite values or zeros.) Three chunks of 16: the
     NaN at position 21 must reach later chunks through the state, and only them.
 
-    Gradients: every row of dq, dk, dv that the NaN reaches holds NaN, and entries that are
-    finite both here and in the float64 autograd of the PyTorch path agree with it. (Where the
-    NaN does not reach, either may still show NaN from 0 * NaN in a masked product.)"""
+    Gradients: every row of dq, dk, dv that the NaN reaches holds NaN, NaN appears exactly where
+    the float64 autograd of the PyTorch path has it (masked keys are absent: no 0 * NaN in a
+    masked product), and the finite entries agree with it."""
     B, H, T, D, t0 = 1, 2, 40, 16, 21
     q, k, v = make_inputs(rng, B, H, T, T, D, D, torch.float32, device, feature_map)
     (q if where == "q" else k)[0, 1, t0, 3] = float("nan")
@@ -491,6 +491,7 @@ def test_nan_input_propagates_as_in_float64(feature_map, causal, where, device, 
             got, msg = to_numpy64(leaf.grad), f"{impl.__name__}, {what}"
             rows_nan = np.isnan(got[0, 1]).any(1)
             assert rows_nan[reached[what]].all(), f"{msg}: rows the NaN reaches must hold NaN"
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{msg}: NaN")
             both = np.isfinite(got) & np.isfinite(want)
             scale = max(1.0, np.abs(want[both]).max())
             np.testing.assert_allclose(got[both], want[both], rtol=2e-5, atol=2e-5 * scale,
@@ -634,3 +635,88 @@ def test_bad_inputs(device):
     for exc, match, fn in cases:
         with pytest.raises(exc, match=match):
             fn()
+
+
+# ------------------------------------------------------ masked keys are absent (issue 18 J)
+#: (alignment, T, S, index of the spoiled key / query row, chunk_size). The first is the
+#: reproduction of issue 18 J; the last two span several chunks and segments of 16.
+MASKED_CASES = [("bottom_right", 9, 5, 4, None), ("top_left", 9, 5, 4, None),
+                ("top_left", 5, 9, 4, None), ("bottom_right", 5, 9, 4, None),
+                ("top_left", 40, 37, 20, 16), ("bottom_right", 40, 23, 9, 16)]
+NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
+             ("k", float("inf")), ("q", float("nan"))]
+
+
+def rowwise_reference(q, k, v, shift, eps=1e-6):
+    """Float64 elu+1 linear attention one query row at a time over its visible keys only,
+    through torch.autograd (the gradients sum over the visible pairs only). Rows that see no key
+    are 0. q (B, H, T, D), k, v (B, H, S, *)."""
+    B, H, T, _ = q.shape
+
+    def row(b, h, i):
+        js = [j for j in range(k.shape[2]) if shift is None or j <= i + shift]
+        if not js:
+            return torch.zeros(v.shape[3], dtype=torch.float64)
+        w = (F.elu(k[b, h, js]) + 1.0) @ (F.elu(q[b, h, i]) + 1.0)
+        return (w @ v[b, h, js]) / torch.clamp_min(w.sum(), eps)
+
+    return torch.stack([torch.stack([torch.stack([row(b, h, i) for i in range(T)])
+                                     for h in range(H)]) for b in range(B)])
+
+
+def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dtype, tol):
+    q, k, v = make_inputs(rng, 1, 2, t, s, 16, 16, dtype, device)
+    {"q": q, "k": k, "v": v}[operand][0, 1, j, 3] = value
+    shift = 0 if alignment == "top_left" else s - t
+    ref = reference(q, k, v, causal=True, causal_alignment=alignment)[0]
+    q64, k64, v64 = (torch.from_numpy(to_numpy64(x)).requires_grad_(True) for x in (q, k, v))
+    row_out = rowwise_reference(q64, k64, v64, shift)
+    np.testing.assert_allclose(to_numpy64(row_out), ref, **TOL["float64"])  # references agree
+    # a NaN output gets a NaN upstream gradient, as a loss like (out ** 2).sum() gives it
+    g = torch.from_numpy(rng.standard_normal(ref.shape)) + 0.0 * torch.from_numpy(ref)
+    expect = torch.autograd.grad(row_out, (q64, k64, v64), g)
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out = fn(q, k, v, is_causal=True, causal_alignment=alignment, chunk_size=chunk)
+    np.testing.assert_allclose(to_numpy64(out), ref, **tol)
+    got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
+    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+        o = to_numpy64(out)[0, 1]
+        assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j,chunk", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _, _ in MASKED_CASES])
+def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand, value,
+                                                     device, rng, poisoned_outputs):
+    """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs and gradients of a row-by-row
+    float64 computation over the visible keys (never a row that does not see s through 0 * NaN
+    in the intra-chunk product, forward or backward); rows without keys are 0. Tolerance of the
+    finite entries: float32 against float64 as check_close (2e-5; the masking is tested here,
+    the accuracy by the rule tests)."""
+    _check_masked(linear_attention, rng, device, alignment, t, s, j, chunk, operand, value,
+                  torch.float32, dict(rtol=2e-5, atol=2e-5))
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_nonfinite_masked_16_bit(dtype_name, device, rng, poisoned_outputs):
+    """The reproduction of issue 18 J in float16 / bfloat16 (tolerances of the finite entries:
+    the inputs' and the scores' 16-bit rounding, u = 4.9e-4 / 3.9e-3, over <= 5 keys)."""
+    tol = {"float16": dict(rtol=1e-2, atol=1e-2), "bfloat16": dict(rtol=6e-2, atol=6e-2)}
+    _check_masked(linear_attention, rng, device, "bottom_right", 9, 5, 4, None, "v",
+                  float("nan"), getattr(torch, dtype_name), tol[dtype_name])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j,chunk", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _, _ in MASKED_CASES])
+def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand,
+                                                           value, rng):
+    """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
+    other tests) and float32."""
+    for dtype, tol in ((torch.float64, TOL["float64"]),
+                       (torch.float32, dict(rtol=2e-5, atol=2e-5))):
+        _check_masked(linear_attention_naive, rng, "cpu", alignment, t, s, j, chunk, operand,
+                      value, dtype, tol)

@@ -20,8 +20,11 @@ import sys
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
+from kernelkit_gpu.attention._tiles import _visible_mm
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
@@ -424,3 +427,157 @@ def test_cpu_without_interpreter_is_a_clear_error():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          cwd=root, timeout=300)
     assert "ValueError" in res.stdout and "TRITON_INTERPRET=1" in res.stdout, res.stdout + res.stderr
+
+
+# ------------------------------------------------------ masked keys are absent (issue 18 J)
+#: (alignment, T, S, index of the spoiled key / query row). The first is the reproduction of
+#: issue 18 J; the last two span several tiles (full tiles and causal diagonals) under the
+#: interpreter's blocks (forward 32 x 16, dK/dV 16 x 32, dQ 32 x 16).
+MASKED_CASES = [("bottom_right", 9, 5, 4), ("top_left", 9, 5, 4), ("top_left", 5, 9, 4),
+                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9)]
+#: (operand, value) put at one entry of key j (k or v) or of query row j (q).
+NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
+             ("k", float("inf")), ("q", float("nan"))]
+#: Tolerances of the finite entries against float64 in these tests of the masking (the accuracy
+#: itself is test_matches_reference's job): float32 scores, exp2 and sums over <= 40 keys
+#: (~1e-6), 16-bit probabilities and operands (u = 4.9e-4 / 3.9e-3, gradients summing ~40
+#: such terms).
+MASK_TOL = {"float32": dict(rtol=1e-4, atol=1e-4), "float16": dict(rtol=2e-2, atol=2e-2),
+            "bfloat16": dict(rtol=1e-1, atol=1e-1)}
+
+
+def _spoiled_qkv(rng, t, s, j, operand, value, dtype, device):
+    """q (1, 2, T, 16), k, v (1, 1, S, 16) (GQA: both query heads read the one k/v head) with
+    ``value`` at entry (j, 3) of ``operand``."""
+    q, k, v = make_qkv(rng, 1, 2, 1, t, s, 16, 16, dtype, device)
+    {"q": q, "k": k, "v": v}[operand][0, 0, j, 3] = value
+    return q, k, v
+
+
+def rowwise_reference(q, k, v, shift):
+    """Float64 softmax attention one query row at a time over its visible keys only, through
+    torch.autograd: the gradients too sum over the visible pairs only (IEEE semantics of a
+    row-by-row computation). Rows that see no key are 0. q (B, H, T, D), k, v (B, H_kv, S, *)."""
+    B, H, T, D = q.shape
+    S, rep = k.shape[2], H // k.shape[1]
+
+    def row(b, h, i):
+        js = [j for j in range(S) if shift is None or j <= i + shift]
+        if not js:
+            return torch.zeros(v.shape[3], dtype=torch.float64)
+        p = torch.softmax(D ** -0.5 * (k[b, h // rep, js] @ q[b, h, i]), dim=0)
+        return p @ v[b, h // rep, js]
+
+    return torch.stack([torch.stack([torch.stack([row(b, h, i) for i in range(T)])
+                                     for h in range(H)]) for b in range(B)])
+
+
+def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
+    q, k, v = _spoiled_qkv(rng, t, s, j, operand, value, getattr(torch, dt), device)
+    causal = dict(is_causal=True, causal_alignment=alignment)
+    ref_out, ref_lse = reference(q, k, v, True, causal_alignment=alignment)
+    q64, k64, v64 = (f64(x).cpu().requires_grad_(True) for x in (q, k, v))
+    row_out = rowwise_reference(q64, k64, v64, _shift(alignment, t, s))
+    np.testing.assert_allclose(to_numpy64(row_out), ref_out, **TOL["float64"])  # references agree
+    # a NaN output gets a NaN upstream gradient, as a loss like (out ** 2).sum() gives it
+    g = torch.from_numpy(rng.standard_normal(ref_out.shape)) + 0.0 * torch.from_numpy(ref_out)
+    expect = torch.autograd.grad(row_out, (q64, k64, v64), g)
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out, lse = fn(q, k, v, enable_gqa=True, return_lse=True, **causal)
+    np.testing.assert_allclose(to_numpy64(out), ref_out, **tol)
+    if not (operand == "k" and value == float("inf")):
+        # (an +inf score: the reference's max subtraction and the kernel give NaN (inf - inf),
+        # torch's logsumexp gives +inf; not compared)
+        np.testing.assert_allclose(to_numpy64(lse), ref_lse, **tol)
+    got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
+    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+        o = to_numpy64(out)[0, 0]
+        assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
+                                                     rng, poisoned_outputs):
+    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs and gradients that a
+    row-by-row float64 computation over the visible keys gives: never the rows that do not see
+    key j through 0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero
+    gradients); forward (Triton, float32) and backward (dq, dk, dv)."""
+    _check_masked(sa.softmax_attention, rng, device, alignment, t, s, j, operand, value,
+                  "float32", MASK_TOL["float32"])
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("operand,value", NONFINITE[:2], ids=["vnan", "vinf"])
+def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outputs):
+    """The reproduction of issue 18 J in float16 / bfloat16 (the exact branch compares in
+    float32: the interpreter cannot compare bfloat16 with inf)."""
+    _check_masked(sa.softmax_attention, rng, device, "bottom_right", 9, 5, 4, operand, value, dt,
+                  MASK_TOL[dt])
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, rng):
+    """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
+    other tests) and float32."""
+    for dt, tol in (("float64", TOL["float64"]), ("float32", MASK_TOL["float32"])):
+        _check_masked(softmax_attention_naive, rng, "cpu", alignment, t, s, j, operand, value,
+                      dt, tol)
+
+
+def _crafted_tiles(rng, n=16):
+    """a (n, n) with zeros, negatives, a NaN and an inf; b (n, n) with NaN, +inf, -inf (one
+    column holds both infinities, one an infinity met only by zero weights, one meets the inf
+    of a); a random mask."""
+    a = rng.standard_normal((n, n))
+    a[rng.random((n, n)) < 0.2] = 0.0
+    a[3, 5] = np.nan
+    b = rng.standard_normal((n, n))
+    b[5, 0], b[7, 1], b[9, 2], b[2, 3], b[11, 3] = np.nan, np.inf, -np.inf, np.inf, -np.inf
+    b[4, 6] = np.inf
+    a[:, 4] = 0.0  # key 4 has weight 0 in every row: inf * 0 = NaN where visible
+    valid = rng.random((n, n)) < 0.6
+    a[6, 7], b[7, 8], valid[6, 7] = np.inf, -np.inf, True  # inf * -inf = -inf, inf * finite
+    with np.errstate(invalid="ignore"):
+        expect = np.where(valid[:, :, None], a[:, :, None] * b[None, :, :], 0.0).sum(axis=1)
+    return a, b, valid, expect
+
+
+def test_visible_product_torch_is_the_masked_elementwise_sum(rng):
+    """visible_mm (the torch twins' product) equals sum_j where(visible, a_ij b_jc, 0) written
+    elementwise: NaN, +inf, -inf exactly where IEEE puts them (0 * inf on a visible pair is NaN,
+    +inf and -inf in one sum are NaN), and nothing from masked pairs."""
+    from kernelkit_gpu.attention._visible import visible_mm
+
+    a, b, valid, expect = _crafted_tiles(rng)
+    assert np.isnan(expect).any() and np.isposinf(expect).any() and np.isneginf(expect).any()
+    got = visible_mm(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(valid))
+    np.testing.assert_allclose(got.numpy(), expect, **TOL["float64"])
+
+
+@triton.jit
+def _visible_mm_kernel(a_ptr, b_ptr, m_ptr, o_ptr, N: tl.constexpr):
+    """o = _visible_mm(a, b, 0, m != 0) of one (N, N) tile (float32, IEEE products)."""
+    r = tl.arange(0, N)
+    ix = r[:, None] * N + r[None, :]
+    acc = tl.zeros((N, N), tl.float32)
+    acc = _visible_mm(tl.load(a_ptr + ix), tl.load(b_ptr + ix), acc, tl.load(m_ptr + ix) != 0,
+                      "ieee", False)
+    tl.store(o_ptr + ix, acc)
+
+
+def test_visible_product_triton_is_the_masked_elementwise_sum(device, rng):
+    """The Triton helper of the causal diagonal tiles (``_tiles._visible_mm``) gives the same as
+    the elementwise masked sum (float32 products: rtol 1e-6 of 16 terms of size ~1)."""
+    a, b, valid, expect = _crafted_tiles(rng)
+    a = np.where(valid, a, 0.0)  # the kernels pass a as 0 on the masked pairs
+    ta, tb = (torch.from_numpy(x).float().to(device) for x in (a, b))
+    out = torch.full((16, 16), float("nan"), device=device)
+    mask = torch.from_numpy(valid).to(device=device, dtype=torch.int32)
+    _visible_mm_kernel[(1,)](ta, tb, mask, out, N=16)
+    np.testing.assert_allclose(out.cpu().double().numpy(), expect, rtol=1e-6, atol=1e-6)

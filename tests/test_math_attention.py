@@ -505,3 +505,84 @@ def test_unknown_kernel_parameter_is_type_error(rng):
         kernel_smoother(q, q, q, "rbf", scale=1.0)
     with pytest.raises(TypeError, match="feature_map"):
         linear_attention(q, q, q, feature_map=3)
+
+
+# ------------------------------------------------------ masked keys are absent (issue 18 J)
+#: (alignment, T, S) with rows that see no key (bottom-right T > S), keys that no row sees
+#: (top-left T < S) and the reproduction of issue 18 J first.
+MASKED_CASES = [("bottom_right", 9, 5), ("top_left", 9, 5), ("top_left", 5, 9),
+                ("bottom_right", 5, 9)]
+#: (operand, value) put at key 4: one column of v, or one feature of k.
+NONFINITE = [("v", np.nan), ("v", np.inf), ("v", -np.inf), ("k", np.nan), ("k", np.inf)]
+
+
+def _rowwise_linear(q, k, v, phi, shift, eps):
+    """Linear attention one row at a time over the visible keys only (sums start at 0)."""
+    Q, K = phi(q), phi(k)
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for i in range(q.shape[0]):
+        js = [j for j in range(k.shape[0]) if j <= i + shift]
+        num = sum((float(Q[i] @ K[j]) * v[j] for j in js), np.zeros(v.shape[1]))
+        den = sum(float(Q[i] @ K[j]) for j in js)
+        out[i] = num / max(den, eps)
+    return out
+
+
+def _rowwise_smoother(q, k, v, kernel, shift, eps, **params):
+    """The kernel smoother one row at a time over the visible keys only."""
+    spec = get_kernel(kernel)
+    resolved = spec.resolve(q.shape[1], **params)
+    out = np.zeros((q.shape[0], v.shape[1]))
+    for i in range(q.shape[0]):
+        js = [j for j in range(k.shape[0]) if j <= i + shift]
+        if js:
+            w = spec.value_fn(q[i:i + 1], k[js], **resolved)[0]
+            out[i] = sum(wj * v[j] for wj, j in zip(w, js)) / max(float(w.sum()), eps)
+    return out
+
+
+def _with_nonfinite(rng, T, S, operand, value):
+    q, k, v = _qkv(rng, (), T, S, 3, 2)
+    (v if operand == "v" else k)[4, 0] = value
+    return q, k, v
+
+
+@pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}-{x}" for o, x in NONFINITE])
+@pytest.mark.parametrize("alignment,T,S", MASKED_CASES,
+                         ids=[f"{a}-T{t}-S{s}" for a, t, s in MASKED_CASES])
+def test_nonfinite_key_reaches_only_the_rows_that_see_it(rng, alignment, T, S, operand, value):
+    """A NaN / inf at key 4 gives exactly what a row-by-row float64 computation over the visible
+    keys gives (IEEE: inf stays inf, 0 * inf is never formed for a masked key); rows without
+    keys are 0."""
+    q, k, v = _with_nonfinite(rng, T, S, operand, value)
+    shift = causal_shift(True, alignment, T, S)
+    causal = dict(is_causal=True, causal_alignment=alignment)
+    phi = make_feature_map("elu+1", 3)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expect_soft = _naive_softmax(q, k, v, 1 / math.sqrt(3), True, shift)[0]
+        expect_lin = _rowwise_linear(q, k, v, phi, shift, 1e-6)
+        expect_rbf = _rowwise_smoother(q, k, v, "rbf", shift, 1e-6, gamma=0.5)
+    got = {
+        "softmax": (softmax_attention(q, k, v, **causal), expect_soft),
+        "exponential": (kernel_smoother(q, k, v, "exponential", **causal), expect_soft),
+        "rbf": (kernel_smoother(q, k, v, "rbf", eps=1e-6, gamma=0.5, **causal), expect_rbf),
+        "linear-parallel": (linear_attention(q, k, v, **causal), expect_lin),
+        "linear-recurrent": (linear_attention(q, k, v, form="recurrent", **causal), expect_lin),
+    }
+    for name, (out, expect) in got.items():
+        # assert_allclose compares NaN and +-inf positions exactly (equal_nan, inf == inf)
+        np.testing.assert_allclose(out, expect, **F64, err_msg=name)
+
+
+@pytest.mark.parametrize("operand", ["v", "k"])
+def test_issue_18_j_reproduction(rng, operand):
+    """Bottom-right, T = 9, S = 5, NaN at key 4: rows 0-3 see no key (0), rows 4-7 do not see
+    key 4 (finite), row 8 does (NaN), in every reference and form."""
+    q, k, v = _with_nonfinite(rng, 9, 5, operand, np.nan)
+    outs = [softmax_attention(q, k, v, **BR), kernel_smoother(q, k, v, "rbf", eps=1e-6, **BR),
+            kernel_smoother(q, k, v, "exponential", **BR), linear_attention(q, k, v, **BR),
+            linear_attention(q, k, v, form="recurrent", **BR)]
+    for out in outs:
+        np.testing.assert_array_equal(out[:4], 0.0)
+        assert np.isfinite(out[4:8]).all()
+        assert np.isnan(out[8, 0])

@@ -1,5 +1,6 @@
 """Attention on torch tensors: FlashAttention-style softmax (``softmax``, backward in
 ``softmax_bwd``), the exact kernel smoother for any registry kernel (``smoother``) and chunked
 linear attention (``linear``, Triton passes in ``linear_chunk``), each beside its plain-PyTorch
-twin (``naive``, ``linear_naive``); tile helpers (``_tiles``) and launch configurations
-(``_configs``). The public functions are exported by :mod:`kernelkit_gpu`."""
+twin (``naive``, ``linear_naive``); tile helpers (``_tiles``), the twins' products over the
+visible pairs of a causal mask (``_visible``) and launch configurations (``_configs``). The
+public functions are exported by :mod:`kernelkit_gpu`."""

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from kernelkit_gpu import _checks
+from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_math.attention import causal_shift, resolve_is_causal
 
 __all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args", "run_shifted"]
@@ -193,8 +194,10 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
 
     Notes
     -----
-    NaN in q or k propagates as in the float64 reference: row t for q_t, every row that sees
-    key s (and the final state) for k_s.
+    Masked keys are absent, as in the float64 reference: a NaN or infinity in q_t reaches row
+    t, one in k_s or v_s every row that sees key s (and the final state), never the rows that do
+    not see it, in the output and in the gradients; rows that see no key read the initial state
+    alone.
 
     Examples
     --------
@@ -218,7 +221,12 @@ def _top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
     B, H, T, M = q.shape
     S, Dv = k.shape[2], v.shape[3]
     cdt = torch.float64 if q.dtype == torch.float64 else torch.float32
-    Q = apply_feature_map(q.to(cdt), code)
+    qc = q.to(cdt)
+    if S == 0 and initial_state is None:
+        # no key and no state: the rows read nothing, 0 whatever q holds (no phi(q) . 0 = NaN);
+        # masked_fill keeps q in the graph with zero gradients
+        qc = qc.masked_fill(torch.ones((), dtype=torch.bool, device=q.device), 0.0)
+    Q = apply_feature_map(qc, code)
     K = apply_feature_map(k.to(cdt), code)
     V = v.to(cdt)
     if initial_state is None:
@@ -243,14 +251,16 @@ def _top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
         Qc = pad(Q).reshape(B, H, NC, C, M)
         Kc = pad(K).reshape(B, H, NC, C, M)
         Vc = pad(V).reshape(B, H, NC, C, Dv)
-        # where, not a product with the 0/1 mask: NaN scores of later keys (0 * NaN) must not leak
+        # Masked keys are absent (kernelkit_math.attention): the intra-chunk products run over
+        # the visible pairs only, so a NaN / inf in a later key or value (0 * NaN) never reaches
+        # an earlier row, in the output or in the gradients.
         tril = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-        A = torch.where(tril, Qc @ Kc.transpose(-1, -2), 0.0)
+        A = VisibleScores.apply(Qc, Kc, tril).masked_fill(~tril, 0.0)
         Sc = Kc.transpose(-1, -2) @ Vc                          # (B, H, NC, M, Dv)
         zc = Kc.sum(dim=-2)                                     # (B, H, NC, M)
         S_prev = torch.cat([S0[:, :, None], Sc[:, :, :-1]], dim=2).cumsum(dim=2)
         z_prev = torch.cat([z0[:, :, None], zc[:, :, :-1]], dim=2).cumsum(dim=2)
-        num = (A @ Vc + Qc @ S_prev).reshape(B, H, P, Dv)[:, :, :T]
+        num = (VisibleMatmul.apply(A, Vc, tril) + Qc @ S_prev).reshape(B, H, P, Dv)[:, :, :T]
         den = (A.sum(-1) + (Qc * z_prev[:, :, :, None, :]).sum(-1)).reshape(B, H, P)[:, :, :T]
     out = guarded_divide(num, den, eps) if normalize else num
     return out.to(q.dtype), (S_fin, z_fin)

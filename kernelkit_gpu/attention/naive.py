@@ -23,6 +23,7 @@ import torch
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
+from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_gpu.pairwise.naive import epilogue_torch
 from kernelkit_math.attention import causal_shift
 from kernelkit_math.registry import get_kernel
@@ -86,6 +87,11 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
         Rows with no visible key (S == 0, or bottom-right with T > S) give out 0, lse -inf and
         zero gradients.
 
+    Masked keys are absent, not weighted by 0 (:mod:`kernelkit_math.attention`): with
+    ``is_causal`` the products over keys run through :class:`VisibleScores` and
+    :class:`VisibleMatmul`, so a NaN or infinity in v_j, k_j or q_i reaches exactly the outputs
+    and gradients of a row-by-row computation over the visible keys.
+
     Notes
     -----
     Computed in the input dtype the way eager PyTorch does it: the scores, the probabilities and
@@ -103,17 +109,26 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
         return (out, lse) if return_lse else out
     group = H // H_kv
     kk, vv = _expand_kv(k, group), _expand_kv(v, group)
-    scores = torch.matmul(q, kk.transpose(-1, -2)) * scale
+    if shift is None:
+        scores = torch.matmul(q, kk.transpose(-1, -2)) * scale
+        out = torch.matmul(torch.softmax(scores, dim=-1), vv)
+        if return_lse:
+            return out, torch.logsumexp(scores.to(lse_dtype), dim=-1)
+        return out
+    # Causal: masked keys are absent (kernelkit_math.attention): the products that involve a
+    # key go through the visible pairs only, so a NaN / inf key or value reaches only the rows
+    # that see it, and rows that see no key are 0.
+    visible = _causal_mask(0, T, S, shift, q.device)
+    scores = VisibleScores.apply(q, kk, visible) * scale
+    scores = scores.masked_fill(~visible, -math.inf)
     empty = None  # rows with no visible key: finite scores here, zeroed after the softmax
-    if shift is not None:
-        scores = scores.masked_fill(~_causal_mask(0, T, S, shift, q.device), -math.inf)
-        if shift < 0:
-            empty = (torch.arange(T, device=q.device) + shift < 0)[:, None]
-            scores = scores.masked_fill(empty, 0.0)
+    if shift < 0:
+        empty = (torch.arange(T, device=q.device) + shift < 0)[:, None]
+        scores = scores.masked_fill(empty, 0.0)
     p = torch.softmax(scores, dim=-1)
     if empty is not None:
         p = p.masked_fill(empty, 0.0)
-    out = torch.matmul(p, vv)
+    out = VisibleMatmul.apply(p, vv, visible)
     if return_lse:
         lse = torch.logsumexp(scores.to(lse_dtype), dim=-1)
         return out, (lse if empty is None else lse.masked_fill(empty[:, 0], -math.inf))
