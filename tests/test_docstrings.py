@@ -77,14 +77,7 @@ REGISTRY_SETS = {"all": set(REGISTRY)} | {
 }
 LONG_LISTS = {name: runs for name, doc in DOCSTRINGS.items()
               if (runs := [r for r in kernel_lists(doc) if 2 * len(r) > len(REGISTRY)])}
-#: Docstrings in files this test's branch does not own, waiting for ``kernel_list_doc`` (the
-#: lead applies it at merge; strict: remove the entry when it passes).
-NOT_YET_GENERATED = {"kernelkit_gpu.attention.smoother.kernel_attention"}
-
-
-@pytest.mark.parametrize("qualname", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="hand list, fixed at merge"))
-    if name in NOT_YET_GENERATED else name for name in sorted(LONG_LISTS)])
+@pytest.mark.parametrize("qualname", sorted(LONG_LISTS))
 def test_kernel_lists_match_the_registry(qualname):
     for run in LONG_LISTS[qualname]:
         assert run in REGISTRY_SETS.values(), (

@@ -29,6 +29,7 @@ from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
 from kernelkit_gpu.attention.naive import exponential_scale, guard_from_lse, smoother_rows
 from kernelkit_gpu.attention.softmax import softmax_attention
 from kernelkit_math.attention import causal_shift
+from kernelkit_math.registry import fill_doc, kernel_list_doc
 
 __all__ = ["kernel_attention", "kattn_fwd", "KernelAttentionFunction"]
 
@@ -252,6 +253,7 @@ class KernelAttentionFunction(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
+@fill_doc(kernels=kernel_list_doc())
 def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment="top_left", eps=1e-6,
                      enable_gqa=False, **params):
     r"""Attention as an exact kernel smoother, for any registry kernel, fused in Triton.
@@ -275,8 +277,7 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment
         One dtype (float16, bfloat16, float32), one device (CUDA, or CPU under the Triton
         interpreter). D, Dv from 1 to 256; any T, S.
     kernel : str
-        A registry kernel: rbf (default), laplacian, matern, rational_quadratic, polynomial,
-        sigmoid, linear, cosine, exponential.
+        A registry kernel (default ``"rbf"``): {kernels}.
     is_causal : bool
         Causal mask, aligned by ``causal_alignment``.
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
