@@ -174,7 +174,9 @@ def test_missing_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
     code, _, err = run_main(
         ["attention", "sweep", "--method", "softmax", "--lengths", "8", "--dim", "8",
          "--heads", "1", "--repeat", "1", "--device", "cpu", "--out", tmp_path], capsys)
-    assert_clean_error(code, err, "pip install 'kernelkit[plot]'", "--no-plot")
+    assert_clean_error(code, err, "pip install matplotlib", "pip install -e '.[plot]'",
+                       "--no-plot")
+    assert "kernelkit[plot]" not in err  # no index has a kernelkit package with that extra
 
 
 # --------------------------------------------------------------------------------- sweep

@@ -24,6 +24,8 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from kernelkit.compare.memory import is_out_of_memory
+
 __all__ = ["measure", "Measurement", "MEASURE_STATUSES"]
 
 #: ``Measurement.status`` values: measured, ran out of memory.
@@ -58,16 +60,6 @@ def _count(value, name, low):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
     return int(value)
-
-
-def _is_oom(exc):
-    import torch
-
-    if isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text
-                                              or "can't allocate memory" in text)
 
 
 def _storage_tracker():
@@ -208,7 +200,7 @@ def measure(fn, *, device, warmup=1, repeat=5):
         else:
             time_ms, peak = _measure_cpu(fn, warmup, repeat)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory errors are absorbed
-        if not _is_oom(exc):
+        if not is_out_of_memory(exc):
             raise
         if dev.type == "cuda":
             torch.cuda.empty_cache()

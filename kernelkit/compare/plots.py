@@ -35,7 +35,8 @@ def require_matplotlib():
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
-            "plots need matplotlib: pip install 'kernelkit[plot]' (or matplotlib>=3.7)"
+            "plots need matplotlib >= 3.7: pip install matplotlib (in a clone of kernelkit: "
+            "pip install -e '.[plot]')"
         ) from None
     return Figure
 

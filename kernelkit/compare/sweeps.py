@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelkit._io import write_text_atomic
+from kernelkit.compare import memory
 from kernelkit.compare.report import _encode
 from kernelkit_math.attention import resolve_is_causal
 
@@ -31,6 +32,10 @@ GPU_LENGTHS = tuple(2**i for i in range(9, 17))
 CPU_LENGTHS = (128, 256, 512, 1024, 2048)
 BASELINE = "softmax"
 _MIB = 2.0**20
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: (B, H, T, T) float32 arrays the plain-PyTorch path of a method holds at its peak (forward;
+#: one more with backward): measured with measure() at T = 256, 512 (2.1 and 4.1 arrays).
+QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5}
 
 
 # -------------------------------------------------------------------------------- crossover
@@ -273,6 +278,39 @@ def _device_name(device):
     return platform.processor() or platform.machine() or "CPU"
 
 
+def _input_bytes(B, heads, T, d, dtype, backward):
+    """Bytes of one length's tensors: q, k, v, the output (and with backward the output
+    gradient and three input gradients), plus the float32 draw of one of them."""
+    n = B * heads * T * d
+    return ((8 if backward else 4) * _ITEMSIZE[dtype] + 4) * n
+
+
+def _method_bytes(method, B, heads, T, where, backward):
+    """Bytes a method needs beyond its inputs: the (B, H, T, T) arrays of the plain-PyTorch
+    path (softmax and kernel smoothers on the CPU without the Triton interpreter), else 0
+    (the Triton kernels and the linear-attention paths need O(T) memory)."""
+    family = method.family.partition(":")[0]
+    if family not in QUADRATIC_ARRAYS or where == "cuda" \
+            or os.environ.get("TRITON_INTERPRET") == "1":
+        return 0
+    return (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
+
+
+def _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available):
+    """Refuse the sweep when the inputs of a length do not fit, before anything is drawn."""
+    for T, B in batches.items():
+        needed = _input_bytes(B, heads, T, d, dtype, backward)
+        if needed > available:
+            hint = ("fewer tokens" if tokens is not None else
+                    f"shorter lengths: they fit up to about T = {int(available * T // needed)}")
+            raise ValueError(
+                f"the inputs at T = {T} (B x H x T x D = {B} x {heads} x {T} x {d}, {dtype}"
+                f"{', with gradients' if backward else ''}) need about "
+                f"{memory.format_gib(needed)} but {memory.format_gib(available)} of memory is "
+                f"available; sweep {hint}"
+            )
+
+
 def _inputs(batch, heads, T, d, dtype, device, seed, backward):
     """Standard-normal q, k, v (scores q·k / sqrt(D) of unit spread) and an output gradient."""
     import torch
@@ -306,9 +344,13 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
     scaled scores have unit spread) and each method's fast path runs under
     :func:`kernelkit.compare.measurement.measure`: the median time over ``repeat`` calls after a
-    warm-up, and the peak memory allocated beyond the inputs. A method that runs out of memory
-    gets status ``"oom"`` and is ``"skipped"`` at longer lengths; one that cannot run the setup
-    (a ValueError or NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
+    warm-up, and the peak memory allocated beyond the inputs. Memory is planned first
+    (:func:`kernelkit.compare.memory.available_memory`): a sweep whose inputs at some length do
+    not fit is refused before anything is drawn, and a method whose plain-PyTorch path would
+    hold (B, H, T, T) arrays that do not fit (:data:`QUADRATIC_ARRAYS`) is ``"skipped"`` there
+    with the reason. A method that still runs out of memory gets status ``"oom"``; both are
+    ``"skipped"`` at longer lengths. One that cannot run the setup (a ValueError or
+    NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
 
     Parameters
     ----------
@@ -331,8 +373,9 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
         None means bfloat16 on a GPU and float32 on the CPU.
     device : {"auto", "cpu", "cuda"}, default="auto"
     tokens : int or None, default=None
-        Keep B·T constant instead of B: at each length B = max(1, tokens // T). Give either
-        ``tokens`` or a ``batch`` other than 1, not both.
+        Keep B·T constant instead of B: at each length B = tokens // T (rounded down), so
+        ``tokens`` must be at least the longest length. Give either ``tokens`` or a ``batch``
+        other than 1, not both.
     repeat : int, default=5
         Timed calls per measurement (after one warm-up call).
     progress : bool or None, default=None
@@ -349,7 +392,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     ------
     ValueError
         For an unknown method or dtype, bad sizes, repeated methods or lengths, both
-        ``tokens`` and ``batch``, or ``device="cuda"`` without a GPU.
+        ``tokens`` and ``batch``, ``tokens`` below the longest length, ``device="cuda"``
+        without a GPU, or inputs that do not fit in the available memory at some length.
     TypeError
         For sizes that are not integers, or flags that are not bools.
 
@@ -380,11 +424,19 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     where = resolve_device(device)
     lengths = _check_lengths(GPU_LENGTHS if lengths is None and where == "cuda" else
                              CPU_LENGTHS if lengths is None else lengths)
+    if tokens is not None and tokens < lengths[-1]:
+        raise ValueError(f"tokens={tokens} is less than one sequence of the longest length "
+                         f"T = {lengths[-1]} (batch = tokens // T would be 0); give tokens >= "
+                         f"{lengths[-1]}")
     if dtype is None:
         dtype = "bfloat16" if where == "cuda" else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     parsed = _parse_methods(methods, d)
+    batches = {T: tokens // T if tokens is not None else batch for T in lengths}
+    available = memory.available_memory()
+    if available is not None:
+        _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available)
 
     import torch
     from tqdm import tqdm
@@ -393,24 +445,33 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     from kernelkit.compare.measurement import measure
 
     torch_dtype = getattr(torch, dtype)
+    available = memory.available_memory()  # again: importing torch took address space
     rows, failed = [], {}
     bar = tqdm(total=len(lengths) * len(parsed), desc="sweep", unit="run",
                disable=(None if progress is None else not progress), leave=False)
     try:
-        for T in lengths:
-            B = max(1, tokens // T) if tokens is not None else batch
+        for T, B in batches.items():
+            inputs = _input_bytes(B, heads, T, d, dtype, backward)
             try:
                 tensors = _inputs(B, heads, T, d, torch_dtype, where, seed, backward)
-            except (torch.cuda.OutOfMemoryError, MemoryError):
+            except Exception as exc:  # noqa: BLE001 - only failed allocations are absorbed
+                if not memory.is_out_of_memory(exc):
+                    raise
                 tensors = None
             for method in parsed:
                 bar.set_postfix_str(f"{method.label} T={T}")
                 row = dict(method=method.spec, label=method.label, T=T, batch=B,
                            time_ms=math.nan, peak_bytes=-1, status="ok", note="")
+                needed = inputs + _method_bytes(method, B, heads, T, where, backward)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
                 elif method.spec in failed:
                     row.update(status="skipped", note=failed[method.spec])
+                elif available is not None and needed > available:
+                    row.update(status="skipped", note=(
+                        f"needs about {memory.format_gib(needed)} of memory, "
+                        f"{memory.format_gib(available)} available"))
+                    failed[method.spec] = f"{row['note']} at T = {T}"
                 else:
                     try:
                         fn = _runner(method, tensors, causal, seed, backward)
