@@ -147,7 +147,7 @@ def _long_qkv(path):
 ], ids=["truncated", "huge-header", "T=S=30000"])
 def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, make, fragments):
     compare_module = importlib.import_module("kernelkit.compare.comparison")
-    monkeypatch.setattr(compare_module, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)
     path = make(tmp_path / "qkv.npz")
     code, _, err = run_main(
         ["attention", "compare", "--qkv", path, "--method", "softmax", "--no-measure",

@@ -32,6 +32,7 @@ GPU_LENGTHS = tuple(2**i for i in range(9, 17))
 CPU_LENGTHS = (128, 256, 512, 1024, 2048)
 BASELINE = "softmax"
 _MIB = 2.0**20
+_TIME_KEYS = ("time_ms", "time_min_ms", "time_max_ms")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: (B, H, T, T) float32 arrays the plain-PyTorch path of a method holds at its peak (forward;
 #: one more with backward): measured with measure() at T = 256, 512 (2.1 and 4.1 arrays).
@@ -52,6 +53,14 @@ def _speed_ratio(row, base):
     return None
 
 
+def _overlap(row, base):
+    """True when the [min, max] time ranges of two rows that ran overlap (medians stand in for
+    rows without a spread)."""
+    lo, hi = (row.get(k, row["time_ms"]) for k in ("time_min_ms", "time_max_ms"))
+    base_lo, base_hi = (base.get(k, base["time_ms"]) for k in ("time_min_ms", "time_max_ms"))
+    return lo <= base_hi and base_lo <= hi
+
+
 def crossover_lengths(rows, baseline=BASELINE):
     """The sequence length from which each method is faster than ``baseline``.
 
@@ -59,21 +68,26 @@ def crossover_lengths(rows, baseline=BASELINE):
     ----------
     rows : list of dict
         Sweep rows with keys ``method``, ``T``, ``time_ms`` and ``status`` (``"ok"`` when the
-        method ran; its time is then used). A length where only the method ran counts as
-        faster, one where only the baseline ran as slower; lengths where neither ran are left out.
+        method ran; its time is then used), and optionally ``time_min_ms`` and ``time_max_ms``
+        (the spread of the repeats). A length where only the method ran counts as faster, one
+        where only the baseline ran as slower; lengths where neither ran are left out.
     baseline : str, default="softmax"
         The ``method`` of the reference rows.
 
     Returns
     -------
     dict
-        ``{method: {"measured": T or None, "estimate": float or None}}`` for each method other
+        ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``
+        for each method other
         than the baseline. ``measured`` is the smallest swept T from which the method is
         strictly faster at every longer swept T (None when it is not faster at the longest).
         ``estimate`` interpolates time ratio against T on log-log axes between the last slower
         length and ``measured``, where both methods ran; None when the method was faster from the
         shortest length (the crossover lies below the swept range) or never crossed. Empty when
-        no row belongs to the baseline.
+        no row belongs to the baseline. ``noisy`` is True when the crossover rests on timings
+        whose [min, max] ranges overlap those of the baseline at ``measured`` or at the last
+        slower length before it (so repeats could order them either way), False when they are
+        apart, None without a measured crossover.
 
     Examples
     --------
@@ -81,7 +95,7 @@ def crossover_lengths(rows, baseline=BASELINE):
     ...     ("softmax", 100, 1.0), ("softmax", 1000, 10.0),
     ...     ("elu+1", 100, 10.0), ("elu+1", 1000, 1.0)]]
     >>> crossover_lengths(rows)  # ratio 10 at T=100, 0.1 at T=1000: equal at sqrt(100 * 1000)
-    {'elu+1': {'measured': 1000, 'estimate': 316.22776601683796}}
+    {'elu+1': {'measured': 1000, 'estimate': 316.22776601683796, 'noisy': False}}
     """
     base = {r["T"]: r for r in rows if r["method"] == baseline}
     if not base:
@@ -93,7 +107,7 @@ def crossover_lengths(rows, baseline=BASELINE):
             ratio = _speed_ratio(row, base[row["T"]]) if row["T"] in base else None
             if ratio is not None:
                 points.append((row["T"], ratio))
-        measured = estimate = None
+        measured = estimate = noisy = None
         first_fast = len(points)
         while first_fast > 0 and points[first_fast - 1][1] < 1.0:
             first_fast -= 1
@@ -104,7 +118,12 @@ def crossover_lengths(rows, baseline=BASELINE):
                 if 0.0 < r_b and math.isfinite(r_a):  # both methods ran at both lengths
                     frac = math.log(r_a) / (math.log(r_a) - math.log(r_b))
                     estimate = math.exp(math.log(t_a) + frac * (math.log(t_b) - math.log(t_a)))
-        result[method] = {"measured": measured, "estimate": estimate}
+        if measured is not None:
+            bracket = [T for T, _ in points[max(first_fast - 1, 0):first_fast + 1]]
+            by_t = {r["T"]: r for r in rows if r["method"] == method}
+            noisy = any(by_t[T]["status"] == base[T]["status"] == "ok"
+                        and _overlap(by_t[T], base[T]) for T in bracket)
+        result[method] = {"measured": measured, "estimate": estimate, "noisy": noisy}
     return result
 
 
@@ -118,7 +137,11 @@ def _cell(row, key):
         return ""
     if row["status"] != "ok":
         return row["status"]
-    return _fmt(row["time_ms"]) if key == "time" else _fmt(row["peak_bytes"] / _MIB)
+    if key != "time":
+        return _fmt(row["peak_bytes"] / _MIB)
+    lo, hi = row.get("time_min_ms", math.nan), row.get("time_max_ms", math.nan)
+    spread = f" ({_fmt(lo)}–{_fmt(hi)})" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return _fmt(row["time_ms"]) + spread
 
 
 @dataclass(repr=False)
@@ -129,11 +152,12 @@ class SweepReport:
     ----------
     rows : list of dict
         Keys ``method`` (spec), ``label``, ``T``, ``batch``, ``time_ms`` (median, NaN when it did
-        not run), ``peak_bytes`` (-1 when it did not run), ``status`` (``"ok"``, ``"oom"`` or
+        not run), ``time_min_ms`` and ``time_max_ms`` (the fastest and slowest of the repeats,
+        NaN when it did not run), ``peak_bytes`` (-1 when it did not run), ``status`` (``"ok"``, ``"oom"`` or
         ``"skipped"``) and ``note`` (why it did not run; empty when it ran).
     crossover : dict
-        ``{method: {"measured": T or None, "estimate": float or None}}``, see
-        :func:`crossover_lengths`.
+        ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``,
+        see :func:`crossover_lengths`.
     meta : dict
         The sweep's settings (methods, lengths, heads, d, causal, backward, dtype, device...),
         the device name, library versions and a timestamp.
@@ -169,8 +193,8 @@ class SweepReport:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("kind") != "sweep":
             raise ValueError("not a sweep report: expected a JSON object with kind 'sweep'")
-        rows = [dict(r, time_ms=math.nan if r["time_ms"] is None else float(r["time_ms"]))
-                for r in data["rows"]]
+        rows = [dict(r, **{key: math.nan if r[key] is None else float(r[key])
+                           for key in _TIME_KEYS if key in r}) for r in data["rows"]]
         return cls(rows=rows, crossover=data["crossover"], meta=data["meta"])
 
     def methods(self):
@@ -194,7 +218,7 @@ class SweepReport:
         labels = dict(self.methods())
         lengths = sorted({r["T"] for r in self.rows})
         lines = [f"| method | faster than {BASELINE} from T (measured) | crossover T (log-log "
-                 "estimate) |", "|---|---:|---:|"]
+                 "estimate) | timing ranges |", "|---|---:|---:|---|"]
         for spec, c in self.crossover.items():
             if c["measured"] is None:
                 measured, estimate = f"not up to T = {lengths[-1]}", "-"
@@ -202,7 +226,13 @@ class SweepReport:
                 measured, estimate = str(c["measured"]), f"≤ {c['measured']} (below the range)"
             else:
                 measured, estimate = str(c["measured"]), f"{c['estimate']:.0f}"
-            lines.append(f"| {labels.get(spec, spec)} | {measured} | {estimate} |")
+            ranges = {None: "-", False: "apart", True: "overlap (noisy)"}
+            lines.append(f"| {labels.get(spec, spec)} | {measured} | {estimate} | "
+                         f"{ranges[c.get('noisy')]} |")
+        if any(c.get("noisy") for c in self.crossover.values()):
+            lines += ["", f"A crossover marked noisy rests on lengths where the method's and "
+                      f"{BASELINE}'s min–max times overlap: on a busy machine they can swap "
+                      "order between runs."]
         return lines
 
     def to_markdown(self):
@@ -213,9 +243,9 @@ class SweepReport:
             f"Device: {m.get('device_name', m.get('device', '?'))} ({m.get('device', '?')}), "
             f"{m.get('dtype', '?')}, H = {m.get('heads', '?')}, D = {m.get('d', '?')}, "
             f"{'causal' if m.get('causal') else 'non-causal'}, {pass_}; "
-            f"median of {m.get('repeat', '?')} runs."
+            f"median (min–max) of {m.get('repeat', '?')} runs."
         )
-        lines = ["## Attention sweep", "", setup, "", "### Time (median)", ""]
+        lines = ["## Attention sweep", "", setup, "", "### Time (median, min–max)", ""]
         lines += self._table("time", "ms")
         lines += ["", "### Peak memory (beyond the inputs)", ""]
         lines += self._table("memory", "MiB")
@@ -461,7 +491,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
             for method in parsed:
                 bar.set_postfix_str(f"{method.label} T={T}")
                 row = dict(method=method.spec, label=method.label, T=T, batch=B,
-                           time_ms=math.nan, peak_bytes=-1, status="ok", note="")
+                           time_ms=math.nan, time_min_ms=math.nan, time_max_ms=math.nan,
+                           peak_bytes=-1, status="ok", note="")
                 needed = inputs + _method_bytes(method, B, heads, T, where, backward)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
@@ -480,9 +511,12 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                         row.update(status="skipped", note=f"{type(exc).__name__}: {exc}")
                         failed[method.spec] = row["note"]
                     else:
-                        status = getattr(got, "status", "ok")
+                        status = got.status
                         row.update(time_ms=float(got.time_ms), peak_bytes=int(got.peak_bytes),
                                    status=status)
+                        if got.times_ms:
+                            row.update(time_min_ms=min(got.times_ms),
+                                       time_max_ms=max(got.times_ms))
                         if status == "oom":
                             row["note"] = "out of memory"
                             failed[method.spec] = f"out of memory at T = {T}"
