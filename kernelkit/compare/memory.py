@@ -68,5 +68,7 @@ def is_out_of_memory(exc):
 
 
 def format_gib(nbytes):
-    """``nbytes`` as GiB with one decimal, for messages."""
+    """``nbytes`` for messages: GiB with one decimal, MiB below 1 GiB."""
+    if nbytes < 2**30:
+        return f"{nbytes / 2**20:.0f} MiB"
     return f"{nbytes / 2**30:.1f} GiB"
