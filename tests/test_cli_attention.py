@@ -381,9 +381,9 @@ def _compressed_npz(path, shapes):
 
 @pytest.mark.parametrize("shapes, fragments", [
     ({"q": (2, 1024, 4), "k": (2, 1024, 4), "v": (2, 1024, 4)},
-     ["1 x 2 x 1024 x 1024", "needs about 129 MiB (8 float64 arrays of 16 MiB"]),
+     ["1 x 2 x 1024 x 1024", "needs about 128.8 MiB (8 float64 arrays of 16.0 MiB"]),
     ({"q": (1, 8, 2**19), "k": (1, 8, 2**19), "v": (1, 8, 2**19)},  # long rows, few weights
-     ["1 x 1 x 8 x 8 attention weights (D = 524288, Dv = 524288)", "needs about 384 MiB"]),
+     ["1 x 1 x 8 x 8 attention weights (D = 524288, Dv = 524288)", "needs about 384.0 MiB"]),
 ], ids=["weights", "inputs"])
 def test_compare_plans_memory_from_the_npz_headers_before_reading(tmp_path, capsys, monkeypatch,
                                                                   shapes, fragments):
@@ -397,7 +397,7 @@ def test_compare_plans_memory_from_the_npz_headers_before_reading(tmp_path, caps
     monkeypatch.setattr(np.lib.format, "read_array", read_array)
     code, _, err = run_main(["attention", "compare", "--qkv", path, "--no-measure", "--no-plot",
                              "--device", "cpu", "--out", tmp_path / "o"], capsys)
-    assert_clean_error(code, err, "comparing", *fragments, "50 MiB of memory is available")
+    assert_clean_error(code, err, "comparing", *fragments, "50.0 MiB of memory is available")
 
 
 @pytest.mark.subprocess

@@ -290,3 +290,32 @@ def test_sweep_rejects_bad_arguments(kwargs, error, fragment):
 def test_sweep_cuda_without_gpu(no_gpu):
     with pytest.raises(ValueError, match="no CUDA GPU is available"):
         sweep(["softmax"], [16], device="cuda")
+
+
+def test_sweep_skips_a_method_whose_planned_memory_does_not_fit(monkeypatch):
+    # softmax's plain-PyTorch path holds (B, H, T, T) float32 arrays: 3 x 4 MiB at T = 1024;
+    # with 8 MiB available it is skipped there (and after), elu+1 still runs.
+    launch = importlib.import_module("kernelkit_gpu._launch")
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 4))
+    report = sweep(["softmax", "elu+1"], [256, 1024, 2048], heads=1, d=8, device="cpu",
+                   progress=False)
+    status = {(r["method"], r["T"]): (r["status"], r["note"]) for r in report.rows}
+    assert status[("softmax", 256)] == ("ok", "")
+    note = "needs about 12.2 MiB of memory, 8.0 MiB available"  # + 0.2 MiB of inputs
+    assert status[("softmax", 1024)] == ("skipped", note)
+    assert status[("softmax", 2048)] == ("skipped", note + " at T = 1024")
+    assert [status[("elu+1", T)][0] for T in (256, 1024, 2048)] == ["ok"] * 3
+
+
+def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
+    with pytest.raises(ValueError, match=r"the inputs at T = 4096 \(B x H x T x D = 1 x 2 x 4096 "
+                                         r"x 8, float32\) need about 1.2 MiB but 1.0 MiB of memory is "
+                                         r"available; sweep shorter lengths: they fit up to "
+                                         r"about T = 3276"):
+        sweep(["softmax"], [16, 4096], heads=2, d=8, device="cpu", progress=False)

@@ -37,8 +37,8 @@ methods (--method SPEC, repeatable):
   taylor2                      second-order Taylor features of exp (1 + D + D^2 features)
   favor+:M, favor+orth:M       positive random features of exp (FAVOR+), M features
   hyp-favor+:M, rff:M          hyperbolic FAVOR+ (2M features), random Fourier features
-  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel, e.g.
-                               kernel:rbf(gamma=0.5)
+  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel (or its
+                               class name, any case), e.g. kernel:rbf(gamma=0.5), kernel:RBF
   nystrom:M                    Nystrom attention: M landmarks on the exponential (softmax)
                                kernel, training-free"""
 
@@ -54,9 +54,16 @@ Without --qkv, q and k are Gaussian with scaled scores of standard deviation --t
 about 0.5 gives diffuse attention, 4 or more peaky attention. With --clusters C they gather
 around C random centres, so each query attends to the keys of its cluster.
 
-output (--out DIR): report.md (tables), report.json (every number; NaN as null),
-heatmaps.npz (the attention weights shown in the heatmaps, one array per method), and
-heatmaps.{png,svg} and error_vs_features.{png,svg}.
+output (--out DIR, created with its parents if missing): report.md (tables), report.json
+(every number; NaN as null), heatmaps.npz (the attention weights shown in the heatmaps, one
+array per method), and heatmaps.{png,svg} and error_vs_features.{png,svg}. Files of these
+names left by an earlier run are removed first (other files stay), so no old plot sits beside
+a new report.
+
+memory and time: the sizes are checked against the available memory (and ulimit -v) before
+q, k, v are read or drawn; a run that needs more is refused. The context step takes one SVD
+per (batch, head), O(T^3): a run estimated to take more than a minute says so first, and
+Ctrl-C stops it at any step.
 
 examples:
   kernelkit attention compare --qkv qkv.npz --method softmax --method elu+1 \\
@@ -72,8 +79,15 @@ _SWEEP_EPILOG = _method_help() + """
 lengths (--lengths): comma-separated (512,1024,4096) or a doubling range (512..65536).
 Default: 512..65536 on a GPU, 128..2048 on the CPU.
 
-output (--out DIR): report.md (time and memory tables, crossover), report.json and
-sweep.{png,svg} (time and memory vs T, log-log, crossover marked).
+output (--out DIR, created with its parents if missing): report.md (time and memory tables,
+crossover), report.json and sweep.{png,svg} (time and memory vs T, log-log, crossover
+marked); files of these names left by an earlier run are removed first.
+
+timings: each cell is the median of --repeat calls with their min-max range; a crossover
+where the method's and softmax's ranges overlap is marked noisy (busy machines swap the order
+between runs: repeat the sweep, or raise --repeat). Memory is planned first: lengths whose
+inputs do not fit are refused before anything is drawn, and a method that would not fit at a
+length is skipped there with the reason.
 
 examples:
   kernelkit attention sweep --method softmax --method elu+1 --lengths 512..65536 --out sweep/
@@ -167,7 +181,8 @@ def add_attention_parser(subparsers, formatter_class):
     size = s.add_mutually_exclusive_group()
     size.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
     size.add_argument("--tokens", type=int, metavar="N",
-                      help="keep batch x length at N tokens (batch = N // T) instead of --batch")
+                      help="keep batch x length at N tokens (batch = N // T; N at least the "
+                           "longest length) instead of --batch")
     s.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                    help="causal attention (default: causal)")
     s.add_argument("--backward", action="store_true", help="time forward + backward")

@@ -8,7 +8,9 @@ is evaluated in float64 for accuracy, once per seed when it is random, and, unle
 
 Cost: the metrics hold the (B, H, T, S) weight matrices in float64 and take one SVD per
 (batch, head), so compare() is meant for heads of up to a few thousand positions; the timing
-side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences.
+side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences. Memory is
+checked (:func:`check_memory`) before the inputs are converted; :func:`context_seconds`
+estimates the SVDs' time, and they run in a worker thread so Ctrl-C stops them.
 """
 
 from __future__ import annotations
@@ -211,9 +213,9 @@ def check_memory(B, H, T, S, D, Dv):
     if available is not None and needed > available:
         raise ValueError(
             f"comparing B x H x T x S = {B} x {H} x {T} x {S} attention weights (D = {D}, Dv = "
-            f"{Dv}) needs about {memory.format_gib(needed)} ({WEIGHT_MATRICES_AT_PEAK} float64 "
-            f"arrays of {memory.format_gib(B * H * T * S * 8)} and the inputs) but "
-            f"{memory.format_gib(available)} of memory is available; compare a slice (fewer "
+            f"{Dv}) needs about {memory.format_bytes(needed)} ({WEIGHT_MATRICES_AT_PEAK} float64 "
+            f"arrays of {memory.format_bytes(B * H * T * S * 8)} and the inputs) but "
+            f"{memory.format_bytes(available)} of memory is available; compare a slice (fewer "
             "heads, or the first few thousand positions of q, k, v), or use 'kernelkit "
             "attention sweep' for time and memory at long sequence lengths"
         )

@@ -13,7 +13,7 @@ import os
 import resource
 import sys
 
-__all__ = ["available_memory", "is_out_of_memory", "format_gib"]
+__all__ = ["available_memory", "is_out_of_memory", "format_bytes"]
 
 
 def _meminfo_available():
@@ -67,8 +67,8 @@ def is_out_of_memory(exc):
                             "cannot allocate memory", "can't start new thread"))
 
 
-def format_gib(nbytes):
-    """``nbytes`` for messages: GiB with one decimal, MiB below 1 GiB."""
+def format_bytes(nbytes):
+    """``nbytes`` for messages: GiB, or MiB below 1 GiB, with one decimal."""
     if nbytes < 2**30:
-        return f"{nbytes / 2**20:.0f} MiB"
+        return f"{nbytes / 2**20:.1f} MiB"
     return f"{nbytes / 2**30:.1f} GiB"

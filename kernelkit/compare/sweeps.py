@@ -315,13 +315,12 @@ def _input_bytes(B, heads, T, d, dtype, backward):
     return ((8 if backward else 4) * _ITEMSIZE[dtype] + 4) * n
 
 
-def _method_bytes(method, B, heads, T, where, backward):
+def _method_bytes(method, B, heads, T, triton, backward):
     """Bytes a method needs beyond its inputs: the (B, H, T, T) arrays of the plain-PyTorch
-    path (softmax and kernel smoothers on the CPU without the Triton interpreter), else 0
-    (the Triton kernels and the linear-attention paths need O(T) memory)."""
+    path (softmax and kernel smoothers where ``triton`` is False), else 0 (the Triton kernels
+    and the linear-attention paths need O(T) memory)."""
     family = method.family.partition(":")[0]
-    if family not in QUADRATIC_ARRAYS or where == "cuda" \
-            or os.environ.get("TRITON_INTERPRET") == "1":
+    if family not in QUADRATIC_ARRAYS or triton:
         return 0
     return (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
 
@@ -336,7 +335,7 @@ def _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available):
             raise ValueError(
                 f"the inputs at T = {T} (B x H x T x D = {B} x {heads} x {T} x {d}, {dtype}"
                 f"{', with gradients' if backward else ''}) need about "
-                f"{memory.format_gib(needed)} but {memory.format_gib(available)} of memory is "
+                f"{memory.format_bytes(needed)} but {memory.format_bytes(available)} of memory is "
                 f"available; sweep {hint}"
             )
 
@@ -471,6 +470,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     import torch
     from tqdm import tqdm
 
+    from kernelkit._attention_ops import use_triton
     from kernelkit.compare.comparison import _versions
     from kernelkit.compare.measurement import measure
 
@@ -493,15 +493,16 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                 row = dict(method=method.spec, label=method.label, T=T, batch=B,
                            time_ms=math.nan, time_min_ms=math.nan, time_max_ms=math.nan,
                            peak_bytes=-1, status="ok", note="")
-                needed = inputs + _method_bytes(method, B, heads, T, where, backward)
+                needed = None if tensors is None else inputs + _method_bytes(
+                    method, B, heads, T, use_triton(tensors[0]), backward)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
                 elif method.spec in failed:
                     row.update(status="skipped", note=failed[method.spec])
                 elif available is not None and needed > available:
                     row.update(status="skipped", note=(
-                        f"needs about {memory.format_gib(needed)} of memory, "
-                        f"{memory.format_gib(available)} available"))
+                        f"needs about {memory.format_bytes(needed)} of memory, "
+                        f"{memory.format_bytes(available)} available"))
                     failed[method.spec] = f"{row['note']} at T = {T}"
                 else:
                     try:
