@@ -495,10 +495,12 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
 
 def _timing(method, timing, causal, seed, scale, where):
     if timing is None:
-        return {"time_ms": math.nan, "peak_bytes": -1, "device": where, "status": "not measured"}
+        return {"time_ms": math.nan, "time_min_ms": math.nan, "time_max_ms": math.nan,
+                "peak_bytes": -1, "device": where, "status": "not measured"}
     from kernelkit.compare.measurement import measure
 
     q, k, v = timing
     m = measure(lambda: method.run(q, k, v, is_causal=causal, seed=seed, scale=scale), device=where)
-    return {"time_ms": m.time_ms, "peak_bytes": m.peak_bytes, "device": m.device,
-            "status": m.status}
+    spread = (min(m.times_ms), max(m.times_ms)) if m.times_ms else (math.nan, math.nan)
+    return {"time_ms": m.time_ms, "time_min_ms": spread[0], "time_max_ms": spread[1],
+            "peak_bytes": m.peak_bytes, "device": m.device, "status": m.status}
