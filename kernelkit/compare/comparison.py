@@ -221,6 +221,7 @@ def check_memory(B, H, T, S, D, Dv):
         )
 
 
+# ---------------------------------------------------------------------------------- metrics
 def _metrics_of(A_ref, O_ref, A, O, den):
     """The per-seed numbers of one method."""
     return {
@@ -275,15 +276,16 @@ def _interruptible(fn, *args, **kwargs):
 
 def _svd_per_head(A, progress_bar):
     """``np.linalg.svd(A, full_matrices=False)`` one (batch, head) at a time, interruptible,
-    with a progress step per head."""
-    n = A.shape[0] * A.shape[1]
-    factors = []
-    for i, a in enumerate(A.reshape((n,) + A.shape[2:])):
-        progress_bar.set_postfix_str(f"context: SVD {i + 1}/{n}")
-        factors.append(_interruptible(np.linalg.svd, a, full_matrices=False))
+    with a progress step per head; the factors are written into arrays allocated once."""
+    B, H, T, S = A.shape
+    r = min(T, S)
+    U, s, Vt = np.empty((B, H, T, r)), np.empty((B, H, r)), np.empty((B, H, r, S))
+    for i, index in enumerate(np.ndindex(B, H)):
+        progress_bar.set_postfix_str(f"context: SVD {i + 1}/{B * H}")
+        U[index], s[index], Vt[index] = _interruptible(np.linalg.svd, A[index],
+                                                       full_matrices=False)
         progress_bar.update(1)
-    return tuple(np.stack([f[j] for f in factors]).reshape(A.shape[:2] + factors[0][j].shape)
-                 for j in range(3))
+    return U, s, Vt
 
 
 def context_seconds(B, H, T, S):
