@@ -210,23 +210,23 @@ def parse_lengths(text):
     """
     usage = (f"--lengths {text!r}: expected comma-separated ints (512,1024) or a doubling range "
              "(512..65536)")
-    text = text.strip()
+    parts = text.strip().split("..")
+    is_range = len(parts) == 2
     try:
-        if ".." in text:
-            lo, hi = (int(part) for part in text.split(".."))
-        else:
-            out = [int(part) for part in text.split(",")]
+        values = [int(p) for p in (parts if is_range else text.split(","))]
     except ValueError:
         raise ValueError(usage) from None
-    if any(T < 1 for T in ((lo, hi) if ".." in text else out)):
+    if any(T < 1 for T in values):
         raise ValueError(usage + "; each length must be at least 1")
-    if ".." in text:
-        if hi < lo:
-            raise ValueError(f"{usage}; the range must go up, but {lo} > {hi} (did you mean "
-                             f"{hi}..{lo}?)")
-        out = [lo]
-        while out[-1] * 2 <= hi:
-            out.append(out[-1] * 2)
+    if not is_range:
+        return values
+    lo, hi = values
+    if hi < lo:
+        raise ValueError(f"{usage}; the range must go up, but {lo} > {hi} (did you mean "
+                         f"{hi}..{lo}?)")
+    out = [lo]
+    while out[-1] * 2 <= hi:
+        out.append(out[-1] * 2)
     return out
 
 
