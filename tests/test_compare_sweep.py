@@ -314,8 +314,9 @@ def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
     memory = importlib.import_module("kernelkit.compare.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 2**20)
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
-    with pytest.raises(ValueError, match=r"the inputs at T = 4096 \(B x H x T x D = 1 x 2 x 4096 "
-                                         r"x 8, float32\) need about 1.2 MiB but 1.0 MiB of memory is "
-                                         r"available; sweep shorter lengths: they fit up to "
+    with pytest.raises(ValueError, match=r"the inputs at T = 4096 \(B x H x T x D = 1 x 2 x "
+                                         r"4096 x 8, float32\) need about 1.2 MiB but 1.0 MiB "
+                                         r"of memory is available; sweep shorter lengths: they "
+                                         r"fit up to "
                                          r"about T = 3276"):
         sweep(["softmax"], [16, 4096], heads=2, d=8, device="cpu", progress=False)

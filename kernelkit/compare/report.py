@@ -28,7 +28,8 @@ ROW_KEYS = ("method", "label", "family", "n_features", "output_rel_error",
 #: Keys whose JSON ``null`` means NaN (everywhere else ``null`` is None).
 _FLOAT_KEYS = frozenset({
     "output_rel_error", "output_rel_error_std", "weights_rel_error", "tv_mean", "tv_max",
-    "kl_mean", "kl_max", "time_ms", "time_min_ms", "time_max_ms", "entropy_mean", "entropy_normalized", "peakiness",
+    "kl_mean", "kl_max", "time_ms", "time_min_ms", "time_max_ms", "entropy_mean",
+    "entropy_normalized", "peakiness",
 })
 _MIB = 2**20
 #: Significant digits of heatmap values in JSON (float32 precision, a third of the size).

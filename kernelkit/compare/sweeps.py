@@ -78,9 +78,9 @@ def crossover_lengths(rows, baseline=BASELINE):
     -------
     dict
         ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``
-        for each method other
-        than the baseline. ``measured`` is the smallest swept T from which the method is
-        strictly faster at every longer swept T (None when it is not faster at the longest).
+        for each method other than the baseline. ``measured`` is the smallest swept T from
+        which the method is strictly faster at every longer swept T (None when it is not
+        faster at the longest).
         ``estimate`` interpolates time ratio against T on log-log axes between the last slower
         length and ``measured``, where both methods ran; None when the method was faster from the
         shortest length (the crossover lies below the swept range) or never crossed. Empty when
@@ -153,8 +153,9 @@ class SweepReport:
     rows : list of dict
         Keys ``method`` (spec), ``label``, ``T``, ``batch``, ``time_ms`` (median, NaN when it did
         not run), ``time_min_ms`` and ``time_max_ms`` (the fastest and slowest of the repeats,
-        NaN when it did not run), ``peak_bytes`` (-1 when it did not run), ``status`` (``"ok"``, ``"oom"`` or
-        ``"skipped"``) and ``note`` (why it did not run; empty when it ran).
+        NaN when it did not run), ``peak_bytes`` (-1 when it did not run), ``status``
+        (``"ok"``, ``"oom"`` or ``"skipped"``) and ``note`` (why it did not run; empty when it
+        ran).
     crossover : dict
         ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``,
         see :func:`crossover_lengths`.
