@@ -204,6 +204,16 @@ def test_sweep_rows_keep_the_spread_of_the_repeats(monkeypatch):
     assert back.rows[0]["time_max_ms"] == 50.0
 
 
+def test_sweep_plans_and_runs_on_the_device(device):
+    # on cuda the plan reads the GPU's free memory (the inputs live there), not host memory
+    report = sweep(["softmax", "elu+1"], [64, 128], heads=1, d=16, device=device, repeat=3,
+                   progress=False)
+    assert [r["status"] for r in report.rows] == ["ok"] * 4
+    for r in report.rows:
+        assert 0 < r["time_min_ms"] <= r["time_ms"] <= r["time_max_ms"]
+    assert report.meta["device"] == device
+
+
 def test_sweep_backward():
     report = sweep(["softmax"], [16], heads=1, d=16, device="cpu", repeat=1, backward=True,
                    is_causal=False, progress=False)
@@ -320,3 +330,13 @@ def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
                                          r"fit up to "
                                          r"about T = 3276"):
         sweep(["softmax"], [16, 4096], heads=2, d=8, device="cpu", progress=False)
+
+
+def test_sweep_plans_the_feature_arrays_of_linear_methods(monkeypatch):
+    # favor+:256 holds about LINEAR_ARRAYS (B, H, T, M + D) float32 arrays: 10.3 MiB at T = 1024
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0]))
+    report = sweep(["favor+:256"], [64, 1024], heads=1, d=8, device="cpu", progress=False)
+    assert [(r["status"], r["note"]) for r in report.rows] == [
+        ("ok", ""), ("skipped", "needs about 10.5 MiB of memory, 8.0 MiB available")]

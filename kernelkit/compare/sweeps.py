@@ -37,6 +37,10 @@ _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: (B, H, T, T) float32 arrays the plain-PyTorch path of a method holds at its peak (forward;
 #: one more with backward): measured with measure() at T = 256, 512 (2.1 and 4.1 arrays).
 QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5}
+#: (B, H, T, M + D) float32 arrays a method with M features (or landmarks) holds at its peak:
+#: measure() on the CPU gave 3.0-9.0 for elu+1, favor+:128, taylor2 and nystrom:32 at D = 16
+#: and 64, T = 1024 and 4096, causal or not, forward or forward + backward.
+LINEAR_ARRAYS = 10
 
 
 # -------------------------------------------------------------------------------- crossover
@@ -316,14 +320,24 @@ def _input_bytes(B, heads, T, d, dtype, backward):
     return ((8 if backward else 4) * _ITEMSIZE[dtype] + 4) * n
 
 
-def _method_bytes(method, B, heads, T, triton, backward):
-    """Bytes a method needs beyond its inputs: the (B, H, T, T) arrays of the plain-PyTorch
-    path (softmax and kernel smoothers where ``triton`` is False), else 0 (the Triton kernels
-    and the linear-attention paths need O(T) memory)."""
+def _method_bytes(method, B, heads, T, d, triton, backward):
+    """Bytes a method needs beyond its inputs: :data:`QUADRATIC_ARRAYS` (B, H, T, T) arrays
+    for softmax and kernel smoothers on the plain-PyTorch path (``triton`` False; the Triton
+    kernels need O(T)), :data:`LINEAR_ARRAYS` (B, H, T, M + D) arrays for a method with M
+    features or landmarks."""
     family = method.family.partition(":")[0]
-    if family not in QUADRATIC_ARRAYS or triton:
-        return 0
-    return (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
+    if family in QUADRATIC_ARRAYS:
+        return 0 if triton else (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
+    return LINEAR_ARRAYS * B * heads * T * (method.n_features + d) * 4
+
+
+def _available(where):
+    """Bytes free where the sweep allocates: host memory, or the GPU's free memory."""
+    if where == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info()[0]
+    return memory.available_memory()
 
 
 def _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available):
@@ -374,11 +388,11 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
     scaled scores have unit spread) and each method's fast path runs under
     :func:`kernelkit.compare.measurement.measure`: the median time over ``repeat`` calls after a
-    warm-up, and the peak memory allocated beyond the inputs. Memory is planned first
-    (:func:`kernelkit.compare.memory.available_memory`): a sweep whose inputs at some length do
-    not fit is refused before anything is drawn, and a method whose plain-PyTorch path would
-    hold (B, H, T, T) arrays that do not fit (:data:`QUADRATIC_ARRAYS`) is ``"skipped"`` there
-    with the reason. A method that still runs out of memory gets status ``"oom"``; both are
+    warm-up, and the peak memory allocated beyond the inputs. Memory is planned first (free
+    host memory, :func:`kernelkit.compare.memory.available_memory`, or free GPU memory): a
+    sweep whose inputs at some length do not fit is refused before anything is drawn, and a
+    method whose working memory would not fit (:data:`QUADRATIC_ARRAYS`,
+    :data:`LINEAR_ARRAYS`) is ``"skipped"`` there with the reason. A method that still runs out of memory gets status ``"oom"``; both are
     ``"skipped"`` at longer lengths. One that cannot run the setup (a ValueError or
     NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
 
@@ -464,7 +478,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     parsed = _parse_methods(methods, d)
     batches = {T: tokens // T if tokens is not None else batch for T in lengths}
-    available = memory.available_memory()
+    available = _available(where)
     if available is not None:
         _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available)
 
@@ -476,7 +490,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     from kernelkit.compare.measurement import measure
 
     torch_dtype = getattr(torch, dtype)
-    available = memory.available_memory()  # again: importing torch took address space
+    available = _available(where)  # again: importing torch took address space
     rows, failed = [], {}
     bar = tqdm(total=len(lengths) * len(parsed), desc="sweep", unit="run",
                disable=(None if progress is None else not progress), leave=False)
@@ -495,7 +509,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                            time_ms=math.nan, time_min_ms=math.nan, time_max_ms=math.nan,
                            peak_bytes=-1, status="ok", note="")
                 needed = None if tensors is None else inputs + _method_bytes(
-                    method, B, heads, T, use_triton(tensors[0]), backward)
+                    method, B, heads, T, d, use_triton(tensors[0]), backward)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
                 elif method.spec in failed:
