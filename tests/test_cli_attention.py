@@ -495,3 +495,13 @@ def test_ctrl_c_stops_the_context_svd(tmp_path):
     assert proc.returncode == 130 and "kernelkit: interrupted" in rest.decode()
     assert waited < 5, f"exited {waited:.1f} s after SIGINT"
     assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.subprocess
+def test_compare_refuses_a_fifo_instead_of_waiting(tmp_path):
+    fifo = tmp_path / "qkv.npz"
+    os.mkfifo(fifo)
+    res, _ = run_cli(["attention", "compare", "--qkv", fifo, "--no-plot", "--out",
+                      tmp_path / "o"], timeout=60)
+    assert res.returncode == 2
+    assert_one_line_error(res.stderr, "kernelkit: error: ", "qkv.npz' is not a regular file")

@@ -234,6 +234,8 @@ def _check_path(path):
         raise FileNotFoundError(f"{where} does not exist")
     if os.path.isdir(path):
         raise ValueError(f"{where} is a directory")
+    if not os.path.isfile(path):  # reading a FIFO would wait for a writer forever
+        raise ValueError(f"{where} is not a regular file (a FIFO, socket or device)")
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in _READERS:
         raise ValueError(
@@ -320,9 +322,10 @@ def load_qkv(path):
     FileNotFoundError
         If the file does not exist.
     ValueError
-        For an unknown extension, an unreadable file, a missing array (the message lists what
-        the file holds), a non-numeric, empty, non-finite or wrongly ranked array, or shapes
-        that do not fit together. Messages name the file, the array and its shape.
+        For a directory or another non-regular file (a FIFO), an unknown extension, an
+        unreadable file, a missing array (the message lists what the file holds), a
+        non-numeric, empty, non-finite or wrongly ranked array, or shapes that do not fit
+        together. Messages name the file, the array and its shape.
     TypeError
         If ``path`` is not a path.
 
