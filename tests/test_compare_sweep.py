@@ -340,3 +340,20 @@ def test_sweep_plans_the_feature_arrays_of_linear_methods(monkeypatch):
     report = sweep(["favor+:256"], [64, 1024], heads=1, d=8, device="cpu", progress=False)
     assert [(r["status"], r["note"]) for r in report.rows] == [
         ("ok", ""), ("skipped", "needs about 10.5 MiB of memory, 8.0 MiB available")]
+
+
+@pytest.mark.subprocess
+def test_available_memory_counts_the_address_space_limit():
+    # ulimit -v in a child process: the limit minus what the process has mapped, below 4 GiB
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30,) * 2); "
+            "from kernelkit.compare.memory import available_memory as a; print(a())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, cwd=root,
+                         env=dict(os.environ, PYTHONPATH=str(root))).stdout
+    assert 0 < int(out) < 4 * 2**30

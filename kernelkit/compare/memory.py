@@ -10,8 +10,12 @@ what a ``ulimit -v`` produces).
 from __future__ import annotations
 
 import os
-import resource
 import sys
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 __all__ = ["available_memory", "is_out_of_memory", "format_bytes"]
 
@@ -32,6 +36,8 @@ def _meminfo_available():
 
 def _address_space_left():
     """Bytes of address space left under ``RLIMIT_AS`` (``ulimit -v``), or None without one."""
+    if resource is None:
+        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
