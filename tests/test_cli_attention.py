@@ -1,6 +1,5 @@
 """``kernelkit attention compare`` and ``kernelkit attention sweep``, end to end."""
 
-import importlib
 import io
 import json
 import os
@@ -19,7 +18,8 @@ from safetensors.torch import save_file
 from kernelkit.cli import main
 from kernelkit.cli.attention import parse_lengths
 from kernelkit.compare.sweeps import SweepReport
-from tests.cli_helpers import assert_clean_error, run_main
+from kernelkit.compare import comparison, memory
+from tests.cli_helpers import assert_clean_error, assert_one_line_error, run_cli, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -146,8 +146,7 @@ def _long_qkv(path):
                  "kernelkit attention sweep"]),
 ], ids=["truncated", "huge-header", "T=S=30000"])
 def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, make, fragments):
-    compare_module = importlib.import_module("kernelkit.compare.comparison")
-    monkeypatch.setattr(compare_module, "available_memory", lambda: 8 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**30)
     path = make(tmp_path / "qkv.npz")
     code, _, err = run_main(
         ["attention", "compare", "--qkv", path, "--method", "softmax", "--no-measure",
@@ -157,12 +156,10 @@ def test_compare_input_too_big_or_broken_exit_2(tmp_path, capsys, monkeypatch, m
 
 
 def test_compare_memory_error_is_one_line(tmp_path, capsys, monkeypatch):
-    compare_module = importlib.import_module("kernelkit.compare.comparison")
-
     def no_memory(*args, **kwargs):
         raise MemoryError("Unable to allocate 7 GiB")
 
-    monkeypatch.setattr(compare_module.metrics, "entropy", no_memory)
+    monkeypatch.setattr(comparison.metrics, "entropy", no_memory)
     code, _, err = run_main(
         ["attention", "compare", "--length", "8", "--dim", "4", "--heads", "1", "--method",
          "softmax", "--no-measure", "--no-plot", "--device", "cpu", "--out", tmp_path], capsys)
@@ -174,7 +171,9 @@ def test_missing_matplotlib_says_how_to_get_it(tmp_path, capsys, monkeypatch):
     code, _, err = run_main(
         ["attention", "sweep", "--method", "softmax", "--lengths", "8", "--dim", "8",
          "--heads", "1", "--repeat", "1", "--device", "cpu", "--out", tmp_path], capsys)
-    assert_clean_error(code, err, "pip install 'kernelkit[plot]'", "--no-plot")
+    assert_clean_error(code, err, "pip install matplotlib", "pip install -e '.[plot]'",
+                       "--no-plot")
+    assert "kernelkit[plot]" not in err  # no index has a kernelkit package with that extra
 
 
 # --------------------------------------------------------------------------------- sweep
@@ -265,3 +264,244 @@ def test_example_script_runs(tmp_path):
     assert "favor+" in res.stdout and "| softmax" in res.stdout
     check_png(tmp_path / "heatmaps.png")
     check_png(tmp_path / "error_vs_features.png")
+
+
+# ------------------------------------------------------------------ usage errors and help
+@pytest.mark.parametrize("argv, prefix, fragment", [
+    (["attention", "compare", "--out", "o", "--kernal", "rbf"], "kernelkit attention compare",
+     "unrecognized arguments: --kernal rbf"),
+    (["--kernal"], "kernelkit", "unrecognized arguments: --kernal"),
+    (["attention", "sweep", "--out", "o", "--dim", "x"], "kernelkit attention sweep",
+     "argument --dim: invalid int value: 'x'"),
+    (["attention", "compare"], "kernelkit attention compare",
+     "the following arguments are required: --out"),
+    (["gram", "--block-size", "8"], "kernelkit gram", "the following arguments are required"),
+], ids=["unknown-option", "top-level", "bad-int", "missing-out", "gram"])
+def test_usage_errors_are_one_line_from_the_subcommand(capsys, argv, prefix, fragment):
+    code, out, err = run_main(argv, capsys)
+    assert code == 2 and out == ""
+    assert_one_line_error(err, f"{prefix}: error: ", fragment, f"(see '{prefix} --help')")
+    assert "usage:" not in err
+
+
+@pytest.mark.subprocess
+def test_usage_error_is_one_line_in_a_process(tmp_path):
+    res, _ = run_cli(["attention", "compare", "--out", tmp_path, "--kernal"])
+    assert res.returncode == 2 and res.stdout == ""
+    assert_one_line_error(res.stderr, "kernelkit attention compare: error: ",
+                          "unrecognized arguments: --kernal")
+
+
+def test_attention_help_lists_the_commands_once(capsys):
+    assert main(["attention", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("commands:") == 1
+    assert out.count("compare ") == 1 and "sweep" in out
+
+
+# ---------------------------------------------------------- accepted input is used or refused
+def test_gram_accepts_the_kernel_class_name(tmp_path, capsys):
+    from kernelkit_math.kernels import rbf
+
+    X = np.random.default_rng(0).standard_normal((6, 3))
+    np.save(tmp_path / "X.npy", X)
+    code, _, err = run_main(["gram", tmp_path / "X.npy", "--kernel", "RBF", "--param",
+                             "gamma=0.5", "--out", tmp_path / "K.npy"], capsys)
+    assert code == 0, err
+    # float64 on the CPU, both through the registry's reference: equal to rounding
+    np.testing.assert_allclose(np.load(tmp_path / "K.npy"), rbf(X, X, gamma=0.5),
+                               rtol=1e-14, atol=1e-15)
+
+
+def test_compare_accepts_kernel_class_names(tmp_path, capsys):
+    code, _, err = run_main(
+        ["attention", "compare", "--length", 8, "--dim", 4, "--heads", 1, "--method",
+         "kernel:RBF", "--method", "kernel:ExpSineSquared", "--seeds", 1, "--no-measure",
+         "--no-plot", "--device", "cpu", "--out", tmp_path], capsys)
+    assert code == 0, err
+    rows = strict_json(tmp_path / "report.json")["rows"]
+    assert [r["method"] for r in rows] == ["kernel:rbf", "kernel:periodic"]
+
+
+def test_sweep_reversed_range_says_why(tmp_path, capsys):
+    code, _, err = run_main(["attention", "sweep", "--lengths", "512..128", "--no-plot",
+                             "--device", "cpu", "--out", tmp_path], capsys)
+    assert_clean_error(code, err, "--lengths '512..128'", "the range must go up",
+                       "did you mean 128..512?")
+
+
+def test_sweep_refuses_fewer_tokens_than_one_sequence(tmp_path, capsys):
+    code, _, err = run_main(["attention", "sweep", "--tokens", 64, "--lengths", 128,
+                             "--no-plot", "--device", "cpu", "--out", tmp_path], capsys)
+    assert_clean_error(code, err, "tokens=64", "longest length T = 128")
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_compare_reports_the_nystrom_landmarks_it_used(tmp_path, capsys):
+    code, stdout, err = run_main(
+        ["attention", "compare", "--length", 16, "--dim", 4, "--heads", 1, "--method",
+         "softmax", "--method", "nystrom:1000", "--seeds", 1, "--no-measure", "--no-plot",
+         "--device", "cpu", "--out", tmp_path], capsys)
+    assert code == 0, err
+    row = strict_json(tmp_path / "report.json")["rows"][1]
+    assert row["method"] == "nystrom:1000" and row["n_features"] == 16
+    assert row["label"] == "nystrom:1000 (M = 16: capped at the S = 16 keys)"
+    assert "capped at the S = 16 keys" in stdout
+    assert row["output_rel_error"] < 1e-4  # M = S: the landmarks are the keys (1e-6 ridge)
+
+
+# ------------------------------------------------------------------------- --out directory
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_out_removes_the_files_of_an_earlier_run_only(tmp_path, capsys, command):
+    out = tmp_path / "new" / "parents" / "out"  # created with its parents
+    argv = (["attention", "compare", "--length", 8, "--dim", 4, "--heads", 1, "--method",
+             "softmax", "--seeds", 1, "--no-measure"] if command == "compare" else
+            ["attention", "sweep", "--method", "softmax", "--lengths", 8, "--dim", 4,
+             "--heads", 1, "--repeat", 1])
+    argv += ["--no-plot", "--device", "cpu", "--out", out]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0, err
+    stale = ["heatmaps.png", "heatmaps.svg", "error_vs_features.pdf", "sweep.png"]
+    for name in stale + ["notes.txt", "sweep.jpg"]:  # the last two are not the tool's files
+        (out / name).write_text("from an earlier run")
+    code, stdout, err = run_main(argv, capsys)
+    assert code == 0, err
+    written = ({"report.md", "report.json", "heatmaps.npz"} if command == "compare" else
+               {"report.md", "report.json"})
+    assert {p.name for p in out.iterdir()} == written | {"notes.txt", "sweep.jpg"}
+    assert f"removed {', '.join(sorted(stale))} of an earlier run" in stdout
+
+
+# ------------------------------------------------------------------- memory, before reading
+def _compressed_npz(path, shapes):
+    """A deflated .npz of zeros: a few kB on disk, the declared shapes in its headers."""
+    np.savez_compressed(path, **{n: np.zeros(s, dtype=np.float32) for n, s in shapes.items()})
+    return path
+
+
+@pytest.mark.parametrize("shapes, fragments", [
+    ({"q": (2, 1024, 4), "k": (2, 1024, 4), "v": (2, 1024, 4)},
+     ["1 x 2 x 1024 x 1024", "needs about 128.8 MiB (8 float64 arrays of 16.0 MiB"]),
+    ({"q": (1, 8, 2**19), "k": (1, 8, 2**19), "v": (1, 8, 2**19)},  # long rows, few weights
+     ["1 x 1 x 8 x 8 attention weights (D = 524288, Dv = 524288)", "needs about 384.0 MiB"]),
+], ids=["weights", "inputs"])
+def test_compare_plans_memory_from_the_npz_headers_before_reading(tmp_path, capsys, monkeypatch,
+                                                                  shapes, fragments):
+    path = _compressed_npz(tmp_path / "qkv.npz", shapes)
+    assert path.stat().st_size < 200_000
+    monkeypatch.setattr(memory, "available_memory", lambda: 50 * 2**20)
+
+    def read_array(*args, **kwargs):
+        raise AssertionError("array data read before the memory plan")
+
+    monkeypatch.setattr(np.lib.format, "read_array", read_array)
+    code, _, err = run_main(["attention", "compare", "--qkv", path, "--no-measure", "--no-plot",
+                             "--device", "cpu", "--out", tmp_path / "o"], capsys)
+    assert_clean_error(code, err, "comparing", *fragments, "50.0 MiB of memory is available")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("argv, fragments", [
+    (["attention", "sweep", "--lengths", "10000000"],
+     ["the inputs at T = 10000000", "(B x H x T x D = 1 x 8 x 10000000 x 64, float32)",
+      "GiB of memory is available", "sweep shorter lengths"]),
+    (["attention", "sweep", "--lengths", "1000000"], ["the inputs at T = 1000000"]),
+    (["attention", "compare", "--length", "1000000"],
+     ["1 x 4 x 1000000 x 1000000 attention weights", "GiB of memory is available"]),
+], ids=["sweep-1e7", "sweep-1e6", "compare-1e6"])
+def test_long_sequences_are_refused_before_allocating(tmp_path, argv, fragments):
+    # under a 4 GB ulimit -v, as the issue's reproduction; refused from the plan, in seconds
+    res, cpu = run_cli(argv + ["--no-plot", "--device", "cpu", "--out", tmp_path / "o"],
+                       address_space=4_000_000 * 1024)
+    assert res.returncode == 2, res.stderr
+    assert_one_line_error(res.stderr, "kernelkit: error: ", *fragments)
+    assert cpu < 5, f"{cpu:.1f} CPU seconds"  # imports and the plan only
+    assert not (tmp_path / "o").exists()
+
+
+_NO_PLAN = ("import sys, kernelkit.compare.memory as m; m.available_memory = lambda: None; "
+            "from kernelkit.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("argv", [
+    ["attention", "compare", "--length", "1000000", "--dim", "128"],
+    ["attention", "sweep", "--lengths", "3000000", "--method", "elu+1"],
+], ids=["compare", "sweep"])
+def test_failed_allocations_are_one_line_under_ulimit(tmp_path, argv):
+    # with the memory plan switched off, the allocations themselves fail under ulimit -v
+    import resource
+    import subprocess
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4_000_000 * 1024,) * 2)
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", _NO_PLAN, *argv, "--no-plot", "--device", "cpu",
+                          "--out", str(tmp_path / "o")], cwd=ROOT, env=env, preexec_fn=limit,
+                         capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in res.stderr, res.stderr
+    if argv[1] == "compare":  # the note that it would take long, then the error
+        assert res.returncode == 2
+        note, error = res.stderr.strip().splitlines()
+        assert note.startswith("kernelkit: note: this comparison will take about")
+        assert_one_line_error(error, "kernelkit: error: ", "out of memory")
+    else:  # the sweep records the length whose inputs did not fit and reports it
+        assert res.returncode == 0, res.stderr
+        rows = strict_json(tmp_path / "o" / "report.json")["rows"]
+        assert [(r["status"], r["note"]) for r in rows] == [
+            ("oom", "the inputs do not fit in memory")]
+
+
+# ------------------------------------------------------------------ long steps: Ctrl-C, note
+def test_compare_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(comparison, "SVD_SECONDS_PER_CUBE", 600 / (2 * 64**3))
+    code, _, err = run_main(["attention", "compare", "--length", 64, "--dim", 4, "--heads", 2,
+                             "--method", "softmax", "--no-measure", "--no-plot", "--device",
+                             "cpu", "--out", tmp_path], capsys)
+    assert code == 0
+    assert ("kernelkit: note: this comparison will take about 10 min on this CPU (2 SVDs of "
+            "64 x 64 attention weights); Ctrl-C stops it") in err
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_stops_the_context_svd(tmp_path):
+    # Two SVDs of 2048 x 2048 float64 weights: each takes 10 s or more on a 2-core CPU, and
+    # LAPACK never looks at signals, so Ctrl-C used to wait for them. SIGINT is sent once the
+    # progress bar shows the context step; the process must end within 5 s with code 130.
+    import signal
+    import subprocess
+    import time
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelkit", "attention", "compare", "--length", "2048", "--dim",
+         "8", "--heads", "2", "--method", "softmax", "--no-measure", "--no-plot", "--progress",
+         "--device", "cpu", "--out", str(tmp_path)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        seen = b""
+        while b"context: SVD 1/2" not in seen:
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, seen.decode(errors="replace")
+            seen += chunk
+        time.sleep(0.5)  # inside the first SVD
+        proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _, rest = proc.communicate(timeout=120)
+        waited = time.monotonic() - start
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "kernelkit: interrupted" in rest.decode()
+    assert waited < 5, f"exited {waited:.1f} s after SIGINT"
+    assert not (tmp_path / "report.json").exists()
+
+
+@pytest.mark.subprocess
+def test_compare_refuses_a_fifo_instead_of_waiting(tmp_path):
+    fifo = tmp_path / "qkv.npz"
+    os.mkfifo(fifo)
+    res, _ = run_cli(["attention", "compare", "--qkv", fifo, "--no-plot", "--out",
+                      tmp_path / "o"], timeout=60)
+    assert res.returncode == 2
+    assert_one_line_error(res.stderr, "kernelkit: error: ", "qkv.npz' is not a regular file")

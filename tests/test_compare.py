@@ -302,13 +302,18 @@ def test_compare_measures_on_cpu(rng, monkeypatch):
     for r in rep.rows:
         assert r["status"] == "ok" and r["device"] == "cpu"
         assert r["time_ms"] > 0 and r["peak_bytes"] >= out_bytes
+        assert 0 < r["time_min_ms"] <= r["time_ms"] <= r["time_max_ms"]  # spread of 5 calls
     assert rep.meta["dtype"] == "float32"
+    text = rep.to_markdown()
+    assert "time (ms): median (min–max)" in text
+    assert f"({float(rep.rows[0]['time_min_ms']):.3g}–" in text
 
 
 def test_measure_peak_is_the_allocated_size():
     m = measure(lambda: torch.ones(1000, 250), device="cpu", repeat=2)
     assert m.peak_bytes == 1000 * 250 * 4 and m.status == "ok" and m.device == "cpu"
     assert m.time_ms > 0
+    assert len(m.times_ms) == 2 and m.time_ms == sum(m.times_ms) / 2  # median of two
 
 
 def test_measure_peak_follows_frees():

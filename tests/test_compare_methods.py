@@ -37,6 +37,10 @@ def qkv(rng, lead=(2, 3), T=7, S=7, D=4, Dv=3, sd=1.0):
     ("kernel: polynomial(degree=2, coef0=1)", "kernel:polynomial(degree=2, coef0=1)",
      "kernel:polynomial", None, False),
     ("nystrom:64", "nystrom:64", "nystrom", 64, True),
+    ("kernel:RBF(gamma=0.5)", "kernel:rbf(gamma=0.5)", "kernel:rbf", None, False),
+    ("kernel:ExpSineSquared", "kernel:periodic", "kernel:periodic", None, False),
+    ("kernel:RationalQuadratic", "kernel:rational_quadratic", "kernel:rational_quadratic", None,
+     False),
 ], ids=lambda x: repr(x))
 def test_parse_spec_strings(spec, canonical, family, n_features, random):
     m = parse_method(spec, d=8)

@@ -118,7 +118,8 @@ def test_out_dir_that_is_a_file(tmp_path):
 
 def test_missing_matplotlib_is_a_clear_import_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install 'kernelkit\[plot\]'"):
+    with pytest.raises(ImportError, match=r"pip install matplotlib \(in a clone of kernelkit: "
+                                          r"pip install -e '\.\[plot\]'\)"):
         plot_sweep(sweep_report(), tmp_path)
 
 
@@ -140,16 +141,33 @@ def test_sweep_figure_labels_units_and_crossover():
     assert "(ms" in ax_t.get_ylabel() and "(MiB)" in ax_m.get_ylabel()
     assert ax_t.get_xscale() == ax_t.get_yscale() == "log"
     assert "Test GPU" in fig._suptitle.get_text() and "bfloat16" in fig._suptitle.get_text()
-    for ax in (ax_t, ax_m):
-        verticals = [line for line in ax.lines if len(set(line.get_xdata())) == 1]
-        assert len(verticals) == 1
-        assert verticals[0].get_xdata()[0] == pytest.approx(512 * math.sqrt(2))
-        notes = [t.get_text() for t in ax.texts]
-        assert notes == ["elu+1 faster than softmax from T ≈ 724"]
+    verticals = [line for line in ax_t.lines if len(set(line.get_xdata())) == 1]
+    assert len(verticals) == 1
+    assert verticals[0].get_xdata()[0] == pytest.approx(512 * math.sqrt(2))
+    assert [t.get_text() for t in ax_t.texts] == ["elu+1 faster than softmax from T ≈ 724"]
+    # a time crossover: nothing of it on the memory panel
+    assert not [line for line in ax_m.lines if len(set(line.get_xdata())) == 1]
+    assert len(ax_m.texts) == 0
+    assert len(ax_t.collections) == 0  # no spread in these rows: nothing shaded
     legend = [t.get_text() for t in ax_t.get_legend().get_texts()]
     assert legend == ["softmax (oom from T = 2048)", "elu+1"]
     softmax_line = ax_t.lines[0]
     assert list(softmax_line.get_xdata()) == [256, 512, 1024]  # the oom length is left out
+
+
+def test_sweep_figure_shades_the_spread_and_flags_a_noisy_crossover():
+    report = sweep_report()
+    for r in report.rows:
+        if r["status"] == "ok":
+            r.update(time_min_ms=r["time_ms"] / 2, time_max_ms=r["time_ms"] * 2)
+    report.crossover = crossover_lengths(report.rows)
+    assert report.crossover["elu+1"]["noisy"] is True  # 2 ms vs 1 ms at T = 512, x/2..2x
+    ax_t, ax_m = plots._sweep_figure(report).axes
+    assert len(ax_t.collections) == 2 and len(ax_m.collections) == 0  # a band per method
+    band = ax_t.collections[1].get_paths()[0].vertices
+    assert band[:, 1].min() == pytest.approx(1.0) and band[:, 1].max() == pytest.approx(4.0)
+    assert [t.get_text() for t in ax_t.texts] == [
+        "elu+1 faster than softmax from T ≈ 724 (noisy: time ranges overlap)"]
 
 
 def test_sweep_crossover_below_range_is_annotated():

@@ -10,7 +10,7 @@ import torch
 from safetensors.numpy import save_file as save_safetensors_numpy
 from safetensors.torch import save_file as save_safetensors_torch
 
-from kernelkit.compare.qkv import load_qkv, synthetic_qkv
+from kernelkit.compare.qkv import load_qkv, qkv_shapes, synthetic_qkv
 
 # (B, H, T, S, D, Dv): S != T and Dv != D so a swapped axis shows.
 B, H, T, S, D, DV = 2, 3, 5, 7, 4, 6
@@ -47,6 +47,32 @@ def test_roundtrip_every_format_and_rank(tmp_path, rng, suffix, rank):
         assert got.shape == expected_4d(data[name]).shape
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, expected_4d(data[name]))
+
+
+@pytest.mark.parametrize("rank", [4, 2], ids=["BHTD", "TD"])
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".safetensors"])
+def test_shapes_from_the_headers_without_the_data(tmp_path, rng, monkeypatch, suffix, rank):
+    path = save(tmp_path / f"qkv{suffix}", arrays(rng, rank))
+    expected = tuple(expected_4d(np.empty(RANKS[rank](FULL[n]))).shape for n in "qkv")
+
+    def never(*args, **kwargs):
+        raise AssertionError("array data read")
+
+    monkeypatch.setattr(np.lib.format, "read_array", never)  # .npz members
+    monkeypatch.setattr("safetensors.numpy.load_file", never)
+    assert qkv_shapes(path) == expected
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt", ".safetensors"])
+def test_shapes_check_the_arrays_fit_together(tmp_path, rng, suffix):
+    data = arrays(rng, 4)
+    data["v"] = data["v"][:, :, :3]
+    path = save(tmp_path / f"qkv{suffix}", data)
+    with pytest.raises(ValueError, match=r"v has shape \(2, 3, 3, 6\) but k has shape"):
+        qkv_shapes(path)
+    del data["k"]
+    with pytest.raises(ValueError, match="has no array named 'k'"):
+        qkv_shapes(save(tmp_path / f"qk{suffix}", data))
 
 
 def test_extra_entries_are_ignored_and_other_dtypes(tmp_path, rng):

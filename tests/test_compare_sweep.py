@@ -69,10 +69,10 @@ def test_crossover_counts_runs_that_only_one_method_finished():
     # softmax runs out of memory from 1024 on: the method, still running, counts as faster,
     # but no estimate can be interpolated towards a length softmax did not finish.
     rows = rows_from({"softmax": [1.0, 2.0, "oom", "oom"], "m": [4.0, 4.0, 4.0, 4.0]})
-    assert crossover_lengths(rows)["m"] == {"measured": 1024, "estimate": None}
+    assert crossover_lengths(rows)["m"] == {"measured": 1024, "estimate": None, "noisy": False}
     # the method runs out of memory at the longest length while softmax runs: not faster there
     rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": [4.0, 4.0, 4.0, "oom"]})
-    assert crossover_lengths(rows)["m"] == {"measured": None, "estimate": None}
+    assert crossover_lengths(rows)["m"] == {"measured": None, "estimate": None, "noisy": None}
     # neither ran at 2048: that length is left out
     rows = rows_from({"softmax": [1.0, 2.0, 8.0, "oom"], "m": [4.0, 4.0, 4.0, "skipped"]})
     assert crossover_lengths(rows)["m"]["measured"] == 1024
@@ -83,9 +83,42 @@ def test_crossover_row_order_and_several_methods():
     random.Random(0).shuffle(rows)
     got = crossover_lengths(rows)
     assert set(got) == {"a", "b"}
-    assert got["a"]["measured"] == 1024 and got["b"] == {"measured": 256, "estimate": None}
+    assert got["a"]["measured"] == 1024
+    assert got["b"] == {"measured": 256, "estimate": None, "noisy": False}
     assert crossover_lengths([r for r in rows if r["method"] != "softmax"]) == {}
     assert set(crossover_lengths(rows, baseline="a")) == {"softmax", "b"}
+
+
+def spread(r, lo, hi):
+    return dict(r, time_min_ms=lo, time_max_ms=hi)
+
+
+@pytest.mark.parametrize("bracket_spread, noisy", [
+    ({}, False),                                            # medians only: ranges are points
+    ({("m", 512): (2.0, 3.5), ("softmax", 512): (1.9, 2.1)}, True),    # overlap before
+    ({("m", 1024): (0.5, 9.0)}, True),                      # the method's range reaches softmax's
+    ({("m", 1024): (3.9, 4.1), ("softmax", 1024): (7.9, 8.1)}, False),  # apart
+    ({("m", 256): (0.1, 99.0)}, False),                     # noise away from the crossover
+])
+def test_crossover_flags_noisy_timings(bracket_spread, noisy):
+    # softmax 1, 2, 8, 32 ms; m 4 ms: m is faster from 1024, the bracket is (512, 1024)
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": [4.0, 3.0, 4.0, 4.0]})
+    rows = [spread(r, *bracket_spread[(r["method"], r["T"])])
+            if (r["method"], r["T"]) in bracket_spread else r for r in rows]
+    got = crossover_lengths(rows)["m"]
+    assert got["measured"] == 1024 and got["noisy"] is noisy
+
+
+def test_report_shows_the_spread_and_flags_a_noisy_crossover():
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": [4.0, 4.0, 4.0, 4.0]})
+    rows = [spread(r, 0.5, 9.0) if (r["method"], r["T"]) == ("m", 1024) else r for r in rows]
+    text = SweepReport(rows=rows, crossover=crossover_lengths(rows)).to_markdown()
+    assert "| 1024 | 1 | 8 | 4 (0.5–9) |" in text
+    assert "| m | 1024 | 724 | overlap (noisy) |" in text
+    assert "can swap order between runs" in text
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0], "m": [4.0, 4.0, 4.0, 4.0]})
+    text = SweepReport(rows=rows, crossover=crossover_lengths(rows)).to_markdown()
+    assert "| m | 1024 | 724 | apart |" in text and "noisy" not in text
 
 
 # ---------------------------------------------------------------------------------- report
@@ -148,10 +181,37 @@ def test_sweep_runs_methods_on_the_cpu():
     for r in report.rows:
         assert r["status"] == "ok" and r["time_ms"] > 0 and r["peak_bytes"] > 0
         assert r["batch"] == 1 and r["note"] == ""
+        assert r["time_min_ms"] == r["time_ms"] == r["time_max_ms"]  # repeat=1
     assert set(report.crossover) == {"elu+1"}
     m = report.meta
     assert (m["lengths"], m["dtype"], m["device"], m["causal"]) == ([16, 32], "float32", "cpu", True)
     assert m["versions"]["torch"] and m["timestamp"]
+
+
+def test_sweep_rows_keep_the_spread_of_the_repeats(monkeypatch):
+    times = iter([3.0, 1.0, 2.0, 50.0, 5.0])
+    real = MEASURE_MODULE._measure_cpu
+
+    def fake_cpu(fn, warmup, repeat):
+        _, peak = real(fn, warmup, repeat)
+        return [next(times) for _ in range(repeat)], peak
+
+    monkeypatch.setattr(MEASURE_MODULE, "_measure_cpu", fake_cpu)
+    report = sweep(["softmax"], [16], heads=1, d=8, device="cpu", repeat=5, progress=False)
+    r = report.rows[0]
+    assert (r["time_min_ms"], r["time_ms"], r["time_max_ms"]) == (1.0, 3.0, 50.0)
+    back = SweepReport.from_json(report.to_json())
+    assert back.rows[0]["time_max_ms"] == 50.0
+
+
+def test_sweep_plans_and_runs_on_the_device(device):
+    # on cuda the plan reads the GPU's free memory (the inputs live there), not host memory
+    report = sweep(["softmax", "elu+1"], [64, 128], heads=1, d=16, device=device, repeat=3,
+                   progress=False)
+    assert [r["status"] for r in report.rows] == ["ok"] * 4
+    for r in report.rows:
+        assert 0 < r["time_min_ms"] <= r["time_ms"] <= r["time_max_ms"]
+    assert report.meta["device"] == device
 
 
 def test_sweep_backward():
@@ -172,9 +232,11 @@ class FakeMeasure:
         if isinstance(result, Exception):
             raise result
         if result == "oom":
-            return SimpleNamespace(time_ms=math.nan, peak_bytes=-1, device=device, status="oom")
+            return SimpleNamespace(time_ms=math.nan, peak_bytes=-1, device=device, status="oom",
+                                   times_ms=())
         fn()
-        return SimpleNamespace(time_ms=result, peak_bytes=100, device=device, status="ok")
+        return SimpleNamespace(time_ms=result, peak_bytes=100, device=device, status="ok",
+                               times_ms=(result,) * repeat)
 
 
 def test_sweep_oom_then_skip_and_unsupported_methods(monkeypatch):
@@ -194,7 +256,7 @@ def test_sweep_oom_then_skip_and_unsupported_methods(monkeypatch):
 
 def test_sweep_tokens_keep_batch_times_length(monkeypatch):
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 3))
-    report = sweep(["softmax"], [16, 32, 128], heads=1, d=8, device="cpu", tokens=64,
+    report = sweep(["softmax"], [16, 32, 64], heads=1, d=8, device="cpu", tokens=64,
                    progress=False)
     assert [r["batch"] for r in report.rows] == [4, 2, 1]
     assert "| 16 | 4 |" in report.to_markdown()
@@ -212,6 +274,8 @@ def test_progress_bar(monkeypatch, capsys):
 
 @pytest.mark.parametrize("kwargs, error, fragment", [
     (dict(tokens=64, batch=2), ValueError, "give tokens or batch, not both"),
+    (dict(tokens=64, lengths=[16, 128]), ValueError,
+     "tokens=64 is less than one sequence of the longest length T = 128"),
     (dict(dtype="float64"), ValueError, "dtype must be one of float32, float16, bfloat16"),
     (dict(lengths=[16, 16]), ValueError, "lengths must not repeat"),
     (dict(lengths=[]), ValueError, "at least one sequence length"),
@@ -236,3 +300,60 @@ def test_sweep_rejects_bad_arguments(kwargs, error, fragment):
 def test_sweep_cuda_without_gpu(no_gpu):
     with pytest.raises(ValueError, match="no CUDA GPU is available"):
         sweep(["softmax"], [16], device="cuda")
+
+
+def test_sweep_skips_a_method_whose_planned_memory_does_not_fit(monkeypatch):
+    # softmax's plain-PyTorch path holds (B, H, T, T) float32 arrays: 3 x 4 MiB at T = 1024;
+    # with 8 MiB available it is skipped there (and after), elu+1 still runs.
+    launch = importlib.import_module("kernelkit_gpu._launch")
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 4))
+    report = sweep(["softmax", "elu+1"], [256, 1024, 2048], heads=1, d=8, device="cpu",
+                   progress=False)
+    status = {(r["method"], r["T"]): (r["status"], r["note"]) for r in report.rows}
+    assert status[("softmax", 256)] == ("ok", "")
+    note = "needs about 12.2 MiB of memory, 8.0 MiB available"  # + 0.2 MiB of inputs
+    assert status[("softmax", 1024)] == ("skipped", note)
+    assert status[("softmax", 2048)] == ("skipped", note + " at T = 1024")
+    assert [status[("elu+1", T)][0] for T in (256, 1024, 2048)] == ["ok"] * 3
+
+
+def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
+    with pytest.raises(ValueError, match=r"the inputs at T = 4096 \(B x H x T x D = 1 x 2 x "
+                                         r"4096 x 8, float32\) need about 1.2 MiB but 1.0 MiB "
+                                         r"of memory is available; sweep shorter lengths: they "
+                                         r"fit up to "
+                                         r"about T = 3276"):
+        sweep(["softmax"], [16, 4096], heads=2, d=8, device="cpu", progress=False)
+
+
+def test_sweep_plans_the_feature_arrays_of_linear_methods(monkeypatch):
+    # favor+:256 holds about LINEAR_ARRAYS (B, H, T, M + D) float32 arrays: 10.3 MiB at T = 1024
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0]))
+    report = sweep(["favor+:256"], [64, 1024], heads=1, d=8, device="cpu", progress=False)
+    assert [(r["status"], r["note"]) for r in report.rows] == [
+        ("ok", ""), ("skipped", "needs about 10.5 MiB of memory, 8.0 MiB available")]
+
+
+@pytest.mark.subprocess
+def test_available_memory_counts_the_address_space_limit():
+    # ulimit -v in a child process: the limit minus what the process has mapped, below 4 GiB
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30,) * 2); "
+            "from kernelkit.compare.memory import available_memory as a; print(a())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, cwd=root,
+                         env=dict(os.environ, PYTHONPATH=str(root))).stdout
+    assert 0 < int(out) < 4 * 2**30

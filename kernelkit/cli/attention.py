@@ -7,6 +7,7 @@ runs the chosen subcommand. The comparison tools (and torch, matplotlib) load on
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -15,16 +16,16 @@ from kernelkit.cli._errors import CLIError
 __all__ = ["add_attention_parser", "cmd_attention", "parse_lengths"]
 
 _FORMATS = ("png", "svg", "pdf")
+#: Every file the attention commands write into --out. A run removes those of an earlier run
+#: before it writes, so a new report never sits beside an old plot; other files are left alone.
+OUTPUT_FILES = ("report.md", "report.json", "heatmaps.npz") + tuple(
+    f"{stem}.{fmt}" for stem in ("heatmaps", "error_vs_features", "sweep") for fmt in _FORMATS)
+#: A compare run whose context step is estimated to take longer than this says so first.
+_SLOW_SECONDS = 60
 _SYNTHETIC = {"batch": 1, "heads": 4, "length": 256, "dim": 64, "temperature": 1.0,
               "clusters": None, "seed": 0}
 
 _ATTENTION_EPILOG = """\
-commands:
-  compare    error of linear / kernel attention against softmax on your q, k, v (or synthetic
-             ones), with time, peak memory, context rows and plots
-  sweep      time and peak memory over sequence length, and the crossover length from which a
-             method is faster than softmax
-
 Run 'kernelkit attention COMMAND --help' for the options of one command."""
 
 
@@ -36,8 +37,8 @@ methods (--method SPEC, repeatable):
   taylor2                      second-order Taylor features of exp (1 + D + D^2 features)
   favor+:M, favor+orth:M       positive random features of exp (FAVOR+), M features
   hyp-favor+:M, rff:M          hyperbolic FAVOR+ (2M features), random Fourier features
-  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel, e.g.
-                               kernel:rbf(gamma=0.5)
+  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel (or its
+                               class name, any case), e.g. kernel:rbf(gamma=0.5), kernel:RBF
   nystrom:M                    Nystrom attention: M landmarks on the exponential (softmax)
                                kernel, training-free"""
 
@@ -53,9 +54,16 @@ Without --qkv, q and k are Gaussian with scaled scores of standard deviation --t
 about 0.5 gives diffuse attention, 4 or more peaky attention. With --clusters C they gather
 around C random centres, so each query attends to the keys of its cluster.
 
-output (--out DIR): report.md (tables), report.json (every number; NaN as null),
-heatmaps.npz (the attention weights shown in the heatmaps, one array per method), and
-heatmaps.{png,svg} and error_vs_features.{png,svg}.
+output (--out DIR, created with its parents if missing): report.md (tables), report.json
+(every number; NaN as null), heatmaps.npz (the attention weights shown in the heatmaps, one
+array per method), and heatmaps.{png,svg} and error_vs_features.{png,svg}. Files of these
+names left by an earlier run are removed first (other files stay), so no old plot sits beside
+a new report.
+
+memory and time: the sizes are checked against the available memory (and ulimit -v) before
+q, k, v are read or drawn; a run that needs more is refused. The context step takes one SVD
+per (batch, head), O(T^3): a run estimated to take more than a minute says so first, and
+Ctrl-C stops it at any step.
 
 examples:
   kernelkit attention compare --qkv qkv.npz --method softmax --method elu+1 \\
@@ -71,8 +79,15 @@ _SWEEP_EPILOG = _method_help() + """
 lengths (--lengths): comma-separated (512,1024,4096) or a doubling range (512..65536).
 Default: 512..65536 on a GPU, 128..2048 on the CPU.
 
-output (--out DIR): report.md (time and memory tables, crossover), report.json and
-sweep.{png,svg} (time and memory vs T, log-log, crossover marked).
+output (--out DIR, created with its parents if missing): report.md (time and memory tables,
+crossover), report.json and sweep.{png,svg} (time and memory vs T, log-log, crossover
+marked); files of these names left by an earlier run are removed first.
+
+timings: each cell is the median of --repeat calls with their min-max range; a crossover
+where the method's and softmax's ranges overlap is marked noisy (busy machines swap the order
+between runs: repeat the sweep, or raise --repeat). Memory is planned first: lengths whose
+inputs do not fit are refused before anything is drawn, and a method that would not fit at a
+length is skipped there with the reason.
 
 examples:
   kernelkit attention sweep --method softmax --method elu+1 --lengths 512..65536 --out sweep/
@@ -83,7 +98,9 @@ examples:
 # ------------------------------------------------------------------------------------ parser
 def _add_output_options(p):
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="directory for report.md, report.json and the plots (created if missing)")
+                   help="directory for report.md, report.json and the plots (created with its "
+                        "parents if missing; the files an earlier run wrote there are replaced "
+                        "or removed, other files are left alone)")
     p.add_argument("--format", action="append", choices=_FORMATS, dest="formats",
                    help="plot format (repeatable; default: png and svg)")
     p.add_argument("--no-plot", action="store_true", help="write the reports without plots")
@@ -108,7 +125,8 @@ def add_attention_parser(subparsers, formatter_class):
 
     c = sub.add_parser(
         "compare", formatter_class=fmt, epilog=_COMPARE_EPILOG,
-        help="errors, time and memory of attention methods against softmax",
+        help="error of linear / kernel attention against softmax on your q, k, v (or "
+             "synthetic ones), with time, peak memory, context rows and plots",
         description=(
             "Compare attention methods with float64 softmax attention on q, k, v from a file or\n"
             "synthetic ones: output error, total variation and KL divergence of the weights,\n"
@@ -146,7 +164,8 @@ def add_attention_parser(subparsers, formatter_class):
 
     s = sub.add_parser(
         "sweep", formatter_class=fmt, epilog=_SWEEP_EPILOG,
-        help="time and peak memory vs sequence length, and the crossover length",
+        help="time and peak memory over sequence length, and the crossover length from "
+             "which a method is faster than softmax",
         description=(
             "Time and peak memory of attention methods on synthetic inputs over sequence length\n"
             "(forward, or forward + backward), and the length from which each method is faster\n"
@@ -162,7 +181,8 @@ def add_attention_parser(subparsers, formatter_class):
     size = s.add_mutually_exclusive_group()
     size.add_argument("--batch", type=int, default=1, metavar="B", help="batch size (default 1)")
     size.add_argument("--tokens", type=int, metavar="N",
-                      help="keep batch x length at N tokens (batch = N // T) instead of --batch")
+                      help="keep batch x length at N tokens (batch = N // T; N at least the "
+                           "longest length) instead of --batch")
     s.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True,
                    help="causal attention (default: causal)")
     s.add_argument("--backward", action="store_true", help="time forward + backward")
@@ -186,25 +206,27 @@ def parse_lengths(text):
     Raises
     ------
     ValueError
-        For anything else, naming the text and the accepted forms.
+        For anything else, naming the text, the accepted forms and what is wrong.
     """
     usage = (f"--lengths {text!r}: expected comma-separated ints (512,1024) or a doubling range "
              "(512..65536)")
-    text = text.strip()
+    parts = text.strip().split("..")
+    is_range = len(parts) == 2
     try:
-        if ".." in text:
-            lo, hi = (int(part) for part in text.split(".."))
-            if lo < 1 or hi < lo:
-                raise ValueError
-            out = [lo]
-            while out[-1] * 2 <= hi:
-                out.append(out[-1] * 2)
-            return out
-        out = [int(part) for part in text.split(",")]
+        values = [int(p) for p in (parts if is_range else text.split(","))]
     except ValueError:
         raise ValueError(usage) from None
-    if any(T < 1 for T in out):
+    if any(T < 1 for T in values):
         raise ValueError(usage + "; each length must be at least 1")
+    if not is_range:
+        return values
+    lo, hi = values
+    if hi < lo:
+        raise ValueError(f"{usage}; the range must go up, but {lo} > {hi} (did you mean "
+                         f"{hi}..{lo}?)")
+    out = [lo]
+    while out[-1] * 2 <= hi:
+        out.append(out[-1] * 2)
     return out
 
 
@@ -227,11 +249,18 @@ def _check_out(path):
 
 
 def _write_outputs(report, args):
+    """Write the reports and plots into --out; remove the files of an earlier run first.
+
+    Returns (files written, names of earlier files removed and not written again)."""
     from kernelkit._io import write_text_atomic
     from kernelkit.compare.report import CompareReport
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = [out / name for name in OUTPUT_FILES
+               if (out / name).is_symlink() or (out / name).is_file()]
+    for path in earlier:
+        path.unlink()
     write_text_atomic(out / "report.md", report.to_markdown())
     written = [out / "report.md", out / "report.json"]
     if isinstance(report, CompareReport):  # the weight maps go to a compact .npz
@@ -241,11 +270,21 @@ def _write_outputs(report, args):
         report.to_json(out / "report.json")
     if not args.no_plot:
         written += report.plot(out, formats=tuple(args.formats or ("png", "svg")))
-    return written
+    removed = sorted({p.name for p in earlier} - {Path(p).name for p in written})
+    return written, removed
+
+
+def _out_of_memory(exc):
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return _cli_error(f"out of memory ({first}); try shorter sequences, fewer heads or a "
+                      "smaller batch")
 
 
 def _run(args, build):
-    """Build the report, write it, print it; user errors become one-line CLI errors."""
+    """Build the report, write it, print it; user errors and failed allocations become one-line
+    CLI errors."""
+    from kernelkit.compare.memory import is_out_of_memory
+
     t0 = time.perf_counter()
     try:
         _check_out(args.out)  # fail before a long run, not after it
@@ -254,43 +293,61 @@ def _run(args, build):
 
             require_matplotlib()
         report = build(args)
-        written = _write_outputs(report, args)
+        written, removed = _write_outputs(report, args)
     except ImportError as exc:  # matplotlib missing
         raise _cli_error(f"{exc} (or pass --no-plot)") from None
     except (OSError, ValueError, TypeError) as exc:
         raise _cli_error(str(exc) or type(exc).__name__) from None
-    except MemoryError as exc:  # an allocation the up-front estimate did not foresee
-        raise _cli_error(
-            f"out of memory ({exc or 'MemoryError'}); try shorter sequences or fewer heads"
-        ) from None
+    except Exception as exc:  # an allocation the memory plan did not foresee (or ulimit -v)
+        if not is_out_of_memory(exc):
+            raise
+        raise _out_of_memory(exc) from None
     print(report.to_markdown())
     names = ", ".join(p.name for p in written)
     print(f"wrote {names} to {args.out} in {time.perf_counter() - t0:.1f} s")
+    if removed:
+        print(f"removed {', '.join(removed)} of an earlier run from {args.out}")
     return 0
 
 
 # -------------------------------------------------------------------------------- commands
 def _compare_report(args):
     from kernelkit.compare import compare
-    from kernelkit.compare.qkv import load_qkv, synthetic_qkv
+    from kernelkit.compare.comparison import check_memory, context_seconds
+    from kernelkit.compare.qkv import load_qkv, qkv_shapes, synthetic_qkv
 
     _check_count(args.seeds, "--seeds")
     plot_index = _plot_index(args.plot_index)
     given = [name for name in _SYNTHETIC if getattr(args, name) is not None]
+    sizes = None
     if args.qkv is not None:
         if given:
             raise ValueError(
                 f"--{given[0]} sets up synthetic inputs; it cannot be combined with --qkv"
             )
-        q, k, v = load_qkv(args.qkv)
+        shapes = qkv_shapes(args.qkv)  # from the headers: plan memory before reading data
+        if shapes is not None:
+            (B, H, T, D), (_, _, S, _), (_, _, _, Dv) = shapes
+            sizes = (B, H, T, S, D, Dv)
     else:
         opts = {name: getattr(args, name) if getattr(args, name) is not None else default
                 for name, default in _SYNTHETIC.items()}
         for name in ("batch", "heads", "length", "dim", "clusters"):
             _check_count(opts[name], f"--{name}")
-        q, k, v = synthetic_qkv(opts["batch"], opts["heads"], opts["length"], opts["dim"],
-                                temperature=opts["temperature"], clusters=opts["clusters"],
-                                seed=opts["seed"])
+        B, H, T, D = (opts[name] for name in ("batch", "heads", "length", "dim"))
+        sizes = (B, H, T, T, D, D)  # checked before the synthetic inputs are drawn
+    if sizes is not None:
+        check_memory(*sizes)
+        seconds = context_seconds(*sizes[:4])
+        if seconds > _SLOW_SECONDS:
+            print(f"kernelkit: note: this comparison will take about {seconds / 60:.0f} min on "
+                  f"this CPU ({B * H} SVDs of {T} x {sizes[3]} attention weights); Ctrl-C "
+                  "stops it", file=sys.stderr, flush=True)
+    if args.qkv is not None:
+        q, k, v = load_qkv(args.qkv)
+    else:
+        q, k, v = synthetic_qkv(B, H, T, D, temperature=opts["temperature"],
+                                clusters=opts["clusters"], seed=opts["seed"])
     kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
     return compare(q, k, v, **kwargs, is_causal=args.causal, seeds=tuple(range(args.seeds)),
                    device=args.device, plot_index=plot_index,

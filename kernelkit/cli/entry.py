@@ -42,12 +42,33 @@ examples:
   kernelkit info                  print versions and which backends this machine has"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line naming the (sub)command, with a hint
+    to its ``--help``, and exit code 2. Subparsers get this class too."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if getattr(namespace, "_parser", None) is None:  # a subparser sets it first: the deepest
+            namespace._parser = self
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:  # report them from the subcommand they were given to, not the top level
+            namespace._parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        del namespace._parser
+        return namespace
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser():
     """The argparse parser of the ``kernelkit`` command."""
     from kernelkit.demo import SECTIONS
 
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG, description=_MAIN_DESCRIPTION, epilog=_MAIN_EPILOG, formatter_class=fmt,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {kernelkit_version()}")
@@ -105,7 +126,8 @@ def main(argv=None):
     """Run the ``kernelkit`` command with ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
     User errors (missing or malformed files, unknown kernels, bad parameters) print one line
-    ``kernelkit: error: ...`` on stderr and return 2, without a traceback.
+    ``kernelkit: error: ...`` on stderr and return 2, without a traceback; so do usage errors
+    (``kernelkit attention compare: error: ... (see 'kernelkit attention compare --help')``).
     """
     parser = build_parser()
     try:
@@ -115,6 +137,10 @@ def main(argv=None):
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command == "gram":  # --kernel RBF (the class name) means the registry's rbf
+        from kernelkit.compare.methods import registry_kernel_name
+
+        args.kernel = registry_kernel_name(args.kernel) or args.kernel
     try:
         return _COMMANDS[args.command](args)
     except CLIError as exc:

@@ -8,7 +8,8 @@
 - :func:`parse_method` / :func:`method_names`: the method specs (``"favor+:256"``,
   ``"kernel:rbf"``, ``"nystrom:64"``...);
 - :func:`measure`: median time and peak memory of one call on the CPU or a GPU;
-- :mod:`kernelkit.compare.metrics`: the metrics as small float64 NumPy functions.
+- :mod:`kernelkit.compare.metrics`: the metrics as small float64 NumPy functions;
+- :mod:`kernelkit.compare.memory`: the host memory both tools plan with.
 
 Importing this package does not import torch or matplotlib; they load on first use.
 

@@ -8,25 +8,28 @@ is evaluated in float64 for accuracy, once per seed when it is random, and, unle
 
 Cost: the metrics hold the (B, H, T, S) weight matrices in float64 and take one SVD per
 (batch, head), so compare() is meant for heads of up to a few thousand positions; the timing
-side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences.
+side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences. Memory is
+checked (:func:`check_memory`) before the inputs are converted; :func:`context_seconds`
+estimates the SVDs' time, and they run in a worker thread so Ctrl-C stops them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import numbers
-import os
 import sys
+import threading
 
 import numpy as np
 
-from kernelkit.compare import metrics
+from kernelkit.compare import memory, metrics
 from kernelkit.compare.methods import parse_method
 from kernelkit.compare.report import CompareReport
 from kernelkit_math.attention import resolve_is_causal
 
-__all__ = ["compare", "HEATMAP_SIZE"]
+__all__ = ["compare", "check_memory", "planned_memory", "HEATMAP_SIZE"]
 
 #: Heatmaps keep at most this many leading queries and keys.
 HEATMAP_SIZE = 256
@@ -34,6 +37,12 @@ HEATMAP_SIZE = 256
 #: weights, the SVD factors and the temporaries of the metrics (tracemalloc measured 6.8 for
 #: T = S = 1500 with softmax, elu+1, favor+:64 and nystrom:32; 8 leaves a margin).
 WEIGHT_MATRICES_AT_PEAK = 8
+#: Float64 copies of q, k and v held at once at most: the caller's arrays (or the synthetic
+#: draw, or the file read), their float64 conversion, the timed tensors and one temporary.
+INPUT_COPIES = 4
+#: Seconds per min(T, S)² max(T, S) of one float64 SVD, for :func:`context_seconds`: 2-core
+#: CPUs took 1.7e-9 (T = 3072) to 2.2e-9 (T = 4096) idle and 5.4e-9 (T = 2048) busy.
+SVD_SECONDS_PER_CUBE = 2e-9
 
 _LEGEND = {2: "(T, D)", 3: "(H, T, D)", 4: "(B, H, T, D)"}
 
@@ -43,55 +52,68 @@ def _is_tensor(x):
     return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "detach")
 
 
-def _to_numpy(x, name):
-    """(float64 ndarray, the torch tensor or None)."""
+def _shape(x, name):
+    """The shape of a NumPy array or torch tensor of real numbers, checked without a copy."""
     if _is_tensor(x):
         import torch
 
         if x.is_complex() or x.dtype == torch.bool:
             raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype}")
-        return x.detach().to("cpu", torch.float64).numpy(), x
+        return tuple(x.shape)
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array or a torch.Tensor of shape (B, H, T, D), "
                         f"(H, T, D) or (T, D); got {type(x).__name__}")
     if x.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold real numbers; got dtype {x.dtype} (shape {x.shape})")
-    return x.astype(np.float64, copy=False), None
+    return x.shape
+
+
+def _to_numpy(x):
+    if _is_tensor(x):
+        import torch
+
+        return x.detach().to("cpu", torch.float64).numpy()
+    return x.astype(np.float64, copy=False)
 
 
 def _inputs(q, k, v, causal):
-    arrays, tensors = {}, {}
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        arrays[name], tensors[name] = _to_numpy(x, name)
-        a = arrays[name]
-        if a.ndim not in _LEGEND:
+    """(q, k, v as float64 (B, H, T, D) arrays, the torch tensors or None, q's shape): shapes
+    and memory are checked before anything is converted."""
+    inputs = {"q": q, "k": k, "v": v}
+    shapes = {name: _shape(x, name) for name, x in inputs.items()}
+    for name, shape in shapes.items():
+        if len(shape) not in _LEGEND:
             raise ValueError(f"{name} must have shape (B, H, T, D), (H, T, D) or (T, D); got "
-                             f"shape {a.shape}")
-        if 0 in a.shape:
-            raise ValueError(f"{name} must not be empty; got shape {a.shape}")
+                             f"shape {shape}")
+        if 0 in shape:
+            raise ValueError(f"{name} must not be empty; got shape {shape}")
+    qs, ks, vs = shapes["q"], shapes["k"], shapes["v"]
+    for name, shape in (("k", ks), ("v", vs)):
+        if len(shape) != len(qs):
+            raise ValueError(f"{name} must have as many dimensions as q: q is {_LEGEND[len(qs)]} "
+                             f"with shape {qs}, {name} has shape {shape}")
+        if shape[:-2] != qs[:-2]:
+            raise ValueError(f"{name} must have the leading (batch, head) shape of q "
+                             f"{qs[:-2]}; got shape {shape}")
+    if ks[-1] != qs[-1]:
+        raise ValueError(f"k must have the head dim D = {qs[-1]} of q (shape {qs}); "
+                         f"got shape {ks}")
+    if vs[-2] != ks[-2]:
+        raise ValueError(f"v must have the key length S = {ks[-2]} of k (shape "
+                         f"{ks}); got shape {vs}")
+    if causal and ks[-2] != qs[-2]:
+        raise ValueError(f"causal comparison needs as many keys as queries: q has T = "
+                         f"{qs[-2]} (shape {qs}), k has S = {ks[-2]} (shape {ks})")
+    lead = (1,) * (4 - len(qs)) + tuple(qs[:-2])
+    check_memory(*lead, qs[-2], ks[-2], qs[-1], vs[-1])
+    four, tensors = [], {}
+    for name, x in inputs.items():
+        a = _to_numpy(x)
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{name} holds NaN or infinite values (shape {a.shape})")
-    qa, ka, va = arrays["q"], arrays["k"], arrays["v"]
-    for name, a in (("k", ka), ("v", va)):
-        if a.ndim != qa.ndim:
-            raise ValueError(f"{name} must have as many dimensions as q: q is {_LEGEND[qa.ndim]} "
-                             f"with shape {qa.shape}, {name} has shape {a.shape}")
-        if a.shape[:-2] != qa.shape[:-2]:
-            raise ValueError(f"{name} must have the leading (batch, head) shape of q "
-                             f"{qa.shape[:-2]}; got shape {a.shape}")
-    if ka.shape[-1] != qa.shape[-1]:
-        raise ValueError(f"k must have the head dim D = {qa.shape[-1]} of q (shape {qa.shape}); "
-                         f"got shape {ka.shape}")
-    if va.shape[-2] != ka.shape[-2]:
-        raise ValueError(f"v must have the key length S = {ka.shape[-2]} of k (shape "
-                         f"{ka.shape}); got shape {va.shape}")
-    if causal and ka.shape[-2] != qa.shape[-2]:
-        raise ValueError(f"causal comparison needs as many keys as queries: q has T = "
-                         f"{qa.shape[-2]} (shape {qa.shape}), k has S = {ka.shape[-2]} "
-                         f"(shape {ka.shape})")
-    input_shape = qa.shape
-    four = [a.reshape((1,) * (4 - a.ndim) + a.shape) for a in (qa, ka, va)]
-    return four, tensors, input_shape
+        tensors[name] = x if _is_tensor(x) else None
+        four.append(a.reshape(lead + a.shape[-2:]))
+    return four, tensors, tuple(qs)
 
 
 def _check_bool(value, name):
@@ -147,6 +169,14 @@ def _check_ranks(ranks, methods, T, S):
     return sorted(set(out))
 
 
+def _cap_landmarks(method, S):
+    """Nyström with M > S keys uses M = S landmarks (the keys themselves): say so in the row."""
+    if method.family != "nystrom" or method.n_features <= S:
+        return method
+    return dataclasses.replace(method, n_features=S,
+                               label=f"{method.spec} (M = {S}: capped at the S = {S} keys)")
+
+
 def _parse_methods(methods, d):
     if isinstance(methods, str) or not hasattr(methods, "__iter__"):
         raise TypeError(f"methods must be a sequence of method specs such as "
@@ -161,35 +191,33 @@ def _parse_methods(methods, d):
     return parsed
 
 
-def available_memory():
-    """Memory available to a new allocation in bytes (``MemAvailable`` of /proc/meminfo, else
-    the free physical pages), or None where neither can be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
+def planned_memory(B, H, T, S, D, Dv):
+    """Bytes :func:`compare` holds at its peak for these sizes: :data:`WEIGHT_MATRICES_AT_PEAK`
+    float64 (B, H, T, S) arrays and :data:`INPUT_COPIES` float64 copies of q, k and v."""
+    weights = WEIGHT_MATRICES_AT_PEAK * B * H * T * S * 8
+    inputs = INPUT_COPIES * B * H * (T * D + S * D + S * Dv) * 8
+    return weights + inputs
 
 
-def _check_memory(B, H, T, S):
-    """Refuse sizes whose float64 (B, H, T, S) weight matrices do not fit in available memory,
-    before any of them is allocated."""
-    one = B * H * T * S * 8
-    needed = WEIGHT_MATRICES_AT_PEAK * one
-    available = available_memory()
+def check_memory(B, H, T, S, D, Dv):
+    """Refuse sizes whose comparison (:func:`planned_memory`) does not fit in the available
+    memory (:func:`kernelkit.compare.memory.available_memory`), before anything is allocated.
+
+    Raises
+    ------
+    ValueError
+        Naming the sizes, the memory needed and the memory available.
+    """
+    needed = planned_memory(B, H, T, S, D, Dv)
+    available = memory.available_memory()
     if available is not None and needed > available:
         raise ValueError(
-            f"comparing B x H x T x S = {B} x {H} x {T} x {S} attention weights needs about "
-            f"{needed / 2**30:.1f} GiB ({WEIGHT_MATRICES_AT_PEAK} float64 arrays of "
-            f"{one / 2**30:.1f} GiB) but {available / 2**30:.1f} GiB of memory is available; "
-            "compare a slice (fewer heads, or the first few thousand positions of q, k, v), or "
-            "use 'kernelkit attention sweep' for time and memory at long sequence lengths"
+            f"comparing B x H x T x S = {B} x {H} x {T} x {S} attention weights (D = {D}, Dv = "
+            f"{Dv}) needs about {memory.format_bytes(needed)} ({WEIGHT_MATRICES_AT_PEAK} float64 "
+            f"arrays of {memory.format_bytes(B * H * T * S * 8)} and the inputs) but "
+            f"{memory.format_bytes(available)} of memory is available; compare a slice (fewer "
+            "heads, or the first few thousand positions of q, k, v), or use 'kernelkit "
+            "attention sweep' for time and memory at long sequence lengths"
         )
 
 
@@ -225,6 +253,47 @@ def _aggregate(per_seed):
     }
 
 
+def _interruptible(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a worker thread, waited for in steps of 0.1 s: LAPACK never
+    looks at signals, so a long SVD in the main thread would hold Ctrl-C until it ends; here
+    KeyboardInterrupt reaches the main thread at once (the daemon worker is abandoned)."""
+    box = {}
+
+    def work():
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="kernelkit-compare-svd", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.1)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _svd_per_head(A, progress_bar):
+    """``np.linalg.svd(A, full_matrices=False)`` one (batch, head) at a time, interruptible,
+    with a progress step per head; the factors are written into arrays allocated once."""
+    B, H, T, S = A.shape
+    r = min(T, S)
+    U, s, Vt = np.empty((B, H, T, r)), np.empty((B, H, r)), np.empty((B, H, r, S))
+    for i, index in enumerate(np.ndindex(B, H)):
+        progress_bar.set_postfix_str(f"context: SVD {i + 1}/{B * H}")
+        U[index], s[index], Vt[index] = _interruptible(np.linalg.svd, A[index],
+                                                       full_matrices=False)
+        progress_bar.update(1)
+    return U, s, Vt
+
+
+def context_seconds(B, H, T, S):
+    """Rough seconds of the context step on a CPU: B x H SVDs of T x S weights at
+    :data:`SVD_SECONDS_PER_CUBE` x min(T, S)² max(T, S) each."""
+    return B * H * min(T, S) ** 2 * max(T, S) * SVD_SECONDS_PER_CUBE
+
+
 def _context(A_ref, O_ref, v, causal, ranks, progress_bar):
     B, H, T, S = A_ref.shape
     A_u = np.broadcast_to(metrics.uniform_weights(T, S, causal), A_ref.shape)
@@ -233,7 +302,7 @@ def _context(A_ref, O_ref, v, causal, ranks, progress_bar):
     ent = metrics.entropy(A_ref)
     visible = np.count_nonzero(A_u, axis=-1)  # keys each row sees
     many = visible > 1
-    svd = np.linalg.svd(A_ref, full_matrices=False)
+    svd = _svd_per_head(A_ref, progress_bar)
     floor = []
     for r in ranks:
         A_r = metrics.best_rank_approximation(A_ref, r, svd=svd)
@@ -242,7 +311,6 @@ def _context(A_ref, O_ref, v, causal, ranks, progress_bar):
             "weights_rel_error": float(np.mean(metrics.svd_floor(A_ref, r, svd=svd))),
             "output_rel_error": float(np.mean(metrics.relative_error(A_r @ v, O_ref))),
         })
-    progress_bar.update(1)
     return {
         "uniform": uniform,
         "entropy_mean": float(ent.mean()),
@@ -308,7 +376,8 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     methods : sequence of str or objects
         Method specs (:func:`kernelkit.compare.methods.method_names`): ``"softmax"``,
         ``"elu+1"``, ``"favor+:256"``, ``"kernel:rbf(gamma=0.5)"``, ``"nystrom:64"``..., or
-        kernelkit kernel / FeatureMap objects. Distinct.
+        kernelkit kernel / FeatureMap objects. Distinct. ``nystrom:M`` with M > S runs with
+        M = S landmarks (the keys themselves); its row's ``n_features`` and ``label`` say so.
     is_causal : bool, default=False
         Top-left aligned causal mask (key j visible to query i iff j <= i); needs S == T.
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
@@ -328,7 +397,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
         Time and measure memory; False leaves ``time_ms`` NaN, ``peak_bytes`` -1 and
         ``status`` "not measured" (torch is then not needed for NumPy input).
     progress : bool or None, default=None
-        A tqdm progress bar on stderr, one step per method; None shows it only on a terminal.
+        A tqdm progress bar on stderr, one step per method and one per (batch, head) SVD of
+        the context step; None shows it only on a terminal. Ctrl-C stops any step within 0.1 s
+        (the SVDs run in a worker thread).
 
     Returns
     -------
@@ -341,8 +412,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     ValueError
         Shapes that do not fit (the message names the array and its shape), NaN or inf input,
         an unknown method, bad seeds, scale, plot_index, ranks or device; or sizes whose
-        float64 weight matrices (about :data:`WEIGHT_MATRICES_AT_PEAK` arrays of B x H x T x S)
-        exceed the available memory, checked before any is allocated.
+        :func:`planned_memory` (:data:`WEIGHT_MATRICES_AT_PEAK` float64 arrays of
+        B x H x T x S, and the inputs) exceeds the available memory, checked before anything
+        is converted or allocated.
 
     Examples
     --------
@@ -371,10 +443,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     scale_value, scale_arg = _check_scale(scale, D)
     seeds = _check_seeds(seeds)
     b, h = _check_index(plot_index, B, H)
-    parsed = _parse_methods(methods, D)
+    parsed = [_cap_landmarks(m, S) for m in _parse_methods(methods, D)]
     ranks = _check_ranks(ranks, parsed, T, S)
     where = resolve_device(device)
-    _check_memory(B, H, T, S)
 
     reference = parse_method("softmax", D)
     A_ref, _ = reference.weights(q4, k4, is_causal=causal, scale=scale_arg)
@@ -384,7 +455,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     timing = _timing_tensors((q4, k4, v4), tensors, where) if measure else None
 
     rows = []
-    bar = tqdm(total=len(parsed) + 1, desc="compare", unit="method", leave=False,
+    bar = tqdm(total=len(parsed) + B * H, desc="compare", unit="step", leave=False,
                disable=(None if progress is None else not progress))
     with bar:
         for method in parsed:
@@ -407,7 +478,6 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
             row["seeds"] = list(seeds)
             rows.append(row)
             bar.update(1)
-        bar.set_postfix_str("context")
         context = _context(A_ref, O_ref, v4, causal, ranks, bar)
 
     meta = {
@@ -427,10 +497,12 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
 
 def _timing(method, timing, causal, seed, scale, where):
     if timing is None:
-        return {"time_ms": math.nan, "peak_bytes": -1, "device": where, "status": "not measured"}
+        return {"time_ms": math.nan, "time_min_ms": math.nan, "time_max_ms": math.nan,
+                "peak_bytes": -1, "device": where, "status": "not measured"}
     from kernelkit.compare.measurement import measure
 
     q, k, v = timing
     m = measure(lambda: method.run(q, k, v, is_causal=causal, seed=seed, scale=scale), device=where)
-    return {"time_ms": m.time_ms, "peak_bytes": m.peak_bytes, "device": m.device,
-            "status": m.status}
+    spread = (min(m.times_ms), max(m.times_ms)) if m.times_ms else (math.nan, math.nan)
+    return {"time_ms": m.time_ms, "time_min_ms": spread[0], "time_max_ms": spread[1],
+            "peak_bytes": m.peak_bytes, "device": m.device, "status": m.status}

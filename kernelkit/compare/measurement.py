@@ -1,7 +1,7 @@
 """Run time and peak memory of one call, on the CPU or a CUDA GPU.
 
-:func:`measure` times a zero-argument callable (median of ``repeat`` runs after ``warmup`` runs)
-and measures the peak memory of one more run:
+:func:`measure` times a zero-argument callable (median of ``repeat`` runs after ``warmup`` runs,
+every run's time kept for the spread) and measures the peak memory of one more run:
 
 - CUDA: CUDA events around each run, and ``torch.cuda.max_memory_allocated`` after
   ``torch.cuda.reset_peak_memory_stats`` minus the memory allocated before the run;
@@ -23,6 +23,8 @@ import statistics
 import time
 import weakref
 from dataclasses import dataclass
+
+from kernelkit.compare.memory import is_out_of_memory
 
 __all__ = ["measure", "Measurement", "MEASURE_STATUSES"]
 
@@ -46,28 +48,22 @@ class Measurement:
         ``"cpu"`` or the CUDA device (``"cuda:0"``).
     status : str
         ``"ok"`` or ``"oom"``.
+    times_ms : tuple of float
+        Every timed call, milliseconds, in order (the spread of the median); empty after an
+        out-of-memory error.
     """
 
     time_ms: float
     peak_bytes: int
     device: str
     status: str = "ok"
+    times_ms: tuple = ()
 
 
 def _count(value, name, low):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
     return int(value)
-
-
-def _is_oom(exc):
-    import torch
-
-    if isinstance(exc, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("out of memory" in text
-                                              or "can't allocate memory" in text)
 
 
 def _storage_tracker():
@@ -123,7 +119,7 @@ def _measure_cpu(fn, warmup, repeat):
         times.append((time.perf_counter() - start) * 1e3)
     with _storage_tracker() as tracker:
         fn()
-    return statistics.median(times), tracker.peak
+    return times, tracker.peak
 
 
 def _measure_cuda(fn, warmup, repeat, device):
@@ -146,7 +142,7 @@ def _measure_cuda(fn, warmup, repeat, device):
         fn()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() - before
-    return statistics.median(times), max(int(peak), 0)
+    return times, max(int(peak), 0)
 
 
 def measure(fn, *, device, warmup=1, repeat=5):
@@ -204,13 +200,14 @@ def measure(fn, *, device, warmup=1, repeat=5):
     name = str(dev)
     try:
         if dev.type == "cuda":
-            time_ms, peak = _measure_cuda(fn, warmup, repeat, dev)
+            times, peak = _measure_cuda(fn, warmup, repeat, dev)
         else:
-            time_ms, peak = _measure_cpu(fn, warmup, repeat)
+            times, peak = _measure_cpu(fn, warmup, repeat)
     except Exception as exc:  # noqa: BLE001 - only out-of-memory errors are absorbed
-        if not _is_oom(exc):
+        if not is_out_of_memory(exc):
             raise
         if dev.type == "cuda":
             torch.cuda.empty_cache()
         return Measurement(math.nan, -1, name, "oom")
-    return Measurement(float(time_ms), int(peak), name, "ok")
+    return Measurement(float(statistics.median(times)), int(peak), name, "ok",
+                       tuple(float(t) for t in times))

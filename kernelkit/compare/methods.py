@@ -7,7 +7,8 @@ A method is named by a spec string (whitespace around it is ignored, case matter
   ``"relu"``, ``"identity"``, ``"taylor2"``, ``"favor+:256"``, ``"favor+orth:64"``,
   ``"hyp-favor+:64"`` (2M features), ``"rff:512"``: normalised linear attention with that map;
 - ``"kernel:<registry name>"``, optionally with parameters, ``"kernel:rbf(gamma=0.5)"``:
-  the exact kernel smoother (no parameter: the registry defaults at the head dim D);
+  the exact kernel smoother (no parameter: the registry defaults at the head dim D); the
+  kernelkit class name works too, in any case (``"kernel:RBF"`` is ``"kernel:rbf"``);
 - ``"nystrom:M"``: Nyström attention with M landmarks on the exponential kernel
   (:mod:`kernelkit.compare.nystrom`), a training-free approximation of softmax.
 
@@ -48,7 +49,7 @@ import numpy as np
 
 from kernelkit._attention_ops import FUSED_FEATURE_MAPS
 
-__all__ = ["Method", "parse_method", "method_names", "EPS"]
+__all__ = ["Method", "parse_method", "method_names", "registry_kernel_name", "EPS"]
 
 #: Denominator guard max(den, eps) of the public linear- and kernel-attention functions.
 EPS = 1e-6
@@ -286,11 +287,35 @@ def _parse_kernel_params(text, spec):
     return params
 
 
-def _kernel_method(name, params, d, spec, kernel_object=None):
-    from kernelkit_math.registry import get_kernel, kernel_names
+def registry_kernel_name(name):
+    """The registry name of a kernel given by its registry name or its kernelkit class name,
+    in any case: ``"RBF"``, ``"rbf"`` -> ``"rbf"``; ``"ExpSineSquared"`` -> ``"periodic"``.
 
-    if name not in kernel_names():
+    Returns
+    -------
+    str or None
+        None when ``name`` names no kernel.
+
+    Examples
+    --------
+    >>> registry_kernel_name("Matern"), registry_kernel_name("nope")
+    ('matern', None)
+    """
+    from kernelkit.kernels import KERNEL_CLASSES
+
+    key = name.strip().lower()
+    for registry_name, cls in KERNEL_CLASSES.items():
+        if key in (registry_name, cls.__name__.lower()):
+            return registry_name
+    return None
+
+
+def _kernel_method(name, params, d, spec, kernel_object=None):
+    from kernelkit_math.registry import get_kernel
+
+    if registry_kernel_name(name) is None:
         raise _unknown(spec, f" (no registry kernel {name!r})")
+    name = registry_kernel_name(name)
     try:
         get_kernel(name).resolve(d, **params)
     except (TypeError, ValueError) as exc:

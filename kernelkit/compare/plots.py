@@ -35,7 +35,8 @@ def require_matplotlib():
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
-            "plots need matplotlib: pip install 'kernelkit[plot]' (or matplotlib>=3.7)"
+            "plots need matplotlib >= 3.7: pip install matplotlib (in a clone of kernelkit: "
+            "pip install -e '.[plot]')"
         ) from None
     return Figure
 
@@ -294,17 +295,24 @@ def _sweep_figure(report):
                            (ax_m, [r["peak_bytes"] / _MIB for r in ok])):
             xs, ys = _positive([r["T"] for r in ok], values)
             ax.plot(xs, ys, marker="o", color=color, label=name)
+        spread = [r for r in ok if np.isfinite(r.get("time_min_ms", np.nan))
+                  and r["time_min_ms"] > 0]
+        if spread:  # the min-max range of the repeats
+            ax_t.fill_between([r["T"] for r in spread], [r["time_min_ms"] for r in spread],
+                              [r["time_max_ms"] for r in spread], color=color, alpha=0.2,
+                              linewidth=0)
         x = _crossover_x(report.crossover.get(spec))
-        if x is not None:
+        if x is not None:  # a time crossover: marked on the time panel only
             interpolated = report.crossover[spec].get("estimate") is not None
             text = (f"{label} faster than softmax from T ≈ {x:,.0f}" if interpolated else
                     f"{label} faster than softmax at every T ≥ {x:,.0f}")
-            for ax in (ax_t, ax_m):
-                ax.axvline(x, color=color, linestyle="--", linewidth=1.2)
-                ax.annotate(text, xy=(x, 0.03), xycoords=("data", "axes fraction"),
-                            xytext=(-4, 0), textcoords="offset points", rotation=90,
-                            ha="right", va="bottom", fontsize="small", color=color,
-                            bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
+            if report.crossover[spec].get("noisy"):
+                text += " (noisy: time ranges overlap)"
+            ax_t.axvline(x, color=color, linestyle="--", linewidth=1.2)
+            ax_t.annotate(text, xy=(x, 0.03), xycoords=("data", "axes fraction"),
+                          xytext=(-4, 0), textcoords="offset points", rotation=90,
+                          ha="right", va="bottom", fontsize="small", color=color,
+                          bbox=dict(facecolor="white", edgecolor="none", alpha=0.8, pad=1))
     pass_ = "forward + backward" if m.get("backward") else "forward"
     batch = f"B·T = {m['tokens']}" if m.get("tokens") else f"B = {m.get('batch', '?')}"
     fig.suptitle(
@@ -313,7 +321,7 @@ def _sweep_figure(report):
         f"on {m.get('device_name', m.get('device', '?'))}"
     )
     for ax, ylabel, title in (
-        (ax_t, "time per call (ms, median)", "Time vs sequence length"),
+        (ax_t, "time per call (ms, median; shaded: min-max)", "Time vs sequence length"),
         (ax_m, "peak memory beyond the inputs (MiB)", "Peak memory vs sequence length"),
     ):
         _log2_axis(ax)
@@ -340,9 +348,11 @@ def plot_sweep(report, out_dir, formats=("png", "svg")):
     Returns
     -------
     list of pathlib.Path
-        ``sweep.<fmt>``: time (ms) and peak memory (MiB) per method against T, log-log, with a
-        dashed vertical line at each method's crossover with softmax (the log-log estimate, or
-        the measured length when the crossover lies below the swept range). Lengths where a
+        ``sweep.<fmt>``: time (ms, median with the min-max range of the repeats shaded) and
+        peak memory (MiB) per method against T, log-log, with a dashed vertical line on the
+        time panel at each method's crossover with softmax (the log-log estimate, or the
+        measured length when the crossover lies below the swept range; "noisy" when the time
+        ranges overlap there). Lengths where a
         method did not run are left out and its legend entry says from where.
 
     Raises

@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 
-__all__ = ["load_qkv", "synthetic_qkv", "QKV_SUFFIXES"]
+__all__ = ["load_qkv", "qkv_shapes", "synthetic_qkv", "QKV_SUFFIXES"]
 
 #: File types :func:`load_qkv` reads.
 QKV_SUFFIXES = (".npz", ".pt", ".pth", ".safetensors")
@@ -31,7 +31,7 @@ _LEGEND = {2: "(T, D)", 3: "(H, T, D)", 4: "(B, H, T, D)"}
 _NPZ_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
-def _read_npz(path, where):
+def _read_npz(path, where, data=True):
     try:
         archive = np.load(path, allow_pickle=False)
     except _NPZ_ERRORS as exc:
@@ -49,8 +49,8 @@ def _read_npz(path, where):
             if name not in found:
                 continue
             try:
-                _check_npz_member(archive, name, where)
-                arrays[name] = archive[name]
+                shape = _check_npz_member(archive, name, where)
+                arrays[name] = archive[name] if data else shape
             except _NPZ_ERRORS as exc:
                 if "pickle" in str(exc).lower():  # an object array inside the archive
                     raise ValueError(
@@ -67,8 +67,8 @@ def _read_npz(path, where):
 
 
 def _check_npz_member(archive, name, where):
-    """Check the bytes that array ``name``'s .npy header declares against the bytes the archive
-    holds for it, before anything is allocated: a header declaring a huge shape is refused."""
+    """The shape that array ``name``'s .npy header declares, read without its data; a shape
+    whose bytes exceed what the archive holds for the member is refused (truncated or corrupt)."""
     info = archive.zip.getinfo(name + ".npy")
     with archive.zip.open(info) as f:
         version = np.lib.format.read_magic(f)
@@ -83,6 +83,36 @@ def _check_npz_member(archive, name, where):
             f"{where}: array {name!r} declares shape {shape} of {dtype} ({declared} bytes) but "
             f"the file holds only {held} bytes of it; the file is truncated or corrupt"
         )
+    return shape
+
+
+def _npz_shapes(path, where):
+    """{name: declared shape} of q, k, v in an .npz, from the .npy headers alone."""
+    return _read_npz(path, where, data=False)
+
+
+def _pt_shapes(path, where):
+    import torch
+
+    try:  # memory-mapped: the shapes without reading the tensors' data
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - not a zip-format torch file; _read_pt says what is wrong
+        return None
+    if not isinstance(obj, dict):
+        return None
+    shapes = {n: tuple(obj[n].shape) for n in _NAMES if isinstance(obj.get(n), torch.Tensor)}
+    return shapes, [str(key) for key in obj]
+
+
+def _safetensors_shapes(path, where):
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="numpy") as f:
+            found = list(f.keys())
+            return {n: tuple(f.get_slice(n).get_shape()) for n in _NAMES if n in found}, found
+    except SafetensorError as exc:
+        raise ValueError(f"{where} is not a valid .safetensors file: {exc}") from None
 
 
 def _tensor_to_numpy(t):
@@ -141,25 +171,25 @@ def _read_safetensors(path, where):
 
 
 _READERS = {".npz": _read_npz, ".pt": _read_pt, ".pth": _read_pt, ".safetensors": _read_safetensors}
+_SHAPE_READERS = {".npz": _npz_shapes, ".pt": _pt_shapes, ".pth": _pt_shapes,
+                  ".safetensors": _safetensors_shapes}
 
 
-def _check_array(arr, name, where):
+def _check_dtype(arr, name, where):
     if arr.dtype.kind not in "iuf":
         raise ValueError(f"{where}: {name} has dtype {arr.dtype}; expected real numbers")
-    if arr.ndim not in _LEGEND:
-        raise ValueError(
-            f"{where}: {name} has shape {arr.shape} ({arr.ndim}-D); expected (B, H, T, D), "
-            "(H, T, D) or (T, D)"
-        )
-    if 0 in arr.shape:
-        raise ValueError(f"{where}: {name} has shape {arr.shape}, which is empty")
+    return arr
+
+
+def _finite_float(arr, name, where):
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{where}: {name} of shape {arr.shape} holds NaN or infinite values")
     return arr if arr.dtype.kind == "f" else arr.astype(np.float64)
 
 
-def _as_4d(q, k, v, where):
-    """Check that q, k, v of one rank fit together; return them as 4-D (B, H, T, D) views.
+def _fit_shapes(shapes, where):
+    """Check that the shapes of q, k, v of one rank fit together; return them as 4-D
+    (B, H, T, D) shapes.
 
     k and v must share every axis but the last, q and k their leading axes (B, H) and D.
 
@@ -168,22 +198,102 @@ def _as_4d(q, k, v, where):
     ValueError
         Naming the arrays and their shapes when the ranks differ or the shapes do not match.
     """
-    shapes = {"q": q.shape, "k": k.shape, "v": v.shape}
-    if not q.ndim == k.ndim == v.ndim:
-        listed = ", ".join(f"{n} {s}" for n, s in shapes.items())
+    q, k, v = (tuple(shapes[n]) for n in _NAMES)
+    for name, shape in zip(_NAMES, (q, k, v)):
+        if len(shape) not in _LEGEND:
+            raise ValueError(
+                f"{where}: {name} has shape {shape} ({len(shape)}-D); expected (B, H, T, D), "
+                "(H, T, D) or (T, D)"
+            )
+        if 0 in shape:
+            raise ValueError(f"{where}: {name} has shape {shape}, which is empty")
+    if not len(q) == len(k) == len(v):
+        listed = ", ".join(f"{n} {s}" for n, s in zip(_NAMES, (q, k, v)))
         raise ValueError(f"{where}: q, k, v must have the same number of axes; got {listed}")
-    legend = _LEGEND[q.ndim]
-    if k.shape[:-1] != v.shape[:-1]:
+    legend = _LEGEND[len(q)]
+    if k[:-1] != v[:-1]:
         raise ValueError(
-            f"{where}: v has shape {v.shape} but k has shape {k.shape}; k and v must agree in "
+            f"{where}: v has shape {v} but k has shape {k}; k and v must agree in "
             f"every axis but the last of {legend}"
         )
-    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+    if q[:-2] != k[:-2] or q[-1] != k[-1]:
         raise ValueError(
-            f"{where}: k has shape {k.shape} but q has shape {q.shape}; q and k must agree in "
+            f"{where}: k has shape {k} but q has shape {q}; q and k must agree in "
             f"every axis of {legend} but T"
         )
-    return tuple(x.reshape((1,) * (4 - x.ndim) + x.shape) for x in (q, k, v))
+    return tuple((1,) * (4 - len(x)) + x for x in (q, k, v))
+
+
+def _check_path(path):
+    """(path as str, "qkv file '...'" for messages, lower-case suffix)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike); got {path!r}")
+    path = os.fspath(path)
+    where = f"qkv file {path!r}"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{where} does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"{where} is a directory")
+    if not os.path.isfile(path):  # reading a FIFO would wait for a writer forever
+        raise ValueError(f"{where} is not a regular file (a FIFO, socket or device)")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in _READERS:
+        raise ValueError(
+            f"{where} has unsupported extension {suffix or '(none)'!r}; expected one of "
+            + ", ".join(QKV_SUFFIXES)
+        )
+    return path, where, suffix
+
+
+def _check_present(arrays, found, where):
+    missing = [name for name in _NAMES if name not in arrays]
+    if missing:
+        held = ", ".join(repr(n) for n in sorted(found)) or "nothing"
+        raise ValueError(
+            f"{where} has no array named {missing[0]!r} (it holds {held}); expected arrays "
+            "'q', 'k' and 'v'"
+        )
+
+
+def qkv_shapes(path):
+    """The (B, H, T, D) shapes of q, k, v in a file, read from its headers without the data.
+
+    An ``.npz`` or ``.safetensors`` file declares its shapes in headers; a ``.pt`` file saved
+    by ``torch.save`` (zip format) is memory-mapped. Use it to plan memory before
+    :func:`load_qkv` reads the arrays.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        As for :func:`load_qkv`.
+
+    Returns
+    -------
+    shapes : tuple of three tuples, or None
+        The 4-D shapes of q, k and v as :func:`load_qkv` returns them; None for a ``.pt`` file
+        whose shapes cannot be read without loading it (an old, non-zip torch file).
+
+    Raises
+    ------
+    FileNotFoundError, ValueError, TypeError
+        As :func:`load_qkv`, for what the headers show: a missing array, a wrong rank, an empty
+        or inconsistent shape, a header declaring more data than the file holds.
+
+    Examples
+    --------
+    >>> import numpy as np, os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "qkv.npz")
+    >>> np.savez(p, q=np.ones((5, 8)), k=np.ones((7, 8)), v=np.ones((7, 4)))
+    >>> qkv_shapes(p)
+    ((1, 1, 5, 8), (1, 1, 7, 8), (1, 1, 7, 4))
+    """
+    path, where, suffix = _check_path(path)
+    read = _SHAPE_READERS[suffix](path, where)
+    if read is None:
+        return None
+    shapes, found = read
+    _check_present(shapes, found, where)
+    return _fit_shapes(shapes, where)
 
 
 def load_qkv(path):
@@ -212,9 +322,10 @@ def load_qkv(path):
     FileNotFoundError
         If the file does not exist.
     ValueError
-        For an unknown extension, an unreadable file, a missing array (the message lists what
-        the file holds), a non-numeric, empty, non-finite or wrongly ranked array, or shapes
-        that do not fit together. Messages name the file, the array and its shape.
+        For a directory or another non-regular file (a FIFO), an unknown extension, an
+        unreadable file, a missing array (the message lists what the file holds), a
+        non-numeric, empty, non-finite or wrongly ranked array, or shapes that do not fit
+        together. Messages name the file, the array and its shape.
     TypeError
         If ``path`` is not a path.
 
@@ -226,30 +337,13 @@ def load_qkv(path):
     >>> [x.shape for x in load_qkv(p)]
     [(1, 1, 5, 8), (1, 1, 7, 8), (1, 1, 7, 4)]
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a file path (str or os.PathLike); got {path!r}")
-    path = os.fspath(path)
-    where = f"qkv file {path!r}"
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{where} does not exist")
-    if os.path.isdir(path):
-        raise ValueError(f"{where} is a directory")
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in _READERS:
-        raise ValueError(
-            f"{where} has unsupported extension {suffix or '(none)'!r}; expected one of "
-            + ", ".join(QKV_SUFFIXES)
-        )
+    path, where, suffix = _check_path(path)
     arrays, found = _READERS[suffix](path, where)
-    missing = [name for name in _NAMES if name not in arrays]
-    if missing:
-        held = ", ".join(repr(n) for n in sorted(found)) or "nothing"
-        raise ValueError(
-            f"{where} has no array named {missing[0]!r} (it holds {held}); expected arrays "
-            "'q', 'k' and 'v'"
-        )
-    q, k, v = (_check_array(np.asarray(arrays[name]), name, where) for name in _NAMES)
-    return _as_4d(q, k, v, where)
+    _check_present(arrays, found, where)
+    arrays = {name: _check_dtype(np.asarray(arrays[name]), name, where) for name in _NAMES}
+    shapes = _fit_shapes({name: a.shape for name, a in arrays.items()}, where)
+    return tuple(_finite_float(arrays[name], name, where).reshape(shape)
+                 for name, shape in zip(_NAMES, shapes))
 
 
 def synthetic_qkv(batch, heads, T, d, *, temperature=1.0, seed=0, clusters=None, S=None,

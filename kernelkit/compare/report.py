@@ -22,13 +22,14 @@ __all__ = ["CompareReport", "ROW_KEYS"]
 #: Keys of every row of :attr:`CompareReport.rows`, in table order.
 ROW_KEYS = ("method", "label", "family", "n_features", "output_rel_error",
             "output_rel_error_std", "weights_rel_error", "tv_mean", "tv_max", "kl_mean", "kl_max",
-            "kl_inf_rows", "nonpositive_denominators", "n_rows", "time_ms", "peak_bytes",
-            "device", "status", "seeds")
+            "kl_inf_rows", "nonpositive_denominators", "n_rows", "time_ms", "time_min_ms",
+            "time_max_ms", "peak_bytes", "device", "status", "seeds")
 
 #: Keys whose JSON ``null`` means NaN (everywhere else ``null`` is None).
 _FLOAT_KEYS = frozenset({
     "output_rel_error", "output_rel_error_std", "weights_rel_error", "tv_mean", "tv_max",
-    "kl_mean", "kl_max", "time_ms", "entropy_mean", "entropy_normalized", "peakiness",
+    "kl_mean", "kl_max", "time_ms", "time_min_ms", "time_max_ms", "entropy_mean",
+    "entropy_normalized", "peakiness",
 })
 _MIB = 2**20
 #: Significant digits of heatmap values in JSON (float32 precision, a third of the size).
@@ -95,7 +96,8 @@ class CompareReport:
         ``family``, ``n_features``, ``output_rel_error`` (mean over seeds),
         ``output_rel_error_std``, ``weights_rel_error``, ``tv_mean``, ``tv_max``, ``kl_mean``,
         ``kl_max`` (nats, over rows with finite KL), ``kl_inf_rows``,
-        ``nonpositive_denominators``, ``n_rows`` (rows of all seeds pooled), ``time_ms``,
+        ``nonpositive_denominators``, ``n_rows`` (rows of all seeds pooled), ``time_ms``
+        (median), ``time_min_ms`` and ``time_max_ms`` (the spread of the timed calls),
         ``peak_bytes``, ``device``, ``status`` ("ok", "oom" or "not measured"), ``seeds``.
     context : dict
         ``uniform`` (the metric keys of a row for uniform attention), ``entropy_mean`` (nats),
@@ -195,15 +197,17 @@ class CompareReport:
             f"{m.get('dtype') or '–'} on {m.get('device')}.",
             "",
             "| method | M | output rel. error (mean ± std) | weights rel. error | "
-            "TV mean / max | KL mean / max (nats) | rows KL=inf | den ≤ 0 | time (ms) | "
+            "TV mean / max | KL mean / max (nats) | rows KL=inf | den ≤ 0 | time (ms): median "
+            "(min–max) | "
             "peak memory (MiB) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.rows:
             peak = r.get("peak_bytes")
             mem = "–" if peak is None or peak < 0 else _fmt(peak / _MIB)
-            time_cell = _fmt(r.get("time_ms")) if r.get("status") in ("ok", None) \
-                else r["status"]
+            time_cell = (f"{_fmt(r.get('time_ms'))} ({_fmt(r.get('time_min_ms'))}–"
+                         f"{_fmt(r.get('time_max_ms'))})" if r.get("status") in ("ok", None)
+                         else r["status"])
             lines.append(
                 f"| {r['label']} | {r['n_features'] if r['n_features'] is not None else '–'} "
                 f"| {_fmt(r['output_rel_error'])} ± {_fmt(r['output_rel_error_std'], 2)} "

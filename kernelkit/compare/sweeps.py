@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelkit._io import write_text_atomic
+from kernelkit.compare import memory
 from kernelkit.compare.report import _encode
 from kernelkit_math.attention import resolve_is_causal
 
@@ -31,6 +32,15 @@ GPU_LENGTHS = tuple(2**i for i in range(9, 17))
 CPU_LENGTHS = (128, 256, 512, 1024, 2048)
 BASELINE = "softmax"
 _MIB = 2.0**20
+_TIME_KEYS = ("time_ms", "time_min_ms", "time_max_ms")
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: (B, H, T, T) float32 arrays the plain-PyTorch path of a method holds at its peak (forward;
+#: one more with backward): measured with measure() at T = 256, 512 (2.1 and 4.1 arrays).
+QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5}
+#: (B, H, T, M + D) float32 arrays a method with M features (or landmarks) holds at its peak:
+#: measure() on the CPU gave 3.0-9.0 for elu+1, favor+:128, taylor2 and nystrom:32 at D = 16
+#: and 64, T = 1024 and 4096, causal or not, forward or forward + backward.
+LINEAR_ARRAYS = 10
 
 
 # -------------------------------------------------------------------------------- crossover
@@ -47,6 +57,14 @@ def _speed_ratio(row, base):
     return None
 
 
+def _overlap(row, base):
+    """True when the [min, max] time ranges of two rows that ran overlap (medians stand in for
+    rows without a spread)."""
+    lo, hi = (row.get(k, row["time_ms"]) for k in ("time_min_ms", "time_max_ms"))
+    base_lo, base_hi = (base.get(k, base["time_ms"]) for k in ("time_min_ms", "time_max_ms"))
+    return lo <= base_hi and base_lo <= hi
+
+
 def crossover_lengths(rows, baseline=BASELINE):
     """The sequence length from which each method is faster than ``baseline``.
 
@@ -54,21 +72,26 @@ def crossover_lengths(rows, baseline=BASELINE):
     ----------
     rows : list of dict
         Sweep rows with keys ``method``, ``T``, ``time_ms`` and ``status`` (``"ok"`` when the
-        method ran; its time is then used). A length where only the method ran counts as
-        faster, one where only the baseline ran as slower; lengths where neither ran are left out.
+        method ran; its time is then used), and optionally ``time_min_ms`` and ``time_max_ms``
+        (the spread of the repeats). A length where only the method ran counts as faster, one
+        where only the baseline ran as slower; lengths where neither ran are left out.
     baseline : str, default="softmax"
         The ``method`` of the reference rows.
 
     Returns
     -------
     dict
-        ``{method: {"measured": T or None, "estimate": float or None}}`` for each method other
-        than the baseline. ``measured`` is the smallest swept T from which the method is
-        strictly faster at every longer swept T (None when it is not faster at the longest).
+        ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``
+        for each method other than the baseline. ``measured`` is the smallest swept T from
+        which the method is strictly faster at every longer swept T (None when it is not
+        faster at the longest).
         ``estimate`` interpolates time ratio against T on log-log axes between the last slower
         length and ``measured``, where both methods ran; None when the method was faster from the
         shortest length (the crossover lies below the swept range) or never crossed. Empty when
-        no row belongs to the baseline.
+        no row belongs to the baseline. ``noisy`` is True when the crossover rests on timings
+        whose [min, max] ranges overlap those of the baseline at ``measured`` or at the last
+        slower length before it (so repeats could order them either way), False when they are
+        apart, None without a measured crossover.
 
     Examples
     --------
@@ -76,7 +99,7 @@ def crossover_lengths(rows, baseline=BASELINE):
     ...     ("softmax", 100, 1.0), ("softmax", 1000, 10.0),
     ...     ("elu+1", 100, 10.0), ("elu+1", 1000, 1.0)]]
     >>> crossover_lengths(rows)  # ratio 10 at T=100, 0.1 at T=1000: equal at sqrt(100 * 1000)
-    {'elu+1': {'measured': 1000, 'estimate': 316.22776601683796}}
+    {'elu+1': {'measured': 1000, 'estimate': 316.22776601683796, 'noisy': False}}
     """
     base = {r["T"]: r for r in rows if r["method"] == baseline}
     if not base:
@@ -88,7 +111,7 @@ def crossover_lengths(rows, baseline=BASELINE):
             ratio = _speed_ratio(row, base[row["T"]]) if row["T"] in base else None
             if ratio is not None:
                 points.append((row["T"], ratio))
-        measured = estimate = None
+        measured = estimate = noisy = None
         first_fast = len(points)
         while first_fast > 0 and points[first_fast - 1][1] < 1.0:
             first_fast -= 1
@@ -99,7 +122,12 @@ def crossover_lengths(rows, baseline=BASELINE):
                 if 0.0 < r_b and math.isfinite(r_a):  # both methods ran at both lengths
                     frac = math.log(r_a) / (math.log(r_a) - math.log(r_b))
                     estimate = math.exp(math.log(t_a) + frac * (math.log(t_b) - math.log(t_a)))
-        result[method] = {"measured": measured, "estimate": estimate}
+        if measured is not None:
+            bracket = [T for T, _ in points[max(first_fast - 1, 0):first_fast + 1]]
+            by_t = {r["T"]: r for r in rows if r["method"] == method}
+            noisy = any(by_t[T]["status"] == base[T]["status"] == "ok"
+                        and _overlap(by_t[T], base[T]) for T in bracket)
+        result[method] = {"measured": measured, "estimate": estimate, "noisy": noisy}
     return result
 
 
@@ -113,7 +141,11 @@ def _cell(row, key):
         return ""
     if row["status"] != "ok":
         return row["status"]
-    return _fmt(row["time_ms"]) if key == "time" else _fmt(row["peak_bytes"] / _MIB)
+    if key != "time":
+        return _fmt(row["peak_bytes"] / _MIB)
+    lo, hi = row.get("time_min_ms", math.nan), row.get("time_max_ms", math.nan)
+    spread = f" ({_fmt(lo)}–{_fmt(hi)})" if math.isfinite(lo) and math.isfinite(hi) else ""
+    return _fmt(row["time_ms"]) + spread
 
 
 @dataclass(repr=False)
@@ -124,11 +156,13 @@ class SweepReport:
     ----------
     rows : list of dict
         Keys ``method`` (spec), ``label``, ``T``, ``batch``, ``time_ms`` (median, NaN when it did
-        not run), ``peak_bytes`` (-1 when it did not run), ``status`` (``"ok"``, ``"oom"`` or
-        ``"skipped"``) and ``note`` (why it did not run; empty when it ran).
+        not run), ``time_min_ms`` and ``time_max_ms`` (the fastest and slowest of the repeats,
+        NaN when it did not run), ``peak_bytes`` (-1 when it did not run), ``status``
+        (``"ok"``, ``"oom"`` or ``"skipped"``) and ``note`` (why it did not run; empty when it
+        ran).
     crossover : dict
-        ``{method: {"measured": T or None, "estimate": float or None}}``, see
-        :func:`crossover_lengths`.
+        ``{method: {"measured": T or None, "estimate": float or None, "noisy": bool or None}}``,
+        see :func:`crossover_lengths`.
     meta : dict
         The sweep's settings (methods, lengths, heads, d, causal, backward, dtype, device...),
         the device name, library versions and a timestamp.
@@ -164,8 +198,8 @@ class SweepReport:
         data = json.loads(text)
         if not isinstance(data, dict) or data.get("kind") != "sweep":
             raise ValueError("not a sweep report: expected a JSON object with kind 'sweep'")
-        rows = [dict(r, time_ms=math.nan if r["time_ms"] is None else float(r["time_ms"]))
-                for r in data["rows"]]
+        rows = [dict(r, **{key: math.nan if r[key] is None else float(r[key])
+                           for key in _TIME_KEYS if key in r}) for r in data["rows"]]
         return cls(rows=rows, crossover=data["crossover"], meta=data["meta"])
 
     def methods(self):
@@ -189,7 +223,7 @@ class SweepReport:
         labels = dict(self.methods())
         lengths = sorted({r["T"] for r in self.rows})
         lines = [f"| method | faster than {BASELINE} from T (measured) | crossover T (log-log "
-                 "estimate) |", "|---|---:|---:|"]
+                 "estimate) | timing ranges |", "|---|---:|---:|---|"]
         for spec, c in self.crossover.items():
             if c["measured"] is None:
                 measured, estimate = f"not up to T = {lengths[-1]}", "-"
@@ -197,7 +231,13 @@ class SweepReport:
                 measured, estimate = str(c["measured"]), f"≤ {c['measured']} (below the range)"
             else:
                 measured, estimate = str(c["measured"]), f"{c['estimate']:.0f}"
-            lines.append(f"| {labels.get(spec, spec)} | {measured} | {estimate} |")
+            ranges = {None: "-", False: "apart", True: "overlap (noisy)"}
+            lines.append(f"| {labels.get(spec, spec)} | {measured} | {estimate} | "
+                         f"{ranges[c.get('noisy')]} |")
+        if any(c.get("noisy") for c in self.crossover.values()):
+            lines += ["", f"A crossover marked noisy rests on lengths where the method's and "
+                      f"{BASELINE}'s min–max times overlap: on a busy machine they can swap "
+                      "order between runs."]
         return lines
 
     def to_markdown(self):
@@ -208,9 +248,9 @@ class SweepReport:
             f"Device: {m.get('device_name', m.get('device', '?'))} ({m.get('device', '?')}), "
             f"{m.get('dtype', '?')}, H = {m.get('heads', '?')}, D = {m.get('d', '?')}, "
             f"{'causal' if m.get('causal') else 'non-causal'}, {pass_}; "
-            f"median of {m.get('repeat', '?')} runs."
+            f"median (min–max) of {m.get('repeat', '?')} runs."
         )
-        lines = ["## Attention sweep", "", setup, "", "### Time (median)", ""]
+        lines = ["## Attention sweep", "", setup, "", "### Time (median, min–max)", ""]
         lines += self._table("time", "ms")
         lines += ["", "### Peak memory (beyond the inputs)", ""]
         lines += self._table("memory", "MiB")
@@ -273,6 +313,48 @@ def _device_name(device):
     return platform.processor() or platform.machine() or "CPU"
 
 
+def _input_bytes(B, heads, T, d, dtype, backward):
+    """Bytes of one length's tensors: q, k, v, the output (and with backward the output
+    gradient and three input gradients), plus the float32 draw of one of them."""
+    n = B * heads * T * d
+    return ((8 if backward else 4) * _ITEMSIZE[dtype] + 4) * n
+
+
+def _method_bytes(method, B, heads, T, d, triton, backward):
+    """Bytes a method needs beyond its inputs: :data:`QUADRATIC_ARRAYS` (B, H, T, T) arrays
+    for softmax and kernel smoothers on the plain-PyTorch path (``triton`` False; the Triton
+    kernels need O(T)), :data:`LINEAR_ARRAYS` (B, H, T, M + D) arrays for a method with M
+    features or landmarks."""
+    family = method.family.partition(":")[0]
+    if family in QUADRATIC_ARRAYS:
+        return 0 if triton else (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
+    return LINEAR_ARRAYS * B * heads * T * (method.n_features + d) * 4
+
+
+def _available(where):
+    """Bytes free where the sweep allocates: host memory, or the GPU's free memory."""
+    if where == "cuda":
+        import torch
+
+        return torch.cuda.mem_get_info()[0]
+    return memory.available_memory()
+
+
+def _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available):
+    """Refuse the sweep when the inputs of a length do not fit, before anything is drawn."""
+    for T, B in batches.items():
+        needed = _input_bytes(B, heads, T, d, dtype, backward)
+        if needed > available:
+            hint = ("fewer tokens" if tokens is not None else
+                    f"shorter lengths: they fit up to about T = {int(available * T // needed)}")
+            raise ValueError(
+                f"the inputs at T = {T} (B x H x T x D = {B} x {heads} x {T} x {d}, {dtype}"
+                f"{', with gradients' if backward else ''}) need about "
+                f"{memory.format_bytes(needed)} but {memory.format_bytes(available)} of memory is "
+                f"available; sweep {hint}"
+            )
+
+
 def _inputs(batch, heads, T, d, dtype, device, seed, backward):
     """Standard-normal q, k, v (scores q·k / sqrt(D) of unit spread) and an output gradient."""
     import torch
@@ -306,9 +388,13 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
     scaled scores have unit spread) and each method's fast path runs under
     :func:`kernelkit.compare.measurement.measure`: the median time over ``repeat`` calls after a
-    warm-up, and the peak memory allocated beyond the inputs. A method that runs out of memory
-    gets status ``"oom"`` and is ``"skipped"`` at longer lengths; one that cannot run the setup
-    (a ValueError or NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
+    warm-up, and the peak memory allocated beyond the inputs. Memory is planned first (free
+    host memory, :func:`kernelkit.compare.memory.available_memory`, or free GPU memory): a
+    sweep whose inputs at some length do not fit is refused before anything is drawn, and a
+    method whose working memory would not fit (:data:`QUADRATIC_ARRAYS`,
+    :data:`LINEAR_ARRAYS`) is ``"skipped"`` there with the reason. A method that still runs out of memory gets status ``"oom"``; both are
+    ``"skipped"`` at longer lengths. One that cannot run the setup (a ValueError or
+    NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
 
     Parameters
     ----------
@@ -331,8 +417,9 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
         None means bfloat16 on a GPU and float32 on the CPU.
     device : {"auto", "cpu", "cuda"}, default="auto"
     tokens : int or None, default=None
-        Keep B·T constant instead of B: at each length B = max(1, tokens // T). Give either
-        ``tokens`` or a ``batch`` other than 1, not both.
+        Keep B·T constant instead of B: at each length B = tokens // T (rounded down), so
+        ``tokens`` must be at least the longest length. Give either ``tokens`` or a ``batch``
+        other than 1, not both.
     repeat : int, default=5
         Timed calls per measurement (after one warm-up call).
     progress : bool or None, default=None
@@ -349,7 +436,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     ------
     ValueError
         For an unknown method or dtype, bad sizes, repeated methods or lengths, both
-        ``tokens`` and ``batch``, or ``device="cuda"`` without a GPU.
+        ``tokens`` and ``batch``, ``tokens`` below the longest length, ``device="cuda"``
+        without a GPU, or inputs that do not fit in the available memory at some length.
     TypeError
         For sizes that are not integers, or flags that are not bools.
 
@@ -380,37 +468,57 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     where = resolve_device(device)
     lengths = _check_lengths(GPU_LENGTHS if lengths is None and where == "cuda" else
                              CPU_LENGTHS if lengths is None else lengths)
+    if tokens is not None and tokens < lengths[-1]:
+        raise ValueError(f"tokens={tokens} is less than one sequence of the longest length "
+                         f"T = {lengths[-1]} (batch = tokens // T would be 0); give tokens >= "
+                         f"{lengths[-1]}")
     if dtype is None:
         dtype = "bfloat16" if where == "cuda" else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
     parsed = _parse_methods(methods, d)
+    batches = {T: tokens // T if tokens is not None else batch for T in lengths}
+    available = _available(where)
+    if available is not None:
+        _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available)
 
     import torch
     from tqdm import tqdm
 
+    from kernelkit._attention_ops import use_triton
     from kernelkit.compare.comparison import _versions
     from kernelkit.compare.measurement import measure
 
     torch_dtype = getattr(torch, dtype)
+    available = _available(where)  # again: importing torch took address space
     rows, failed = [], {}
     bar = tqdm(total=len(lengths) * len(parsed), desc="sweep", unit="run",
                disable=(None if progress is None else not progress), leave=False)
     try:
-        for T in lengths:
-            B = max(1, tokens // T) if tokens is not None else batch
+        for T, B in batches.items():
+            inputs = _input_bytes(B, heads, T, d, dtype, backward)
             try:
                 tensors = _inputs(B, heads, T, d, torch_dtype, where, seed, backward)
-            except (torch.cuda.OutOfMemoryError, MemoryError):
+            except Exception as exc:  # noqa: BLE001 - only failed allocations are absorbed
+                if not memory.is_out_of_memory(exc):
+                    raise
                 tensors = None
             for method in parsed:
                 bar.set_postfix_str(f"{method.label} T={T}")
                 row = dict(method=method.spec, label=method.label, T=T, batch=B,
-                           time_ms=math.nan, peak_bytes=-1, status="ok", note="")
+                           time_ms=math.nan, time_min_ms=math.nan, time_max_ms=math.nan,
+                           peak_bytes=-1, status="ok", note="")
+                needed = None if tensors is None else inputs + _method_bytes(
+                    method, B, heads, T, d, use_triton(tensors[0]), backward)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
                 elif method.spec in failed:
                     row.update(status="skipped", note=failed[method.spec])
+                elif available is not None and needed > available:
+                    row.update(status="skipped", note=(
+                        f"needs about {memory.format_bytes(needed)} of memory, "
+                        f"{memory.format_bytes(available)} available"))
+                    failed[method.spec] = f"{row['note']} at T = {T}"
                 else:
                     try:
                         fn = _runner(method, tensors, causal, seed, backward)
@@ -419,9 +527,12 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                         row.update(status="skipped", note=f"{type(exc).__name__}: {exc}")
                         failed[method.spec] = row["note"]
                     else:
-                        status = getattr(got, "status", "ok")
+                        status = got.status
                         row.update(time_ms=float(got.time_ms), peak_bytes=int(got.peak_bytes),
                                    status=status)
+                        if got.times_ms:
+                            row.update(time_min_ms=min(got.times_ms),
+                                       time_max_ms=max(got.times_ms))
                         if status == "oom":
                             row["note"] = "out of memory"
                             failed[method.spec] = f"out of memory at T = {T}"
