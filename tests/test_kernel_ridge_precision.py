@@ -124,7 +124,7 @@ def test_float32_path_warns_with_the_true_residual(rng, triton_device, monkeypat
     limit: the ConvergenceWarning quotes the true residual, which is the one reported."""
     monkeypatch.setattr(kernel_ridge, "DENSE_MAX", 0)
     X, y = _data(rng, 60)
-    model = KernelRidge(alpha=1e-7, gamma=0.5, n_components=20, tol=1e-12, max_iter=300,
+    model = KernelRidge(alpha=1e-7, gamma=0.5, n_components=20, tol=1e-12, max_iter=40,
                         solver="cg", device=triton_device, random_state=0)
     with pytest.warns(ConvergenceWarning, match="true relative residual"):
         model.fit(X, y)

@@ -75,21 +75,29 @@ def _check_number(value, name, *, low, integer=False):
 class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     r"""Kernel ridge regression for large n, solved by preconditioned conjugate gradients.
 
-    Fits the same model as :class:`sklearn.kernel_ridge.KernelRidge`, the dual coefficients
-    :math:`a` of
+    Fits the same model as :class:`sklearn.kernel_ridge.KernelRidge` (``solver="cg"``), the dual
+    coefficients :math:`a` of
 
     .. math::
 
-        (K + \alpha I)\, a = y, \qquad \hat f(x) = \sum_i a_i\, k(x, x_i),
+        (K + \alpha W^{-1})\, a = y, \qquad \hat f(x) = \sum_i a_i\, k(x, x_i),
 
+    with W = diag(sample_weight) (the identity without weights; solved as scikit-learn does, in
+    the form (S K S + alpha I) c = S y, a = S c with S = W^{1/2}, so zero weights are allowed),
     without ever forming the n x n matrix K: products with K run matrix-free
     (:func:`kernelkit_gpu.kernel_matvec` on the GPU, row blocks of the float64 registry
-    reference on the CPU), so memory grows like n, not n^2.
+    reference on the CPU), so memory grows like n, not n^2. Where scikit-learn's differs:
+    ``alpha`` must be > 0 (scikit-learn allows 0); ``kernel`` is a registry name or kernelkit
+    kernel object (no callables, no "precomputed"); X is dense; negative sample weights are an
+    error (scikit-learn takes their square roots: NaN); singular systems get the least-squares
+    solution with a cut-off of n eps (scikit-learn's: eps, see ``dense_fallback_``).
 
     Parameters
     ----------
-    alpha : float, default=1.0
-        Ridge regularisation, > 0, scikit-learn's convention (added to the diagonal of K).
+    alpha : float or array-like of shape (n_targets,), default=1.0
+        Ridge regularisation, > 0, scikit-learn's convention (added to the diagonal of K). An
+        array gives each target its own alpha (each distinct value adds an M x M factor to
+        the preconditioner).
     kernel : str or kernelkit kernel object, default="rbf"
         A registry name ("rbf", "laplacian", "polynomial" or "poly", "linear", "matern",
         "rational_quadratic", "cosine", "exponential") or a kernelkit kernel object such as
@@ -117,12 +125,15 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         .. math::
 
-            \|y - K_{nM}\beta\|^2 + \alpha\, \beta^T K_{MM} \beta,
+            \sum_i w_i (y_i - (K_{nM}\beta)_i)^2 + \alpha\, \beta^T (K_{MM} + s I) \beta,
 
-        whose normal equations :math:`(K_{Mn} K_{nM} + \alpha K_{MM})\beta = K_{Mn} y` are solved by
-        CG with Falkon's preconditioner (:mod:`kernelkit.solvers._nystrom`); each iteration costs
-        n M kernel values. With M = n it is the exact solution. "auto": "cg" up to 100,000
-        samples on the GPU (20,000 on the CPU), "nystrom" beyond.
+        whose normal equations :math:`(K_{Mn} W K_{nM} + \alpha (K_{MM} + s I))\beta = K_{Mn} W y`
+        are solved by CG with Falkon's preconditioner (:mod:`kernelkit.solvers._nystrom`); each
+        iteration costs n M kernel values. The jitter s is M times the machine epsilon of the
+        kernel products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM).
+        With M = n it is the exact solution up to that jitter (the predictions move by at most
+        about s / alpha times |y|). "auto": "cg" up to 100,000 samples on the GPU (20,000 on
+        the CPU), "nystrom" beyond.
     n_components : int, default=1000
         Number M of Nyström landmarks (at most n_samples). 1000 is at least sqrt(n) for every
         n up to 10^6 (Rudi, Camoriano and Rosasco, 2015: M of order sqrt(n) log n keeps the
@@ -135,16 +146,27 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, applied by the Woodbury identity; None for
         plain CG.
     tol : float, default=1e-6
-        Stop when every output's relative residual ``||y - (K + alpha I) a|| / ||y||`` ("cg") or
-        that of the preconditioned M-dimensional system ("nystrom") is at most ``tol``.
+        Stop when every output's true relative residual is at most ``tol``: that of
+        (S K S + alpha I) c = S y, ``||S y - (S K S + alpha I) c|| / ||S y||`` ("cg"), or that
+        of the preconditioned M-dimensional system ("nystrom"). It is recomputed at the end
+        with float64 kernel values on every device (one more product, in float64 arithmetic
+        on the GPU) and is what ``residuals_[-1]`` reports. When float32 products (GPU) leave
+        it above ``tol`` (their floor is about 1e-7 times the condition number), CG restarts
+        from that residual (iterative refinement) until ``tol`` is met, ``max_iter`` runs out,
+        or a restart fails to halve it.
     max_iter : int, default=1000
-        Most CG iterations; a :class:`~sklearn.exceptions.ConvergenceWarning` is raised when
-        they run out before ``tol`` is reached.
+        Most CG iterations, over all refinement restarts. When CG ends above ``tol`` (or breaks
+        down) and the system has at most :data:`DENSE_MAX` unknowns (n for "cg", M for
+        "nystrom") and fits in memory, it is solved by a dense float64 factorisation instead
+        (``dense_fallback_``), without a warning. Otherwise a
+        :class:`~sklearn.exceptions.ConvergenceWarning` quoting the true residual is raised,
+        or a ``ValueError`` when CG broke down (no useful model).
     device : {"auto", "cpu", "cuda"}, default="auto"
-        "auto" is the GPU when one is present. On the GPU the kernel products are float32
-        (:func:`kernelkit_gpu.kernel_matvec` and :func:`kernelkit_gpu.gram`, "accurate" mode);
-        CG vectors, sums over blocks and every M x M matrix are float64. On the CPU everything
-        is float64.
+        "auto" is the GPU when one is present. On the GPU the kernel products of the CG
+        iterations and of ``predict`` are float32 (:func:`kernelkit_gpu.kernel_matvec` and
+        :func:`kernelkit_gpu.gram`, "accurate" mode); K_MM, the residual at exit and the dense
+        fallback use float64 kernel values; CG vectors, sums over blocks and every M x M matrix
+        are float64. On the CPU everything is float64.
     random_state : int, RandomState instance or None, default=None
         Draws the landmarks.
     verbose : bool or int, default=False
@@ -166,7 +188,14 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     n_iter_ : int
         CG iterations run.
     residuals_ : ndarray of shape (n_iter_ + 1,)
-        Largest relative residual over the outputs, before the first iteration and after each.
+        Largest relative residual over the outputs (``tol``), before the first iteration and
+        after each: the CG recurrence's estimate during a run, the true residual (float64
+        kernel values) at the end of each run, the last entry included.
+    dense_fallback_ : bool
+        CG did not reach ``tol`` and the coefficients come from a dense float64 solve (the
+        n x n system for "cg", the M x M normal equations for "nystrom"): Cholesky, or, when
+        that fails, the minimum-norm least-squares solution (LAPACK gelsd, singular values under
+        n eps times the largest cut) with scikit-learn's "Singular matrix" warning.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Only when X has string column names (a pandas DataFrame).
@@ -175,8 +204,10 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     ------
     ValueError, TypeError
         At ``fit``, for parameters out of range or of the wrong type, NaN or infinity in X or y,
-        mismatched lengths, or a problem too large for the memory available (before anything
-        large is allocated); at ``predict``, for data with the wrong number of features.
+        negative sample weights, mismatched lengths, a problem too large for the memory
+        available (before anything large is allocated), or a breakdown of CG on a system too
+        large for the dense fallback; at ``predict``, for data with the wrong number of
+        features.
 
     See Also
     --------
@@ -184,9 +215,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Memory: the data, about ten float64 vectors of length n ("cg") or M ("nystrom") per output,
-    four float64 M x M matrices, and kernel row blocks sized from the memory available (half
-    the free GPU memory, at most 4 GiB; 256 MiB on the CPU). n x n is never formed.
+    Memory: the data (on the GPU in float32 and float64), about ten float64 vectors of length n
+    ("cg") or M ("nystrom") per output, four float64 M x M matrices (one more per further
+    distinct alpha), and kernel row blocks sized from the memory available (half the free GPU
+    memory, at most 4 GiB; 256 MiB on the CPU). n x n is formed only by the dense fallback,
+    which checks first that four float64 n x n arrays fit.
 
     Examples
     --------
@@ -461,7 +494,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         Returns
         -------
         ndarray of shape (n_samples,) or (n_samples, n_targets)
-            float64 predictions.
+            float64 predictions; on the GPU from float32 kernel products (error about the float32
+            epsilon times sum_i |k(x, x_i) a_i|, measured 1.3-1.4 times that).
         """
         check_is_fitted(self)
         X = _validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
