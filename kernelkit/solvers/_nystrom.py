@@ -17,8 +17,9 @@ Jitter
     (n / M) s^2. K_nM carries rounding of relative size eps in every entry, so along those
     directions ||K_nM u||^2 ~ n eps^2 max(K)^2. With s of order M eps mean(diag) the model
     covers that rounding; with a float64 jitter and float32 products it undershoots by ~1e16
-    and CG stalls (a degree-3 polynomial kernel, finite rank, with M = n hit max_iter at a
-    relative error of 2.8). The jitter changes the fit by O(s) relative to K_MM's spectrum.
+    and CG stalls (a degree-3 polynomial kernel, finite rank, with M = n hit max_iter with
+    prediction errors of order 1). The jitter moves the predictions by at most about
+    s / alpha times |y| (the components of y along K's eigenvalues below s).
 
 Preconditioner of the exact system (S K S + alpha_j I) c = S y
     P_j = S K_nM K_MM^{-1} K_Mn S + alpha_j I = U U^T + alpha_j I with U = S K_nM L^{-T},

@@ -49,7 +49,7 @@ def _check_alpha(alpha):
     if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool):
         return np.array([_check_number(alpha, "alpha", low=0.0)])
     try:
-        values = np.asarray(alpha, dtype=np.float64)
+        values = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
     except (TypeError, ValueError):
         raise TypeError(f"alpha must be a real number > 0 or an array of them (one per target); "
                         f"got {alpha!r}") from None
@@ -374,9 +374,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
         size = n if solver == "cg" else m
-        if result.converged:
-            pass
-        elif self._dense_fits(size, where):
+        fallback = not result.converged and self._dense_fits(size, where)
+        if fallback:
             coef = dense()
         elif result.breakdown:
             raise ValueError(
@@ -384,7 +383,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                 f"(true relative residual {result.residuals[-1]:.3g}): the system is not positive "
                 f"definite in floating point, and its {size} unknowns are too many for the dense "
                 f"float64 fallback. Increase alpha.")
-        else:
+        elif not result.converged:
             reason = (f"at max_iter={max_iter}" if result.n_iter >= max_iter else
                       "when iterative refinement stopped gaining (float32 products)")
             warnings.warn(
@@ -396,7 +395,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.dual_coef_ = coef[:, 0] if y.ndim == 1 else coef
         self.X_fit_ = X if solver == "cg" else X[idx]
         self.solver_ = solver
-        self.dense_fallback_ = not result.converged and self._dense_fits(size, where)
+        self.dense_fallback_ = fallback
         self.n_components_ = m
         self.landmark_indices_ = idx
         self.n_iter_ = result.n_iter
