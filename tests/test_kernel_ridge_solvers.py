@@ -52,19 +52,23 @@ def test_cholesky_jitter_handles_singular_matrix():
                                rtol=0, atol=1e-12)
 
 
-def test_nystrom_preconditioner_is_the_inverse_of_p(rng):
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_nystrom_preconditioner_is_the_inverse_of_p(rng, weighted):
     X = rng.uniform(-1.0, 1.0, size=(80, 2))
     idx = np.arange(0, 80, 8)  # 10 well-spread landmarks: K_MM well conditioned
-    gamma, alpha = 2.0, 0.05
+    gamma, alphas = 2.0, np.array([0.05, 0.3, 0.05])  # one ridge per column, two distinct
+    w = rng.uniform(0.0, 3.0, size=80) if weighted else np.ones(80)
     op = KernelOperator("rbf", {"gamma": gamma}, "cpu")
-    pre = NystromPreconditioner(op, X, X[idx], alpha)
-    Knm = rbf_kernel(X, X[idx], gamma=gamma)
+    sw = torch.from_numpy(np.sqrt(w))[:, None] if weighted else None
+    pre = NystromPreconditioner(op, (X, X[idx]), X[idx], torch.from_numpy(alphas), sw)
+    Knm = np.sqrt(w)[:, None] * rbf_kernel(X, X[idx], gamma=gamma)
     Kmm = rbf_kernel(X[idx], gamma=gamma)
-    P = Knm @ np.linalg.solve(Kmm, Knm.T) + alpha * np.eye(80)
-    V = rng.normal(size=(80, 2))
+    V = rng.normal(size=(80, 3))
     got = pre(torch.from_numpy(V)).numpy()
-    # cond(K_MM) ~ 1e3 and the jitter is 10 * eps * mean(diag): agreement to ~1e-12 relative
-    np.testing.assert_allclose(got, np.linalg.solve(P, V), rtol=1e-9, atol=1e-9)
+    for j, alpha in enumerate(alphas):
+        P = Knm @ np.linalg.solve(Kmm, Knm.T) + alpha * np.eye(80)
+        # cond(K_MM) ~ 1e3 and the jitter is 10 * eps * mean(diag): agreement to ~1e-12 relative
+        np.testing.assert_allclose(got[:, j], np.linalg.solve(P, V[:, j]), rtol=1e-9, atol=1e-9)
 
 
 def test_nystrom_solver_solves_the_normal_equations(rng):

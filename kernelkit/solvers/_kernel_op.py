@@ -4,18 +4,21 @@ One :class:`KernelOperator` knows a registry kernel, its resolved parameters and
 It offers the three things the solvers need:
 
 - :meth:`KernelOperator.product`: K(A, B) @ V without storing K. On the GPU this is
-  :func:`kernelkit_gpu.kernel_matvec` (matrix-free, float32 products in "accurate" mode); on the
+  :func:`kernelkit_gpu.kernel_matvec` (matrix-free, in the operands' dtype: float32 products in
+  "accurate" mode for :meth:`KernelOperator.data`); on the
   CPU, row blocks of the float64 registry reference
   (``kernelkit_math.registry.get_kernel(name).value_fn``) times V.
 - :meth:`KernelOperator.row_blocks`: K(A[lo:hi], B) one row block at a time, as float64 tensors
-  (:func:`kernelkit_gpu.gram` in float32 on the GPU, then widened), never more than
+  (:func:`kernelkit_gpu.gram` in the operands' dtype on the GPU, then widened), never more than
   :attr:`KernelOperator.block_bytes` at once.
-- :meth:`KernelOperator.block`: one whole float64 block K(A, B);
-  :meth:`KernelOperator.exact_block`: K(A, A) computed in float64 on the GPU too (M x M
-  landmark matrices, whose Cholesky factor must not inherit float32 rounding).
+- :meth:`KernelOperator.block`: one whole float64 block K(A, B).
 
 Operands (:meth:`KernelOperator.data`) are float64 NumPy arrays on the CPU and float32 torch
 tensors on the GPU; vectors and results are float64 torch tensors on :attr:`KernelOperator.device`.
+:meth:`KernelOperator.exact_data` gives float64 operands on every device: products and blocks of
+those are computed in float64 arithmetic (the Triton kernels take float64 input too), for the
+solvers' true residuals and dense fallbacks. :attr:`KernelOperator.eps` is the relative
+precision of the kernel values of :meth:`KernelOperator.data` operands.
 """
 
 from __future__ import annotations
@@ -75,6 +78,17 @@ class KernelOperator:
             return A
         return np.ascontiguousarray(X, dtype=np.float64)
 
+    @property
+    def eps(self):
+        """Machine epsilon of the kernel values of :meth:`data` operands (float32 on the GPU)."""
+        return float(np.finfo(np.float32 if self.triton else np.float64).eps)
+
+    def exact_data(self, X):
+        """The float64 operand form of a NumPy array: products with it are float64 throughout."""
+        if self.triton:
+            return self.vectors(X)
+        return np.ascontiguousarray(X, dtype=np.float64)
+
     def vectors(self, V):
         """A float64 tensor on this operator's device holding a copy of NumPy array ``V``."""
         return torch.tensor(np.asarray(V), dtype=torch.float64, device=self.device)
@@ -99,15 +113,6 @@ class KernelOperator:
             return K.to(torch.float64)
         return torch.from_numpy(self.spec.value_fn(A, B, **self.params)).to(self.device)
 
-    def exact_block(self, A):
-        """K(A, A) in float64 arithmetic on every device (M x M landmark matrices)."""
-        if self.triton:
-            import kernelkit_gpu
-
-            with kernelkit_gpu.assume_finite():
-                return kernelkit_gpu.gram(A.to(torch.float64), kernel=self.spec.name, **self.params)
-        return self.block(A)
-
     def row_blocks(self, A, B):
         """Yield ``(lo, hi, K(A[lo:hi], B))`` over the rows of A, float64 blocks."""
         n = A.shape[0]
@@ -117,12 +122,16 @@ class KernelOperator:
             yield lo, hi, self.block(A[lo:hi], B)
 
     def product(self, A, B, V):
-        """K(A, B) @ V for V of shape (len(B), k); float64 result of shape (len(A), k)."""
+        """K(A, B) @ V for V of shape (len(B), k); float64 result of shape (len(A), k).
+
+        On the GPU, V is rounded to the operands' dtype (float32 for :meth:`data`, none for
+        :meth:`exact_data`).
+        """
         if self.triton:
             import kernelkit_gpu
 
             with kernelkit_gpu.assume_finite():  # no device sync per product in CG loops
-                out = kernelkit_gpu.kernel_matvec(A, B, V.to(torch.float32), self.spec.name,
+                out = kernelkit_gpu.kernel_matvec(A, B, V.to(A.dtype), self.spec.name,
                                                   **self.params)
             return out.to(torch.float64)
         out = torch.empty((A.shape[0], V.shape[1]), dtype=torch.float64, device=self.device)
