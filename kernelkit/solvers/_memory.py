@@ -41,14 +41,16 @@ def _round16(d):
     return -(-d // 16) * 16
 
 
-def persistent_bytes(*, n, d, k, m, solver, triton):
+def persistent_bytes(*, n, d, k, m, solver, triton, n_alphas=1):
     """Named byte counts of what a fit keeps for its whole duration.
 
-    ``solver`` is "cg" (m = 0 without a preconditioner) or "nystrom".
+    ``solver`` is "cg" (m = 0 without a preconditioner) or "nystrom"; ``n_alphas`` is the number
+    of distinct alpha values (one M x M preconditioner factor each).
     """
     parts = {}
     if triton:
         parts["data (float32)"] = 4 * n * d
+        parts["data (float64, for the exact residual)"] = 8 * n * d
         if solver == "cg":
             # kernel_matvec's prepared operands: centred, padded, split copies of X twice
             parts["matrix-free product workspace"] = 16 * n * _round16(d)
@@ -59,7 +61,8 @@ def persistent_bytes(*, n, d, k, m, solver, triton):
     if solver == "nystrom":
         parts["targets and K_Mn y (float64)"] = 8 * (n + m) * k
     if m:
-        parts[f"landmark matrices (4 x {m} x {m} float64)"] = 4 * 8 * m * m
+        count = 3 + n_alphas
+        parts[f"landmark matrices ({count} x {m} x {m} float64)"] = count * 8 * m * m
     return parts
 
 
@@ -67,7 +70,7 @@ def _gib(b):
     return f"{b / GIB:.3g} GiB"
 
 
-def plan_blocks(op, *, n, d, k, m, solver):
+def plan_blocks(op, *, n, d, k, m, solver, n_alphas=1):
     """Check that a fit with operator ``op`` fits in memory; return the bytes of one row block.
 
     Raises
@@ -77,7 +80,8 @@ def plan_blocks(op, *, n, d, k, m, solver):
         memory; the message lists each part and what to reduce.
     """
     where = op.device.type
-    parts = persistent_bytes(n=n, d=d, k=k, m=m, solver=solver, triton=op.triton)
+    parts = persistent_bytes(n=n, d=d, k=k, m=m, solver=solver, triton=op.triton,
+                             n_alphas=n_alphas)
     min_block = op.bytes_per_value * (m if m else n)
     need = sum(parts.values()) + min_block
     avail = available_bytes(where)

@@ -18,7 +18,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from kernelkit._device import check_device, resolve_device
 from kernelkit.kernels import _RegistryKernel
-from kernelkit_math.registry import get_kernel
+from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -72,6 +72,11 @@ def _check_number(value, name, *, low, integer=False):
     return int(value) if integer else float(value)
 
 
+_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+
+
+@fill_doc(psd=kernel_list_doc(_PSD),
+          refused=kernel_list_doc(n for n in kernel_names() if n not in _PSD))
 class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     r"""Kernel ridge regression for large n, solved by preconditioned conjugate gradients.
 
@@ -99,11 +104,12 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         array gives each target its own alpha (each distinct value adds an M x M factor to
         the preconditioner).
     kernel : str or kernelkit kernel object, default="rbf"
-        A registry name ("rbf", "laplacian", "polynomial" or "poly", "linear", "matern",
-        "rational_quadratic", "cosine", "exponential") or a kernelkit kernel object such as
+        A registry name of a positive semi-definite kernel, {psd} (``"poly"`` for
+        ``"polynomial"``), or a kernelkit kernel object such as
         ``kernelkit.RBF(length_scale=2.0)`` (its parameters are converted to the registry's:
-        gamma = 1 / (2 length_scale^2) for RBF). Positive semi-definite kernels only (CG needs
-        a positive definite system): "sigmoid" is refused. scikit-learn's default is "linear";
+        gamma = 1 / (2 length_scale^2) for RBF). CG needs a positive definite system, so the
+        kernels the registry does not declare positive semi-definite ({refused}) are refused.
+        scikit-learn's default is "linear";
         a linear kernel ridge is better solved in feature space (:class:`sklearn.linear_model.Ridge`).
     gamma : float or None, default=None
         For the kernels that have one (rbf, laplacian, polynomial); None means 1 / n_features.
@@ -362,7 +368,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         from kernelkit.solvers import _kernel_op, _memory, _nystrom
 
         op = _kernel_op.KernelOperator(name, params, where)
-        op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver)
+        op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
+                                             n_alphas=np.unique(alpha).size)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
         Xo, Xe = op.data(X), op.exact_data(X)
         data, exact = (Xo, op.take(Xo, idx)), (Xe, op.take(Xe, idx))
