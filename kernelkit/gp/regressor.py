@@ -228,6 +228,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.preconditioner_rank = preconditioner_rank
         self.optimizer_max_iter = optimizer_max_iter
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True  # 2-D y on the exact path
+        return tags
+
     # ----------------------------------------------------------------------------- helpers
     def _check_params(self):
         from kernelkit.gp._lml import SolverSettings
