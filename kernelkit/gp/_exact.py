@@ -28,9 +28,10 @@ from kernelkit.gp._operator import theta_gradient
 
 __all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "cholesky", "reduced"]
 
-#: Default largest n of the exact path, by device type. CPU: a float64 Cholesky LML + gradient
-#: at n = 4000 takes about as long as one iterative evaluation with the default settings (2-core
-#: CPU, measured 2026-11-25); GPU: at n = 10 000 it takes well under a second on an H100.
+#: Default largest n of the exact path, by device type. CPU: one LML + gradient, exact vs
+#: iterative (default settings, d = 3, 2-core CPU under load, 2026-11-25): n = 1000 0.8 vs 1.1 s,
+#: 2000 2.3 vs 3.2 s, 4000 18 vs 22 s, 6000 70 vs 33 s. GPU: 10 000 keeps K, its factor and its
+#: inverse in 2.4 GB of float64; not yet timed (``benchmarks/gp_exact_threshold.py``).
 EXACT_MAX_N = {"cpu": 4_000, "cuda": 10_000}
 
 

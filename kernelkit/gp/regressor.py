@@ -111,8 +111,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Differences from scikit-learn: the kernel structures above only; no ``copy_X_train`` (the
     training data are always copied) and no ``n_targets``; ``predict`` and ``sample_y`` before
     ``fit`` raise NotFittedError (scikit-learn uses the prior); ``optimizer_max_iter`` (default
-    100) bounds each L-BFGS-B run (scikit-learn: SciPy's 15000); 2-D y and per-sample ``alpha``
-    raise ValueError on the iterative path.
+    100) bounds each L-BFGS-B run (scikit-learn: SciPy's 15000); negative predicted variances
+    (round-off) become 0 without scikit-learn's warning; 2-D y and per-sample ``alpha`` raise
+    ValueError on the iterative path.
 
     Parameters
     ----------
@@ -142,7 +143,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Iterative path: dtype of the kernel blocks and CG vectors; "auto" is float32 on the GPU
         and float64 on the CPU. The kernel blocks are formed from data centred on their float64
         mean and scaled in float64, then rounded once (:mod:`kernelkit.gp._operator`), so float32
-        blocks are as accurate as the library's float32 Gram at any offset of the data. The
+        blocks are as accurate as the library's float32 Gram at any offset of the data
+        (measured on 400 timestamps in seconds over a day, RBF(20) + WhiteKernel(0.1), cg_tol
+        1e-6: mean 3e-5 and std 8e-5 from scikit-learn's float64 result). The
         preconditioner, the tridiagonal eigenproblems and the final sums are float64. The exact
         path is float64 throughout.
     exact_max_n : int or None, default=None
@@ -353,8 +356,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
-            std = np.std(y, axis=0)
-            self._y_train_std = np.where(std > 0, std, 1.0)
+            std = np.std(y, axis=0)  # a (numerically) constant target is only centred
+            self._y_train_std = np.where(std < 10 * np.finfo(np.float64).eps, 1.0, std)
         else:
             self._y_train_mean = np.zeros(y.shape[1:])
             self._y_train_std = np.ones(y.shape[1:])
