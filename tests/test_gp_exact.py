@@ -172,6 +172,11 @@ def test_two_dimensional_y_matches_sklearn():
     ours1 = kk.GaussianProcessRegressor(kernel, optimizer=None, device="cpu").fit(X, one)
     assert ours1.predict(Xt).shape == ref1.predict(Xt).shape == (25,)
     assert ours1.predict(Xt, return_std=True)[1].shape == (25,)
+    for y in (Y[:, 0], one):  # one test point: the covariance stays (1, 1)
+        ours1.fit(X, y)
+        ref1.fit(X, y)
+        assert ours1.predict(Xt[:1], return_cov=True)[1].shape == (1, 1)
+        assert ref1.predict(Xt[:1], return_cov=True)[1].shape == (1, 1)
 
 
 def test_per_sample_alpha_matches_sklearn():

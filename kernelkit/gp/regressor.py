@@ -486,27 +486,26 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         weights = torch.as_tensor(self.alpha_, dtype=torch.float64, device=op.device)
         weights = weights.reshape(op.n, -1).to(torch.float64 if self._exact else op.dtype)
         mean = op.cross_matmul(Z, weights, params).to(torch.float64).cpu().numpy()
-        mean = self._unnormalise(mean * self._y_train_std + self._y_train_mean)
+        y_std = np.reshape(self._y_train_std, -1)  # (n_targets,), (1,) for 1-D y
+        mean = self._drop_single_target(mean * y_std + np.reshape(self._y_train_mean, -1))
         if not (return_std or return_cov):
             return mean
         solve = self._exact_columns if self._exact else self._solve_test_columns
         solved = solve(op, params, Z, settings, keep=return_cov)
-        scale2 = self._y_train_std ** 2
+        scale2 = y_std**2
         if return_std:
             prior = float(params["outputscale"] + params["noise"])
             var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
-            return mean, np.sqrt(self._unnormalise(np.multiply.outer(var, scale2)))
+            return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
         with torch.no_grad():
             K_zz = op.block(Z, Z, params, dtype=torch.float64).cpu().numpy()
         cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
-        return mean, self._unnormalise(np.multiply.outer(cov, scale2))
+        return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
 
-    def _unnormalise(self, values):
-        """Drop the trailing target axis for 1-D training targets or a single target."""
-        if self.y_train_.ndim == 1 or self.y_train_.shape[1] == 1:
-            return values.reshape(values.shape[:-1]) if values.ndim > 1 and (
-                values.shape[-1] == 1) else values
-        return values
+    @staticmethod
+    def _drop_single_target(values):
+        """Drop the trailing target axis when there is one target (as scikit-learn)."""
+        return values[..., 0] if values.shape[-1] == 1 else values
 
     def _exact_columns(self, op, params, Z, settings, keep):
         """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), from ``L_``."""
