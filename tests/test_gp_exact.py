@@ -208,6 +208,19 @@ def test_sample_y_matches_sklearn():
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("kernel", [None, C(2.0) * kk.Matern(0.7, nu=1.5) + W(0.1)],
+                         ids=["default", "matern"])
+def test_prior_before_fit_matches_sklearn(kernel):
+    _, _, Xt = _toy(5)
+    ours = kk.GaussianProcessRegressor(kernel, device="cpu")
+    ref = SklearnGPR(kernel)
+    np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
+    for kwargs in ({"return_std": True}, {"return_cov": True}):
+        for a, b in zip(ours.predict(Xt, **kwargs), ref.predict(Xt, **kwargs)):
+            np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)  # the same kernel calls
+    np.testing.assert_allclose(ours.sample_y(Xt, 3), ref.sample_y(Xt, 3), rtol=0, atol=1e-12)
+
+
 def test_iterative_path_refuses_what_only_the_exact_path_has():
     X, Y, _ = _toy(40, targets=2)
     with pytest.raises(ValueError, match="exact path"):

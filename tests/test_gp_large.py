@@ -417,7 +417,7 @@ def test_bad_data_and_unfitted():
     X, y, _ = _toy(2, 20)
     gp = kk.GaussianProcessRegressor(device="cpu")
     with pytest.raises(NotFittedError):
-        gp.predict(X)
+        gp.log_marginal_likelihood(np.zeros(2))
     bad = X.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):

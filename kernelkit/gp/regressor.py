@@ -27,10 +27,10 @@ import warnings
 import numpy as np
 import scipy.optimize
 from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from kernelkit._device import resolve_device
 from kernelkit.gp._structure import parse_kernel
@@ -109,11 +109,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
 
     Differences from scikit-learn: the kernel structures above only; no ``copy_X_train`` (the
-    training data are always copied) and no ``n_targets``; ``predict`` and ``sample_y`` before
-    ``fit`` raise NotFittedError (scikit-learn uses the prior); ``optimizer_max_iter`` (default
-    100) bounds each L-BFGS-B run (scikit-learn: SciPy's 15000); negative predicted variances
-    (round-off) become 0 without scikit-learn's warning; 2-D y and per-sample ``alpha`` raise
-    ValueError on the iterative path.
+    training data are always copied) and no ``n_targets`` (before ``fit``, ``predict`` and
+    ``sample_y`` use the prior of one target, as scikit-learn by default);
+    ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
+    15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
+    2-D y and per-sample ``alpha`` raise ValueError on the iterative path.
 
     Parameters
     ----------
@@ -234,6 +234,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.target_tags.multi_output = True  # 2-D y on the exact path
+        tags.requires_fit = False  # predict and sample_y use the prior before fit
         return tags
 
     # ----------------------------------------------------------------------------- helpers
@@ -436,7 +437,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         log_likelihood_gradient : ndarray of shape (n_kernel_params,)
             Only when ``eval_gradient`` is True.
         """
-        check_is_fitted(self)
+        if not hasattr(self, "X_train_"):  # the requires_fit=False tag turns check_is_fitted off
+            raise NotFittedError("This GaussianProcessRegressor instance is not fitted yet; call "
+                                 "'fit' before log_marginal_likelihood.")
         if theta is None:
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
@@ -466,6 +469,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
             Only with ``return_cov``.
 
+        Before ``fit``, the prior: mean 0, covariance ``kernel(X)`` (``kernel=None``: the default
+        kernel at its initial hyperparameters), as scikit-learn.
+
         Raises
         ------
         RuntimeError
@@ -475,8 +481,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         if return_std and return_cov:
             raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, reset=False)
+        if not hasattr(self, "X_train_"):
+            return self._prior(X, return_std, return_cov)
         settings = self._check_params()
         structure = parse_kernel(self.kernel_)
         op = self._operator(structure)
@@ -501,6 +508,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             K_zz = op.block(Z, Z, params, dtype=torch.float64).cpu().numpy()
         cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
         return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
+
+    def _prior(self, X, return_std, return_cov):
+        """Mean 0 and the kernel's covariance at X (one target), as scikit-learn before fit."""
+        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
+        parse_kernel(kernel)
+        mean = np.zeros(X.shape[0])
+        if return_cov:
+            return mean, kernel(X)
+        if return_std:
+            return mean, np.sqrt(kernel.diag(X))
+        return mean
 
     @staticmethod
     def _drop_single_target(values):
