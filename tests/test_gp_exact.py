@@ -50,6 +50,24 @@ def test_exact_lml_and_gradient_match_sklearn(theta_shift):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-12, atol=0)
 
 
+def test_exact_path_on_the_test_device(device):
+    """The exact path on ``--device`` (CPU here, the GPU with --device cuda): float64 there too."""
+    X, y, Xt = _toy(200, seed=4)
+    theta = KERNEL.theta + 0.3
+    ref = SklearnGPR(KERNEL, optimizer=None).fit(X, y)
+    ours = kk.GaussianProcessRegressor(KERNEL, optimizer=None, device=device).fit(X, y)
+    assert hasattr(ours, "L_")
+    ref_lml, ref_grad = ref.log_marginal_likelihood(theta, eval_gradient=True)
+    lml, grad = ours.log_marginal_likelihood(theta, eval_gradient=True)
+    # float64 on either device, but the GPU's Cholesky and reductions round differently: the
+    # round-off bound n u cond(K) = 200 * 1.1e-16 * 480 ~ 1e-11 (CPU measured: LML 0, gradient
+    # 2.6e-14 relative, mean / std 4e-15).
+    np.testing.assert_allclose(lml, ref_lml, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=0)
+    for a, b in zip(ours.predict(Xt, return_std=True), ref.predict(Xt, return_std=True)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-11)
+
+
 def test_exact_gradient_is_the_derivative_of_the_objective():
     """Central differences of the very objective L-BFGS-B minimises (h = 1e-5: truncation
     error h^2 |f'''| / 6 ~ 1e-10, round-off u |f| / h ~ 1e-9; measured 6.8e-9)."""
