@@ -31,7 +31,7 @@ import torch
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 
-__all__ = ["CovarianceOperator", "bilinear", "BLOCK_ELEMENTS", "dense_budget"]
+__all__ = ["CovarianceOperator", "bilinear", "theta_gradient", "BLOCK_ELEMENTS", "dense_budget"]
 
 #: Kernel values in one row chunk (times a few temporaries of the same size during backward).
 BLOCK_ELEMENTS = 2**24
@@ -144,10 +144,6 @@ class CovarianceOperator:
         value = row.torch(sq, *(torch.as_tensor(p, dtype=torch.float64, device=A.device)
                                 for p in prm), 0, row.kind(numbers))
         return params["outputscale"].to(dtype) * value
-
-    def diagonal_value(self, params):
-        """The diagonal of K_theta (a scalar): outputscale + noise + jitter."""
-        return params["outputscale"] + params["noise"] + self.jitter
 
     def kernel_matrix(self, params):
         """outputscale * k(X, X) (dense mode only), formed once per hyperparameter setting."""
