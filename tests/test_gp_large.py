@@ -230,7 +230,7 @@ def test_fit_and_predict_match_sklearn(d, kernel):
     X, y, Xt = _toy(d, 300)
     ref = SklearnGPR(kernel, random_state=0).fit(X, y)
     ours = kk.GaussianProcessRegressor(kernel, device="cpu", random_state=0, cg_tol=1e-8,
-                                       preconditioner_rank=50).fit(X, y)
+                                       preconditioner_rank=50, exact_max_n=0).fit(X, y)
     # The stochastic objective has a probe-dependent optimum: log-hyperparameters within 0.05.
     np.testing.assert_allclose(ours.kernel_.theta, ref.kernel_.theta, rtol=0, atol=5e-2)
     np.testing.assert_allclose(ours.log_marginal_likelihood_value_,
@@ -250,7 +250,7 @@ def test_predictions_with_fixed_hyperparameters_match_sklearn_exactly(normalize_
     kernel = C(2.0) * kk.RBF([1.0, 1.5]) + W(0.05)
     ref = SklearnGPR(kernel, optimizer=None, normalize_y=normalize_y).fit(X, y)
     ours = kk.GaussianProcessRegressor(kernel, optimizer=None, normalize_y=normalize_y,
-                                       device="cpu", cg_tol=1e-10).fit(X, y)
+                                       device="cpu", cg_tol=1e-10, exact_max_n=0).fit(X, y)
     # CG to 1e-10 on cond(K) ~ 1e3: everything is the exact solution to ~1e-7.
     np.testing.assert_allclose(ours.alpha_, ref.alpha_, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(ours.y_train_, ref.y_train_, rtol=1e-12, atol=1e-12)
@@ -265,7 +265,8 @@ def test_predictions_with_fixed_hyperparameters_match_sklearn_exactly(normalize_
 def test_variance_batches_and_chunks_do_not_change_results(monkeypatch):
     X, y, Xt = _toy(2, 150, seed=2)
     kernel = C(1.0) * kk.RBF(1.0) + W(0.1)
-    gp = kk.GaussianProcessRegressor(kernel, optimizer=None, device="cpu", cg_tol=1e-10)
+    gp = kk.GaussianProcessRegressor(kernel, optimizer=None, device="cpu", cg_tol=1e-10,
+                                     exact_max_n=0)
     whole = gp.fit(X, y).predict(Xt, return_std=True)
     monkeypatch.setattr("kernelkit.gp.regressor.VARIANCE_BATCH_ELEMENTS", 150 * 7)
     monkeypatch.setattr(_operator, "BLOCK_ELEMENTS", 150 * 13)
@@ -277,7 +278,8 @@ def test_variance_batches_and_chunks_do_not_change_results(monkeypatch):
 def test_log_marginal_likelihood_method_is_deterministic_and_matches_fit():
     X, y, _ = _toy(1, 120)
     gp = kk.GaussianProcessRegressor(C(1.0) * kk.RBF(1.0) + W(0.1), device="cpu",
-                                     random_state=0, preconditioner_rank=5).fit(X, y)
+                                     random_state=0, preconditioner_rank=5,
+                                     exact_max_n=0).fit(X, y)
     theta = gp.kernel_.theta
     first = gp.log_marginal_likelihood(theta, eval_gradient=True)
     second = gp.log_marginal_likelihood(theta, eval_gradient=True)
@@ -394,7 +396,10 @@ def test_unsupported_kernels_raise_type_error(kernel):
     ({"max_cg_iter": 0}, ValueError, "max_cg_iter"),
     ({"preconditioner_rank": -1}, ValueError, "preconditioner_rank"),
     ({"alpha": -1.0}, ValueError, "alpha"),
-    ({"alpha": np.ones(20)}, TypeError, "alpha"),
+    ({"alpha": np.ones(19)}, ValueError, "alpha"),
+    ({"alpha": np.array(["a"] * 20)}, TypeError, "alpha"),
+    ({"alpha": -np.ones(20)}, ValueError, "alpha"),
+    ({"exact_max_n": -1}, ValueError, "exact_max_n"),
     ({"dtype": "float16"}, ValueError, "dtype"),
     ({"optimizer": "adam"}, ValueError, "optimizer"),
     ({"device": "tpu"}, ValueError, "device"),
@@ -412,7 +417,7 @@ def test_bad_data_and_unfitted():
     X, y, _ = _toy(2, 20)
     gp = kk.GaussianProcessRegressor(device="cpu")
     with pytest.raises(NotFittedError):
-        gp.predict(X)
+        gp.log_marginal_likelihood(np.zeros(2))
     bad = X.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN"):

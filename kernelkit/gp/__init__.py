@@ -1,7 +1,9 @@
-"""Large-n Gaussian-process regression, matrix-free (BBMM-style) on the GPU or the CPU.
+"""Gaussian-process regression on the GPU or the CPU: exact for small n, matrix-free
+(BBMM-style) for large n.
 
 :class:`GaussianProcessRegressor`
-    scikit-learn's ``GaussianProcessRegressor`` interface; the log marginal likelihood and its
+    scikit-learn's ``GaussianProcessRegressor`` interface. Up to ``exact_max_n`` samples a dense
+    float64 Cholesky factor (:mod:`._exact`); above it the log marginal likelihood and its
     gradient by preconditioned batched CG, stochastic Lanczos quadrature and Hutchinson trace
     estimation, never a dense Cholesky or an (n, n, n_theta) tensor (K is held densely only
     when it fits: half the free GPU memory).

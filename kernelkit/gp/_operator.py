@@ -6,22 +6,32 @@ setting and every CG product is one matrix product; otherwise nothing of size n 
 every product walks row chunks of at most :data:`BLOCK_ELEMENTS` kernel values (``chunk`` x n),
 computed on the fly. Torch on any device, float32 or float64.
 
-The kernel is stationary, so the data are centred once (float64 mean) before the distances r^2 = |a|^2 + |b|^2 - 2 a.b of the length-scaled points are formed; r^2 is clamped
-at 0 and set to exactly 0 on the diagonal of K(X, X), so the diagonal equals the outputscale.
+Kernel values come from the library's own kernel evaluation: the registry kernel's torch epilogue
+(:data:`kernelkit_gpu._epilogues.EPILOGUES`, packed by the same ``pack`` the Triton launchers use)
+applied to the squared distance of operands prepared as the library prepares them
+(:func:`kernelkit_gpu._prepare.centre_and_scale`): centred on the float64 column mean of X, scaled
+per feature in float64, rounded once to the block dtype. Up to
+:data:`kernelkit_gpu._prepare.DIRECT_MAX_D` features the squared distance is summed from direct
+differences (exact for the rounded operands, whatever the offset and spread of the data; the
+diagonal of K(X, X) is exactly k(0) and K(X, X) exactly symmetric); above it by the expansion
+|a|^2 + |b|^2 - 2 a.b of the centred operands, clamped at 0, with the diagonal pairs set to 0 (the
+accuracy class of the library's float32 tensor-core Gram).
 
 Derivatives with respect to the log-hyperparameters come from torch.autograd through
 :func:`bilinear`: the scalar sum_j a_j^T K(theta) b_j for many column pairs at once, whose
-backward recomputes one row chunk at a time, so its memory also stays chunk x n and no
-(n, n, n_theta) tensor exists.
+backward recomputes one row chunk at a time, so its memory also stays chunk x n (times the number
+of features with per-feature length scales) and no (n, n, n_theta) tensor exists.
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 
-__all__ = ["CovarianceOperator", "bilinear", "BLOCK_ELEMENTS", "dense_budget"]
+from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _prepare as P
+
+__all__ = ["CovarianceOperator", "bilinear", "theta_gradient", "BLOCK_ELEMENTS", "dense_budget"]
 
 #: Kernel values in one row chunk (times a few temporaries of the same size during backward).
 BLOCK_ELEMENTS = 2**24
@@ -31,6 +41,9 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 
+#: GP kernel kind -> registry kernel name.
+_REGISTRY_NAME = {"rbf": "rbf", "matern": "matern", "rq": "rational_quadratic"}
+
 
 def dense_budget(device):
     """Bytes a dense K may take on ``device``; 0 turns the dense path off."""
@@ -39,22 +52,31 @@ def dense_budget(device):
     return DENSE_CPU_BYTES
 
 
-def _kernel_of_r2(r2, kind, nu, rq_alpha):
-    """Unit-outputscale stationary kernel as a function of the scaled squared distance."""
-    if kind == "rbf":
-        return torch.exp(-0.5 * r2)
-    if kind == "rq":
-        return torch.pow(1.0 + r2 / (2.0 * rq_alpha), -rq_alpha)
-    positive = r2 > 0
-    # sqrt has an infinite derivative at 0; dk/dr vanishes there, so the gradient there is 0.
-    r = torch.where(positive, torch.sqrt(torch.where(positive, r2, torch.ones_like(r2))), 0.0)
-    if nu == 0.5:
-        return torch.exp(-r)
-    if nu == 1.5:
-        s = math.sqrt(3.0) * r
-        return (1.0 + s) * torch.exp(-s)
-    s = math.sqrt(5.0) * r
-    return (1.0 + s + s * s / 3.0) * torch.exp(-s)
+def _registry_params(structure, params):
+    """The registry parameters of the base kernel (tensors, differentiable) for ``pack``."""
+    ls = params["length_scale"]
+    if structure.kind == "rbf":
+        return {"gamma": 0.5 / (ls * ls)}
+    if structure.kind == "matern":
+        return {"length_scale": ls, "nu": structure.nu}
+    return {"length_scale": ls, "alpha": params["rq_alpha"]}
+
+
+def _squared_distances(A, B, diagonal_offset):
+    """||a_i - b_j||^2 of prepared operands: direct differences up to DIRECT_MAX_D features."""
+    if A.shape[1] <= P.DIRECT_MAX_D:
+        s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+        for k in range(A.shape[1]):
+            t = A[:, k, None] - B[None, :, k]
+            s = s + t * t
+        return s
+    s = ((A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T)).clamp_min(0.0)
+    if diagonal_offset is not None:
+        rows = torch.arange(A.shape[0], device=A.device)
+        mask = torch.zeros_like(s, dtype=torch.bool)
+        mask[rows, rows + diagonal_offset] = True
+        s = s.masked_fill(mask, 0.0)
+    return s
 
 
 class CovarianceOperator:
@@ -76,13 +98,13 @@ class CovarianceOperator:
     """
 
     def __init__(self, X, structure, jitter, device, dtype, block_elements=None):
-        X64 = torch.as_tensor(X, dtype=torch.float64)
-        self.center = X64.mean(0)
-        self.X64 = (X64 - self.center).to(device)
-        self.X = self.X64.to(dtype)
+        X64 = torch.from_numpy(np.array(X, dtype=np.float64))
+        self.center = X64.mean(0, keepdim=True)
+        self.device = torch.device(device)
+        self.X64 = (X64 - self.center).to(self.device)
+        self.center = self.center.to(self.device)
         self.structure = structure
         self.jitter = float(jitter)
-        self.device = torch.device(device)
         self.dtype = dtype
         self.block_elements = int(block_elements or BLOCK_ELEMENTS)
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -91,39 +113,37 @@ class CovarianceOperator:
 
     @property
     def n(self):
-        return self.X.shape[0]
+        return self.X64.shape[0]
 
     def chunk_rows(self, n_cols):
         """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
         return max(1, self.block_elements // max(1, n_cols))
 
-    def centred(self, Z, dtype=None):
-        """Test inputs (NumPy, float64) centred like the training data, as a tensor."""
-        Z = torch.as_tensor(Z, dtype=torch.float64).to(self.device) - self.center.to(self.device)
-        return Z.to(dtype or self.dtype)
+    def centred(self, Z):
+        """Test inputs (NumPy, any writability) centred like the training data: float64 tensor."""
+        Z = torch.from_numpy(np.array(Z, dtype=np.float64))  # a copy: read-only input is fine
+        return Z.to(self.device) - self.center
 
-    def block(self, A, B, params, diagonal_offset=None):
-        """Kernel block outputscale * k(A, B) for centred rows A, B (no noise term).
+    def block(self, A, B, params, diagonal_offset=None, dtype=None):
+        """Kernel block outputscale * k(A, B) for centred float64 rows A, B (no noise term).
 
         Differentiable with respect to the tensors in ``params``. ``diagonal_offset=lo`` says that
-        A = X[lo:lo + len(A)] and B = X, so the pairs (i, lo + i) are set to distance exactly 0.
+        A = X[lo:lo + len(A)] and B = X, so the pairs (i, lo + i) are at distance exactly 0.
+        ``dtype`` (default: this operator's) is the dtype the operands are rounded to and the
+        block is computed in.
         """
         s = self.structure
-        ls = params["length_scale"].to(A.dtype)
-        As, Bs = A / ls, B / ls
-        r2 = (As * As).sum(1)[:, None] + (Bs * Bs).sum(1)[None, :] - 2.0 * (As @ Bs.T)
-        r2 = r2.clamp_min(0.0)
-        if diagonal_offset is not None:
-            rows = torch.arange(A.shape[0], device=A.device)
-            mask = torch.zeros_like(r2, dtype=torch.bool)
-            mask[rows, rows + diagonal_offset] = True
-            r2 = r2.masked_fill(mask, 0.0)
-        rq_alpha = params["rq_alpha"].to(A.dtype) if s.kind == "rq" else None
-        return params["outputscale"].to(A.dtype) * _kernel_of_r2(r2, s.kind, s.nu, rq_alpha)
-
-    def diagonal_value(self, params):
-        """The diagonal of K_theta (a scalar): outputscale + noise + jitter."""
-        return params["outputscale"] + params["noise"] + self.jitter
+        name = _REGISTRY_NAME[s.kind]
+        row = E.EPILOGUES[name]
+        numbers = _registry_params(s, params)
+        prm, scale = row.pack(numbers)
+        dtype = dtype or self.dtype
+        A = P.centre_and_scale(A, None, scale, dtype)
+        B = P.centre_and_scale(B, None, scale, dtype)
+        sq = _squared_distances(A, B, diagonal_offset)
+        value = row.torch(sq, *(torch.as_tensor(p, dtype=torch.float64, device=A.device)
+                                for p in prm), 0, row.kind(numbers))
+        return params["outputscale"].to(dtype) * value
 
     def kernel_matrix(self, params):
         """outputscale * k(X, X) (dense mode only), formed once per hyperparameter setting."""
@@ -136,7 +156,7 @@ class CovarianceOperator:
                 step = self.chunk_rows(self.n)
                 for lo in range(0, self.n, step):
                     hi = min(lo + step, self.n)
-                    K[lo:hi] = self.block(self.X[lo:hi], self.X, params, diagonal_offset=lo)
+                    K[lo:hi] = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
             self._dense_key, self._dense_K = key, K
         return self._dense_K
 
@@ -150,24 +170,26 @@ class CovarianceOperator:
             step = self.chunk_rows(self.n)
             for lo in range(0, self.n, step):
                 hi = min(lo + step, self.n)
-                out[lo:hi] = self.block(self.X[lo:hi], self.X, params, diagonal_offset=lo) @ V
+                Kb = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
+                out[lo:hi] = Kb @ V
             out += (params["noise"] + self.jitter).to(V.dtype) * V
         return out
 
     def cross_matmul(self, Z, V, params):
-        """outputscale * k(Z, X) @ V for centred test rows Z (no autograd, no noise)."""
+        """outputscale * k(Z, X) @ V for centred float64 test rows Z, in V's dtype (no autograd,
+        no noise)."""
         with torch.no_grad():
             out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
             step = self.chunk_rows(self.n)
             for lo in range(0, Z.shape[0], step):
                 hi = min(lo + step, Z.shape[0])
-                out[lo:hi] = self.block(Z[lo:hi], self.X, params) @ V
+                out[lo:hi] = self.block(Z[lo:hi], self.X64, params, dtype=V.dtype) @ V
         return out
 
-    def cross_block_T(self, Z, params):
-        """outputscale * k(X, Z), shape (n, m), for centred test rows Z (no autograd)."""
+    def cross_block_T(self, Z, params, dtype=None):
+        """outputscale * k(X, Z), shape (n, m), for centred float64 test rows Z (no autograd)."""
         with torch.no_grad():
-            return self.block(self.X, Z, params)
+            return self.block(self.X64, Z, params, dtype=dtype)
 
 
 class _Bilinear(torch.autograd.Function):
@@ -183,7 +205,7 @@ class _Bilinear(torch.autograd.Function):
             step = op.chunk_rows(op.n)
             for lo in range(0, op.n, step):
                 hi = min(lo + step, op.n)
-                Kb = op.block(op.X[lo:hi], op.X, params, diagonal_offset=lo)
+                Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo)
                 total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
         ctx.save_for_backward(theta)
         ctx.op, ctx.A, ctx.B = op, A, B
@@ -193,19 +215,30 @@ class _Bilinear(torch.autograd.Function):
     def backward(ctx, grad_output):
         (theta,) = ctx.saved_tensors
         op, A, B = ctx.op, ctx.A, ctx.B
-        grad = torch.zeros_like(theta)
-        step = op.chunk_rows(op.n)
-        with torch.enable_grad():
-            leaf = theta.detach().requires_grad_(True)
-            for lo in range(0, op.n, step):
-                hi = min(lo + step, op.n)
-                params = op.structure.params(leaf)
-                Kb = op.block(op.X[lo:hi], op.X, params, diagonal_offset=lo)
-                part = (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
-                (g,) = torch.autograd.grad(part, leaf, allow_unused=True)
-                if g is not None:
-                    grad += g
+        grad = theta_gradient(op, theta, lambda lo, hi, Kb: (A[lo:hi] * (Kb @ B)).sum(
+            dtype=torch.float64))
         return grad_output * grad, None, None, None
+
+
+def theta_gradient(op, theta, contract, dtype=None):
+    """d/dtheta of sum over row chunks of ``contract(lo, hi, K[lo:hi])``, K = outputscale k(X, X).
+
+    One autograd backward per row chunk of ``dtype`` (default the operator's) kernel rows; a
+    chunk holds at most ``block_elements / d`` values, since the backward of per-feature length
+    scales keeps one difference per feature.
+    """
+    grad = torch.zeros_like(theta)
+    step = op.chunk_rows(op.n * op.X64.shape[1])
+    with torch.enable_grad():
+        leaf = theta.detach().requires_grad_(True)
+        for lo in range(0, op.n, step):
+            hi = min(lo + step, op.n)
+            params = op.structure.params(leaf)
+            Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
+            (g,) = torch.autograd.grad(contract(lo, hi, Kb), leaf, allow_unused=True)
+            if g is not None:
+                grad += g
+    return grad
 
 
 def bilinear(op, theta, A, B):

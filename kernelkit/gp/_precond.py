@@ -57,7 +57,7 @@ def pivoted_cholesky_pivots(op, params, rank, rel_tol=1e-8):
             pivot_value = float(residual[i])
             if pivot_value <= rel_tol * scale:
                 break
-            row = op.block(X[i:i + 1], X, params)[0]
+            row = op.block(X[i:i + 1], X, params, dtype=torch.float64)[0]
             row = (row - rows[:m, i] @ rows[:m]) / math.sqrt(pivot_value)
             rows[m] = row
             residual = (residual - row * row).clamp_min(0.0)
@@ -87,10 +87,11 @@ class Preconditioner:
         self.n, self.rank = n, k
         if k:
             XS = X[pivots]
-            K_SS = op.block(XS, XS, params)
+            K_SS = op.block(XS, XS, params, dtype=torch.float64)
             K_SS = 0.5 * (K_SS + K_SS.T)
             R = torch.linalg.cholesky(K_SS)
-            self.L = torch.linalg.solve_triangular(R, op.block(XS, X, params), upper=False).T
+            K_SX = op.block(XS, X, params, dtype=torch.float64)
+            self.L = torch.linalg.solve_triangular(R, K_SX, upper=False).T
             M = self.sigma2 * torch.eye(k, dtype=torch.float64, device=X.device) + self.L.T @ self.L
             self.chol_M = torch.linalg.cholesky(M)
             logdet_M = 2.0 * torch.log(torch.diagonal(self.chol_M)).sum()
