@@ -60,7 +60,9 @@ def test_matches_sklearn(rng, case, solver, n_targets):
     ours, theirs = KERNEL_CASES[case]
     X, y = _data(rng, n=300, k=n_targets)
     Xt = rng.uniform(-2.0, 2.0, size=(50, X.shape[1]))
-    alpha, tol = 1e-2, 1e-10
+    # The true float64 residual of the preconditioned M = n Nystrom system floors near 1e-10
+    # (measured 1.2e-10 with the BLAS of a 16-core GPU host, below 1e-10 here): tol 1e-9 for it.
+    alpha, tol = 1e-2, (1e-10 if solver == "cg" else 1e-9)
     # nystrom with M = n is the exact solution; cg with M = 60 landmarks in its preconditioner
     m = 300 if solver == "nystrom" else 60
     model = KernelRidge(alpha=alpha, solver=solver, n_components=m, tol=tol, device="cpu",

@@ -73,8 +73,10 @@ def test_cg_reports_the_true_residual_and_refines_inexact_products(rng):
     x = res.x.numpy()
     true = (np.linalg.norm(B - A @ x, axis=0) / np.linalg.norm(B, axis=0)).max()
     assert res.converged and true <= 1e-12
-    # the reported figure is that residual (up to the rounding of computing it: 1e-16 ||A|| ||x||)
-    np.testing.assert_allclose(res.residuals[-1], true, rtol=1e-3)
+    # the reported figure is that residual, up to the rounding of computing it in float64:
+    # ~n eps ||A|| ||x|| / ||b|| ~ 1e-14 here (BLAS summation orders differ: measured 1.5e-15
+    # between this machine and a 16-core GPU host)
+    np.testing.assert_allclose(res.residuals[-1], true, rtol=1e-3, atol=1e-14)
     # cond(A) = 1e3 and a relative residual of 1e-12: forward error <= 1e-9 relative
     np.testing.assert_allclose(x, np.linalg.solve(A, B), rtol=0, atol=1e-9 * np.abs(x).max())
 
@@ -196,10 +198,11 @@ def test_singular_system_falls_back_to_least_squares_as_sklearn(rng):
     # gelsd with the n eps cut-off: the rank-deficient part is cut cleanly (measured 7e-14;
     # 1e-9 leaves room for cond(K restricted to its kept range) ~1e5 times eps |y|)
     np.testing.assert_allclose(model.predict(X), optimum, rtol=0, atol=1e-9)
-    # scikit-learn's own answer reaches the same least-squares residual to 3e-4 relative
-    # (measured; its eps cut-off keeps rounding-level directions, see _dense.shifted_solve)
+    # scikit-learn's own answer reaches the same least-squares residual to 3e-4 relative here and
+    # 3.5e-3 on a 16-core GPU host (its eps cut-off keeps rounding-level directions, so its answer
+    # depends on the BLAS; see _dense.shifted_solve): 2e-2
     np.testing.assert_allclose(np.linalg.norm(ref.predict(X) - y),
-                               np.linalg.norm(model.predict(X) - y), rtol=3e-3)
+                               np.linalg.norm(model.predict(X) - y), rtol=2e-2)
 
 
 @pytest.mark.usefixtures("triton_can_run")
