@@ -1,0 +1,36 @@
+"""Every script in examples/ runs to the end on the CPU, at small sizes (each takes its size from
+the command line; the defaults are the sizes its docstring times)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: script -> (arguments for a small run, a line its output must contain)
+SMALL_RUNS = {
+    "sklearn_quickstart.py": ([], "test accuracy"),
+    "kernel_ridge.py": (["400"], "kernelkit nystrom"),
+    "kernel_ridge_million.py": (["2000", "200"], "n = 2000: "),
+    "compare_attention.py": (["{tmp}", "32"], "wrote "),
+}
+
+
+def test_every_example_has_a_small_run():
+    assert sorted(SMALL_RUNS) == sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("script", sorted(SMALL_RUNS))
+def test_example_runs(script, tmp_path):
+    args, expected = SMALL_RUNS[script]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), *(a.format(tmp=tmp_path) for a in args)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert expected in proc.stdout, proc.stdout[-3000:]
