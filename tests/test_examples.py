@@ -2,6 +2,7 @@
 the command line; the defaults are the sizes its docstring times)."""
 
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_RUNS = {
     "sklearn_quickstart.py": ([], "test accuracy"),
     "kernel_ridge.py": (["400"], "kernelkit nystrom"),
-    "kernel_ridge_million.py": (["2000", "200"], "n = 2000: "),
+    "kernel_ridge_million.py": (["2000", "200"], "n = 2000: "),  # progress bar: test below
     "compare_attention.py": (["{tmp}", "32"], "wrote "),
 }
 
@@ -34,3 +35,25 @@ def test_example_runs(script, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert expected in proc.stdout, proc.stdout[-3000:]
+
+
+@pytest.mark.subprocess
+def test_kernel_ridge_million_picks_a_cpu_size_and_shows_progress(tmp_path):
+    """Without a GPU and without arguments the script says at once what it will fit, a size a CPU
+    manages (it used to fit 10^6 points silently for minutes); a small run shows the CG progress
+    bar. The default run itself is stopped after its first line."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    script = str(ROOT / "examples" / "kernel_ridge_million.py")
+    proc = subprocess.Popen([sys.executable, script], env=env, cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        first = proc.stdout.readline() if ready else ""
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first == "CPU: n = 10000, M = 1000 landmarks\n"
+    small = subprocess.run([sys.executable, script, "2000", "200"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert small.returncode == 0, small.stderr[-3000:]
+    assert "KernelRidge (nystrom)" in small.stderr and "rel_residual" in small.stderr
