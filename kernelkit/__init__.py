@@ -6,7 +6,9 @@
   :func:`gram` computes K(X, Y) block by block on the CPU or GPU, into memory or a ``.npy`` file.
 - Attention kernels: softmax and linear attention as kernel smoothers.
 
-``import kernelkit`` never imports torch or triton; the GPU code loads on first use.
+``import kernelkit`` never imports torch or triton; the GPU code loads on first use. triton is
+optional (it has wheels for Linux x86-64 only): without it everything except the Triton kernels
+themselves runs on the CPU.
 """
 
 from kernelkit import kernels as _kernels

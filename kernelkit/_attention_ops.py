@@ -19,7 +19,8 @@ FUSED_FEATURE_MAPS = ("identity", "elu+1", "relu")
 def use_triton(t):
     """Triton for the dtypes its kernels take (float16, bfloat16, float32) on CUDA tensors, and
     on CPU tensors when the interpreter is on; the plain-PyTorch path otherwise (float64 on any
-    device; other dtypes get their TypeError from the PyTorch path's checks)."""
+    device, every dtype where triton is not installed; other dtypes get their TypeError from the
+    PyTorch path's checks)."""
     import torch
 
     if not isinstance(t, torch.Tensor):
@@ -28,7 +29,7 @@ def use_triton(t):
 
     if t.dtype not in _checks.ATTN_DTYPES:
         return False
-    return t.is_cuda or _launch.INTERPRET
+    return (t.is_cuda and _launch.HAS_TRITON) or _launch.INTERPRET
 
 
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,

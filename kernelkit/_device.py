@@ -1,6 +1,7 @@
 """Where a computation runs: ``device="auto" | "cpu" | "cuda"``."""
 
 import functools
+import importlib.util
 import os
 import sys
 
@@ -11,9 +12,14 @@ DEVICES = ("auto", "cpu", "cuda")
 _NVIDIA_PATHS = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version")
 
 
+def triton_installed():
+    """True when triton can be imported (checked without importing it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
 @functools.lru_cache(maxsize=None)
-def gpu_available():
-    """True when a CUDA GPU is usable through torch (imports torch only if a driver is present)."""
+def cuda_available():
+    """True when torch sees a CUDA GPU (imports torch only if an NVIDIA driver is present)."""
     if "torch" not in sys.modules and not any(os.path.exists(p) for p in _NVIDIA_PATHS):
         return False
     try:
@@ -21,6 +27,12 @@ def gpu_available():
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def gpu_available():
+    """True when kernelkit can compute on a GPU: torch sees a CUDA GPU and triton is installed
+    (kernelkit's GPU path is its Triton kernels)."""
+    return cuda_available() and triton_installed()
 
 
 def check_device(device):
@@ -33,12 +45,13 @@ def check_device(device):
 def resolve_device(device):
     """Validate ``device`` and return where NumPy work runs: ``"cpu"`` or ``"cuda"``.
 
-    ``"auto"`` is the GPU when one is present, else the CPU.
+    ``"auto"`` is the GPU when one is present and triton is installed, else the CPU.
 
     Raises
     ------
     ValueError
-        For a name other than "auto", "cpu" or "cuda", or for "cuda" without a usable GPU.
+        For a name other than "auto", "cpu" or "cuda", or for "cuda" without a usable GPU
+        (no CUDA GPU, or triton not installed).
     """
     check_device(device)
     if device == "cpu":
@@ -46,6 +59,11 @@ def resolve_device(device):
     if gpu_available():
         return "cuda"
     if device == "cuda":
+        if not triton_installed() and cuda_available():
+            raise ValueError(
+                "device='cuda' needs triton, which is not installed (triton wheels exist for "
+                "Linux x86-64: pip install triton); use device='cpu' or 'auto'"
+            )
         raise ValueError(
             "device='cuda' but no CUDA GPU is available (torch.cuda.is_available() is False); "
             "use device='cpu' or 'auto'"

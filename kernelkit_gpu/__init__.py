@@ -3,7 +3,9 @@
 Imported lazily by :mod:`kernelkit`; may import :mod:`kernelkit_math`, never :mod:`kernelkit`.
 Importing it loads torch and triton (nothing else heavy). On the CPU the Triton kernels run under
 the interpreter, which must be switched on (``TRITON_INTERPRET=1``) before this package is imported:
-Triton reads the variable when a kernel is defined.
+Triton reads the variable when a kernel is defined. Where triton is not installed (it has wheels
+for Linux x86-64 only) the plain-PyTorch twins, ``gram_log_gradient``, ``apply_feature_map`` and
+``assume_finite`` still work, and the five Triton entry points raise ImportError when called.
 
 Layout
 ------
@@ -48,16 +50,25 @@ assume_finite()
 """
 
 from kernelkit_gpu._checks import assume_finite
-from kernelkit_gpu.attention.linear import linear_attention
+from kernelkit_gpu._launch import HAS_TRITON, needs_triton
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from kernelkit_gpu.attention.naive import kernel_attention_naive, softmax_attention_naive
-from kernelkit_gpu.attention.smoother import kernel_attention
-from kernelkit_gpu.attention.softmax import softmax_attention
 from kernelkit_gpu.feature_maps import apply_feature_map
-from kernelkit_gpu.pairwise.gram_fused import gram
 from kernelkit_gpu.pairwise.log_gradient import gram_log_gradient
-from kernelkit_gpu.pairwise.matvec_fused import kernel_matvec
 from kernelkit_gpu.pairwise.naive import gram_naive, kernel_matvec_naive
+
+if HAS_TRITON:
+    from kernelkit_gpu.attention.linear import linear_attention
+    from kernelkit_gpu.attention.smoother import kernel_attention
+    from kernelkit_gpu.attention.softmax import softmax_attention
+    from kernelkit_gpu.pairwise.gram_fused import gram
+    from kernelkit_gpu.pairwise.matvec_fused import kernel_matvec
+else:  # the plain-PyTorch twins above still run; these raise a clear ImportError when called
+    linear_attention = needs_triton("linear_attention")
+    kernel_attention = needs_triton("kernel_attention")
+    softmax_attention = needs_triton("softmax_attention")
+    gram = needs_triton("gram")
+    kernel_matvec = needs_triton("kernel_matvec")
 
 __all__ = [
     "gram", "kernel_matvec", "gram_log_gradient", "softmax_attention", "kernel_attention",

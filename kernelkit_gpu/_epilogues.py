@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-import triton
-import triton.language as tl
+
+from kernelkit_gpu._launch import tl, triton  # stand-ins where triton is not installed
 
 # --------------------------------------------------------------------------------------- ids
 # Pairwise quantity (PAIRWISE constexpr).

@@ -62,3 +62,20 @@ def test_installed_versions_are_the_pins_on_ci():
         if installed != version:
             wrong[name] = (installed, version)
     assert not wrong, f"installed != pinned: {wrong}"
+
+
+@pytest.mark.parametrize("platform_system, platform_machine, required", [
+    ("Linux", "x86_64", True),
+    ("Darwin", "arm64", False),
+    ("Darwin", "x86_64", False),
+    ("Windows", "AMD64", False),
+    ("Linux", "aarch64", False),
+])
+def test_triton_is_required_only_where_its_wheels_exist(platform_system, platform_machine,
+                                                         required):
+    """pip resolves kernelkit on any platform: triton (wheels for Linux x86-64 only) carries an
+    environment marker, and kernelkit works without it (tests/test_no_triton.py)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (triton,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "triton"]
+    env = {"platform_system": platform_system, "platform_machine": platform_machine}
+    assert triton.marker is not None and triton.marker.evaluate(env) is required
