@@ -294,13 +294,9 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     computation of the same quantity in that dtype (table in
     :mod:`kernelkit_gpu.attention.linear_chunk`).
 
-    NaN is never hidden, and masked keys are absent (the rule of
-    :mod:`kernelkit_math.attention`): a NaN in q_t makes row t NaN, one in k_s or v_s every row
-    that sees key s and the final state, and no other row (the intra-chunk products leave the
-    masked pairs out; the fused maps and the denominator guard keep NaN); the gradients follow
-    the same rule. Rows that see no key read the initial state alone (0 without one, whatever
-    q_t holds). The causal kernels check each chunk's values (one reduction); only a chunk holding
-    a non-finite value takes the exact branch.
+    NaN is never hidden: a NaN in q_t makes row t NaN, one in k_s every row that sees key s and
+    the final state, as in the float64 reference (the fused maps and the denominator guard keep
+    NaN); gradient rows that such a NaN reaches are NaN.
 
     Examples
     --------
