@@ -54,6 +54,9 @@ def clean(x):
 
 def _first(mask, n):
     """The first index along dim -2 where ``mask`` holds, else n: (..., n, C) -> (..., C)."""
+    if n == 0:  # (amin refuses an empty dim)
+        return torch.zeros(mask.shape[:-2] + mask.shape[-1:], dtype=torch.int64,
+                           device=mask.device)
     idx = torch.arange(n, device=mask.device)[:, None]
     return torch.where(mask, idx, n).amin(dim=-2)
 
@@ -111,10 +114,12 @@ def nonfinite_state(state, v):
     return state + _infinities(lim, *_first_codes(v), state.dtype)
 
 
-def poison_gradients(dq, dk, dv, spoiled, lim, group=1):
+def poison_gradients(dq, dk, dv, spoiled, lim, group=1, all_keys=None):
     """Write NaN on the gradients a non-finite value reaches (the rule of this module's
     docstring). ``spoiled`` (B, H, T) bool, already restricted to rows that see a key; dq (B, H,
-    T, D) with T >= 1; dk, dv (B, H_kv, S, *) or None. Returns new tensors; no host sync."""
+    T, D) with T >= 1; dk, dv (B, H_kv, S, *) or None; ``all_keys`` (B, H_kv) bool or None: heads
+    whose every key is reached (linear attention's final state with a non-finite gradient).
+    Returns new tensors; no host sync."""
     B, H, T = spoiled.shape
     nan = torch.full((), math.nan, dtype=dq.dtype, device=dq.device)
     dq = torch.where(spoiled[..., None], nan, dq)
@@ -122,6 +127,8 @@ def poison_gradients(dq, dk, dv, spoiled, lim, group=1):
     last = last.reshape(B, H // group, group).amax(dim=-1)  # (B, H_kv): last spoiled row
     # the keys 0..L are seen by a spoiled row: L = lim of the last one (lim is nondecreasing)
     L = torch.where(last >= 0, torch.cat([lim, lim.new_full((1,), -1)])[last], -1)
+    if all_keys is not None:
+        L = torch.where(all_keys, dk.shape[-2] - 1, L)
     out = [dq]
     for d in (dk, dv):
         if d is not None:
