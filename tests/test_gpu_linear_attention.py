@@ -25,7 +25,7 @@ from kernelkit_gpu.attention.linear import linear_attention
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, UNIT, spy_calls, to_numpy64
-from tests.test_gpu_softmax_attention import check_gradients_rule, gradient_nan_rule
+from tests.test_gpu_softmax_attention import check_gradients_rule, gradient_nan_rule, no_host_sync
 
 # the module itself (a package-level export of the function would shadow the submodule name)
 LC = importlib.import_module("kernelkit_gpu.attention.linear_chunk")
@@ -725,3 +725,25 @@ def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, c
                        (torch.float32, dict(rtol=2e-5, atol=2e-5))):
         _check_masked(linear_attention_naive, rng, "cpu", alignment, t, s, j, chunk, operand,
                       value, dtype, tol)
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_forward_has_no_host_sync(alignment, device, rng, monkeypatch):
+    """elu+1, causal: the forward with its non-finite handling (clean v, first indices, the
+    output and final-state corrections) reads nothing back to the host, so it stays
+    asynchronous on the GPU (the spy raises on any bool(), .item(), .cpu() ... outside the
+    Triton passes)."""
+    import kernelkit_gpu.attention.linear as LA
+
+    q, k, v = make_inputs(rng, 1, 2, 9, 5, 16, 16, torch.float32, device)
+    inf = float("inf")
+    # head 1: a NaN and a +inf; head 0: -inf before +inf in one column (rows that see both: NaN)
+    v[0, 1, 4, 3], v[0, 1, 2, 5], v[0, 0, 1, 5], v[0, 0, 3, 5] = float("nan"), inf, -inf, inf
+    armed = no_host_sync(monkeypatch, LA, "linear_attention_fwd")
+    out, (s_fin, _) = LA.linear_attention(q, k, v, is_causal=True, causal_alignment=alignment,
+                                          return_state=True)
+    armed[0] = False
+    want, s_want, _ = reference(q, k, v, causal=True, causal_alignment=alignment)
+    assert np.isneginf(want).any() and np.isposinf(want).any() and np.isnan(s_want).any()
+    np.testing.assert_allclose(to_numpy64(out), want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(to_numpy64(s_fin), s_want, rtol=2e-5, atol=2e-5)

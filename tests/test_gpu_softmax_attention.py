@@ -595,3 +595,51 @@ def test_visible_product_torch_is_the_masked_elementwise_sum(rng):
     assert np.isnan(expect).any() and np.isposinf(expect).any() and np.isneginf(expect).any()
     got = visible_mm(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(valid))
     np.testing.assert_allclose(got.numpy(), expect, **TOL["float64"])
+
+
+def no_host_sync(monkeypatch, module, launcher):
+    """Make every host read of a tensor's data (item, bool, int, float, tolist, numpy, cpu,
+    torch.cuda.synchronize) raise, except inside ``module.launcher`` (the Triton launch, which
+    the interpreter serves from host memory): the torch ops around the kernels must queue
+    without waiting for the device."""
+    armed = [True]
+
+    def trap(name, real):
+        def guarded(*args, **kwargs):
+            if armed[0]:
+                raise AssertionError(f"host sync: {name}")
+            return real(*args, **kwargs)
+        return guarded
+
+    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "numpy", "cpu"):
+        monkeypatch.setattr(torch.Tensor, name, trap(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch.cuda, "synchronize", trap("synchronize", torch.cuda.synchronize))
+    real_launch = getattr(module, launcher)
+
+    def launch(*args, **kwargs):
+        armed[0] = False
+        try:
+            return real_launch(*args, **kwargs)
+        finally:
+            armed[0] = True
+
+    monkeypatch.setattr(module, launcher, launch)
+    return armed
+
+
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_forward_has_no_host_sync(alignment, device, rng, monkeypatch):
+    """The forward with its non-finite handling (clean v, first indices, the correction: NaN,
+    -inf, and NaN where both infinities are visible, as the reference) reads nothing back to the host (no .item(), bool(), .cpu() ...), so it stays asynchronous on the
+    GPU; the spy is live (a bool() outside the launcher raises)."""
+    q, k, v = _spoiled_qkv(rng, 9, 5, 4, "v", float("nan"), torch.float32, device)
+    v[0, 0, 1, 5], v[0, 0, 3, 5] = -float("inf"), float("inf")  # rows seeing both: NaN
+    armed = no_host_sync(monkeypatch, sa, "attn_fwd")
+    out = sa.softmax_attention(q, k, v, is_causal=True, causal_alignment=alignment,
+                               enable_gqa=True)
+    with pytest.raises(AssertionError, match="host sync"):
+        bool(out.isnan().any())
+    armed[0] = False
+    ref = reference(q, k, v, True, causal_alignment=alignment)[0]
+    assert np.isneginf(ref).any() and np.isnan(ref).any()
+    np.testing.assert_allclose(to_numpy64(out), ref, **MASK_TOL["float32"])
