@@ -747,3 +747,23 @@ def test_forward_has_no_host_sync(alignment, device, rng, monkeypatch):
     assert np.isneginf(want).any() and np.isposinf(want).any() and np.isnan(s_want).any()
     np.testing.assert_allclose(to_numpy64(out), want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(to_numpy64(s_fin), s_want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("feature_map", ["relu", "identity", None])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_causal_maps_with_weights_le_0_run_the_twin(feature_map, value, device, rng, monkeypatch):
+    """Causal relu / identity / pre-mapped features: a visible weight may be 0 or negative, so
+    whether an infinite v_s gives +inf, -inf or NaN depends on each pair; these run the
+    plain-PyTorch twin (spy) and match the float64 reference exactly in where NaN / inf land
+    (finite entries: float32 against float64, 2e-5 as check_close)."""
+    import kernelkit_gpu.attention.linear as LA
+
+    q, k, v = make_inputs(rng, 1, 2, 40, 40, 16, 16, torch.float32, device, feature_map)
+    v[0, 1, 20, 3] = value
+    calls = spy_calls(monkeypatch, [(LA, "linear_attention_naive", "twin")])
+    out = LA.linear_attention(q, k, v, feature_map=feature_map, is_causal=True)
+    assert calls == ["twin"]
+    want = reference(q, k, v, feature_map, causal=True)[0]
+    got = to_numpy64(out)
+    assert np.isfinite(got[0, 1, :20]).all()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)

@@ -286,6 +286,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     feature_map : {"elu+1", "identity", "relu"} or None
         Applied inside the kernels (and its derivative in the backward). None: q and k are
         already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
+        With ``is_causal``, every map but elu+1 runs the plain-PyTorch twin (Notes).
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
@@ -336,9 +337,20 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     computation of the same quantity in that dtype (table in
     :mod:`kernelkit_gpu.attention.linear_chunk`).
 
-    NaN is never hidden: a NaN in q_t makes row t NaN, one in k_s every row that sees key s and
-    the final state, as in the float64 reference (the fused maps and the denominator guard keep
-    NaN); gradient rows that such a NaN reaches are NaN.
+    NaN is never hidden, and masked keys are absent (the rule of
+    :mod:`kernelkit_math.attention`): a NaN or infinity in q_t reaches row t, one in k_s or v_s
+    every row that sees key s and the final state, and no other row, as in the float64
+    reference. With elu+1 (weights phi(q)·phi(k) > 0) the Triton kernels run on v with its
+    non-finite entries zeroed and torch ops add their exact contribution to the output and the
+    final state (:mod:`kernelkit_gpu.attention._nonfinite`: a where, five reductions and
+    compares over v, about six elementwise passes over a (B, H, T, Dv) tensor; no host sync);
+    the gradients are NaN on whole rows of dq for the rows that meet a non-finite q_t, dO_t or
+    visible k_s / v_s, on the rows of dk, dv of the keys such a row sees (all keys if the final
+    state's gradient is non-finite), on dS_0, dz_0 if any row is spoiled, and elsewhere those of
+    the finite computation. Causal ``identity``, ``relu`` or None (pre-mapped features, e.g.
+    FAVOR+): a weight may be <= 0 and its sign decides between inf and NaN, which the Triton
+    path cannot see per pair, so these run the plain-PyTorch twin
+    (:func:`kernelkit_gpu.linear_attention_naive`, exact; slower, with host syncs).
 
     Examples
     --------

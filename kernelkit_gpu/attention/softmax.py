@@ -9,6 +9,8 @@ Layers (see ARCHITECTURE.md):
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the mask is
   ``j <= i + SHIFT`` (a runtime integer: 0 top-left, S - T bottom-right, possibly negative), the
   tiles above that diagonal are never visited, and query blocks are scheduled longest-first.
+  Masked keys are absent: the kernels run on finite values and torch ops around them
+  (:mod:`kernelkit_gpu.attention._nonfinite`) add the non-finite ones.
 * the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
   config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
   ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.
@@ -225,6 +227,16 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     enable_gqa=enable_gqa)``. Neither the (T, S) scores nor the probabilities are ever
     stored: memory is O(B H T (D + Dv)).
 
+    Masked keys are absent, not weighted by 0 (the rule of :mod:`kernelkit_math.attention`): a
+    NaN or infinity in v_j, k_j or q_i reaches exactly the outputs of a row-by-row computation
+    over the visible keys, and rows that see no key output 0 whatever k and v hold. The kernels
+    run on v with its non-finite entries zeroed; the exact contribution of those entries is
+    added by torch ops (:mod:`kernelkit_gpu.attention._nonfinite`; a visible weight counts as
+    > 0, so one visible inf gives inf even where a float64 exp would underflow to 0 and give
+    0 * inf = NaN, or where k_j makes the score -inf). Gradients: NaN on every row of dq whose
+    row meets a non-finite q_i, dO_i, dlse_i or visible k_j / v_j, and on the rows of dk, dv of
+    every key such a row sees; every other entry is the gradient of the finite computation.
+
     Parameters
     ----------
     q : torch.Tensor, shape (B, H, T, D)
@@ -285,7 +297,10 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     with 4-8 warps and 3 pipeline stages, autotuned once per (D, Dv, causal, dtype), never per
     length (set ``kernelkit_gpu.attention._configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
     before import, for the first config that fits).
-    ``benchmarks/attention_softmax.py`` measures it against SDPA.
+    ``benchmarks/attention_softmax.py`` measures it against SDPA. The non-finite handling adds,
+    forward, a where over v, five reductions and compares over v and about six elementwise
+    passes over a (B, H, T, Dv) tensor (no host sync: the forward stays asynchronous); backward,
+    a where over q, k, o and dO and three over the gradients.
 
     Examples
     --------
