@@ -696,9 +696,11 @@ def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dt
                          ids=[f"{a}-T{t}-S{s}" for a, t, s, _, _ in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand, value,
                                                      device, rng, poisoned_outputs):
-    """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs and gradients of a row-by-row
-    float64 computation over the visible keys (never a row that does not see s through 0 * NaN
-    in the intra-chunk product, forward or backward); rows without keys are 0. Tolerance of the
+    """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs of a row-by-row float64
+    computation over the visible keys (never a row that does not see s through 0 * NaN in the
+    intra-chunk product); rows without keys are 0. The gradients are NaN on exactly the
+    documented rows (gradient_nan_rule: a superset of the non-finite entries of the row-by-row
+    autograd) and equal to it elsewhere, forward and backward sweeps alike. Tolerance of the
     finite entries: float32 against float64 as check_close (2e-5; the masking is tested here,
     the accuracy by the rule tests)."""
     _check_masked(linear_attention, rng, device, alignment, t, s, j, chunk, operand, value,
@@ -767,3 +769,40 @@ def test_causal_maps_with_weights_le_0_run_the_twin(feature_map, value, device, 
     got = to_numpy64(out)
     assert np.isfinite(got[0, 1, :20]).all()
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_nonfinite_gradients_with_states(device, rng):
+    """elu+1, causal, initial state and final state: a NaN in q_5 spoils row 5 only, so dq_5,
+    dk and dv of keys 0..5, and (every row reads the initial state) dS_0, dz_0 are NaN; every
+    other entry equals the float64 twin's gradient (float32 against float64: 2e-5). A NaN
+    gradient of the final state (which reads every key) makes every dk, dv row NaN."""
+    T = 12
+    q, k, v = make_inputs(rng, 1, 1, T, T, 16, 16, torch.float32, device)
+    q[0, 0, 5, 2] = float("nan")
+    s0 = torch.from_numpy(rng.random((1, 1, 16, 16))).float().to(device)
+    z0 = torch.from_numpy(rng.random((1, 1, 16))).float().to(device)
+    g = torch.from_numpy(rng.standard_normal((1, 1, T, 16)))
+    gs = torch.from_numpy(rng.standard_normal((1, 1, 16, 16)))
+
+    def grads(fn, dtype, dev, gs):
+        leaves = [x.detach().to(device=dev, dtype=dtype).requires_grad_(True)
+                  for x in (q, k, v, s0, z0)]
+        out, (sf, _) = fn(*leaves[:3], is_causal=True, initial_state=tuple(leaves[3:]),
+                          return_state=True)
+        return [to_numpy64(x) for x in torch.autograd.grad(
+            (out, sf), leaves, (g.to(dev, out.dtype), gs.to(dev, sf.dtype)))]
+
+    got = grads(linear_attention, torch.float32, device, gs)
+    want = grads(linear_attention_naive, torch.float64, "cpu", gs)
+    rows = np.arange(T) == 5
+    keys = np.arange(T) <= 5
+    for name, a, b, mask in zip(["dq", "dk", "dv"], got, want, (rows, keys, keys)):
+        np.testing.assert_array_equal(np.isnan(a[0, 0]).any(-1), mask, err_msg=name)
+        assert np.isnan(a[0, 0][mask]).all(), name
+        np.testing.assert_allclose(a[0, 0][~mask], b[0, 0][~mask], rtol=2e-5, atol=2e-5,
+                                   err_msg=name)
+    assert np.isnan(got[3]).all() and np.isnan(got[4]).all()
+    gs[0, 0, 1, 1] = float("nan")
+    got = grads(linear_attention, torch.float32, device, gs)
+    assert np.isnan(got[1]).all() and np.isnan(got[2]).all()
+    assert np.isfinite(np.delete(got[0][0, 0], 5, axis=0)).all()

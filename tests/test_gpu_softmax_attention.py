@@ -539,10 +539,11 @@ def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
                          ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
                                                      rng, poisoned_outputs):
-    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs and gradients that a
-    row-by-row float64 computation over the visible keys gives: never the rows that do not see
-    key j through 0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero
-    gradients); forward (Triton, float32) and backward (dq, dk, dv)."""
+    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs that a row-by-row float64
+    computation over the visible keys gives: never the rows that do not see key j through
+    0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero gradients). The
+    gradients (dq, dk, dv) are NaN on exactly the documented rows (gradient_nan_rule), which
+    hold every non-finite entry of the row-by-row autograd, and equal it elsewhere."""
     _check_masked(sa.softmax_attention, rng, device, alignment, t, s, j, operand, value,
                   "float32", MASK_TOL["float32"])
 
@@ -550,8 +551,8 @@ def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 @pytest.mark.parametrize("operand,value", NONFINITE[:2], ids=["vnan", "vinf"])
 def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outputs):
-    """The reproduction of issue 18 J in float16 / bfloat16 (the exact branch compares in
-    float32: the interpreter cannot compare bfloat16 with inf)."""
+    """The reproduction of issue 18 J in float16 / bfloat16 (the non-finite handling runs in
+    torch ops on the 16-bit tensors)."""
     _check_masked(sa.softmax_attention, rng, device, "bottom_right", 9, 5, 4, operand, value, dt,
                   MASK_TOL[dt])
 

@@ -207,14 +207,15 @@ class LinearAttentionFunction(torch.autograd.Function):
         bad_state = torch.zeros((B, H), dtype=torch.bool, device=q.device)
         if S0 is not None:
             bad_state = ~(torch.isfinite(S0).flatten(2).all(-1) & torch.isfinite(z0).all(-1))
-        ctx.save_for_backward(q, k, v_clean, o if normalize else None, den, *states, lim,
+        # (out differs from o only on rows that see a non-finite v: spoiled, see the backward)
+        ctx.save_for_backward(q, k, v_clean, out if normalize else None, den, *states, lim,
                               NF.first_nonfinite_rows(v), bad_state)
         ctx.cfg = (code, causal, normalize, eps, chunk, segs, S0 is not None)
         return out, s_fin.reshape(B, H, M, Dv), z_fin.reshape(B, H, M)
 
     @staticmethod
     def backward(ctx, dout, dSf, dzf):
-        q, k, v_clean, o, den, st0, st1, lim, first_v, bad_state = ctx.saved_tensors
+        q, k, v_clean, out, den, st0, st1, lim, first_v, bad_state = ctx.saved_tensors
         code, causal, normalize, eps, chunk, segs, has_init = ctx.cfg
         B, H, T, M = q.shape
         Dv = v_clean.shape[3]
@@ -224,7 +225,7 @@ class LinearAttentionFunction(torch.autograd.Function):
             dSf = dSf.reshape(B * H, M, Dv) if dSf is not None else None
             dzf = dzf.reshape(B * H, M) if dzf is not None else None
             dq, dk, dv, dS0, dz0 = linear_attention_bwd(
-                dout, dSf, dzf, q, k, v_clean, o, den, (st0, st1), segs, code, causal, normalize,
+                dout, dSf, dzf, q, k, v_clean, out, den, (st0, st1), segs, code, causal, normalize,
                 eps, chunk)
             if has_init:
                 return dq, dk, dv, dS0.reshape(B, H, M, Dv), dz0.reshape(B, H, M), *[None] * 5
@@ -240,10 +241,10 @@ class LinearAttentionFunction(torch.autograd.Function):
                                   keys_first=torch.minimum(first_v, NF.first_nonfinite_rows(k)))
         spoiled = spoiled | bad_state[..., None]  # every row reads the initial state
         if normalize:  # a spoiled row's output and denominator: any finite stand-in
-            o, den = NF.clean(o), torch.where(torch.isfinite(den), den, 1.0)
+            out, den = NF.clean(out), torch.where(torch.isfinite(den), den, 1.0)
         dq, dk, dv, dS0, dz0 = linear_attention_bwd(
-            NF.clean(dout), dSf, dzf, NF.clean(q), NF.clean(k), v_clean, o, den, (st0, st1), segs,
-            code, causal, normalize, eps, chunk)
+            NF.clean(dout), dSf, dzf, NF.clean(q), NF.clean(k), v_clean, out, den, (st0, st1),
+            segs, code, causal, normalize, eps, chunk)
         dq, dk, dv = NF.poison_gradients(dq, dk, dv, spoiled, lim, all_keys=bad_final)
         if has_init:  # every row reads the initial state, and so does the final state
             bad = (spoiled.any(-1) | bad_final).reshape(B * H)

@@ -187,20 +187,21 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
         o, lse2 = attn_fwd(q, k, v_clean, shift=shift, scale=scale)
         lim = NF.visible_limit(T, S, shift, q.device)
         out = NF.add_nonfinite_values(o, v, lim, group)
-        ctx.save_for_backward(q, k, v_clean, o, lse2, lim, NF.first_nonfinite_rows(v))
+        # (out differs from o only on rows that see a non-finite v: spoiled, see the backward)
+        ctx.save_for_backward(q, k, v_clean, out, lse2, lim, NF.first_nonfinite_rows(v))
         ctx.shift, ctx.scale, ctx.group = shift, scale, group
         ctx.set_materialize_grads(False)
         return out, lse2 * LN2
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v_clean, o, lse2, lim, first_v = ctx.saved_tensors
+        q, k, v_clean, out, lse2, lim, first_v = ctx.saved_tensors
         if dout is None:
-            dout = torch.zeros_like(o)
+            dout = torch.zeros_like(out)
         # the kernels run on finite operands; NaN goes exactly where the module's rule puts it
         spoiled = NF.spoiled_rows(lim, ctx.group, q, dout, None if dlse is None else dlse[..., None],
                                   keys_first=torch.minimum(first_v, NF.first_nonfinite_rows(k)))
-        dq, dk, dv = attn_bwd(NF.clean(dout), NF.clean(q), NF.clean(k), v_clean, NF.clean(o), lse2,
+        dq, dk, dv = attn_bwd(NF.clean(dout), NF.clean(q), NF.clean(k), v_clean, NF.clean(out), lse2,
                               None if dlse is None else NF.clean(dlse),
                               shift=ctx.shift, scale=ctx.scale)
         if q.shape[2]:
