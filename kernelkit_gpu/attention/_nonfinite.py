@@ -10,8 +10,9 @@ probabilities; phi(q_i)·phi(k_j) with elu+1), so w_ij v_jc is +inf / -inf / NaN
 -inf / NaN, and a sum holding one of them is NaN if it holds a NaN or both infinities, else that
 infinity; finite terms do not change it. Row i sees keys j <= lim_i (:func:`visible_limit`), so
 it sees a non-finite v_jc iff the first key holding it is <= lim_i: three (B, H_kv, Dv) first
-indices decide every row. (A weight that is mathematically > 0 but underflows to 0 in the
-reference's float64 exp would give it 0 * inf = NaN; here the exact value, the infinity.)
+indices decide every row. (Two cases where the float64 reference differs, both with a weight
+that is 0 in floating point: a weight > 0 that underflows in its exp, and a score made -inf by a
+non-finite k_j; the reference gives 0 * inf = NaN there, this path the infinity.)
 
 The backward kernels run on the same cleaned operands (q, k, o and dO too: a masked pair's zero
 weight times a non-finite q_i or k_j would leak the same way), and :func:`poison_gradients` then
@@ -21,6 +22,8 @@ writes NaN exactly on the gradients that a non-finite value can reach through vi
   value or it sees a key j whose k_j or v_j does;
 * dq_i (the whole row) is NaN for every spoiled row; dk_j and dv_j (whole rows) are NaN for every
   key j that a spoiled row sees;
+* linear attention: a non-finite initial state spoils every row (each reads it); a non-finite
+  gradient of the final state reaches every key; dS_0 and dz_0 are NaN where any row is spoiled;
 * every other gradient entry is the gradient of the finite computation, exactly as without the
   non-finite values (a key no row sees gets 0 whatever it holds; rows that see no key get 0).
 
