@@ -199,10 +199,11 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros_like(out)
         # the kernels run on finite operands; NaN goes exactly where the module's rule puts it
-        spoiled = NF.spoiled_rows(lim, ctx.group, q, dout, None if dlse is None else dlse[..., None],
+        dlse_rows = None if dlse is None else dlse[..., None]
+        spoiled = NF.spoiled_rows(lim, ctx.group, q, dout, dlse_rows,
                                   keys_first=torch.minimum(first_v, NF.first_nonfinite_rows(k)))
-        dq, dk, dv = attn_bwd(NF.clean(dout), NF.clean(q), NF.clean(k), v_clean, NF.clean(out), lse2,
-                              None if dlse is None else NF.clean(dlse),
+        dq, dk, dv = attn_bwd(NF.clean(dout), NF.clean(q), NF.clean(k), v_clean, NF.clean(out),
+                              lse2, None if dlse is None else NF.clean(dlse),
                               shift=ctx.shift, scale=ctx.scale)
         if q.shape[2]:
             dq, dk, dv = NF.poison_gradients(dq, dk, dv, spoiled, lim, ctx.group)
