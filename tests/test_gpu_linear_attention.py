@@ -643,7 +643,8 @@ def test_bad_inputs(device):
 #: reproduction of issue 18 J; the last two span several chunks and segments of 16.
 MASKED_CASES = [("bottom_right", 9, 5, 4, None), ("top_left", 9, 5, 4, None),
                 ("top_left", 5, 9, 4, None), ("bottom_right", 5, 9, 4, None),
-                ("top_left", 40, 37, 20, 16), ("bottom_right", 40, 23, 9, 16)]
+                ("top_left", 40, 37, 20, 16), ("bottom_right", 40, 23, 9, 16),
+                ("bottom_right", 9, 5, 2, None)]  # (the last: q_2 of a row that sees no key)
 NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
              ("k", float("inf")), ("q", float("nan"))]
 
@@ -686,14 +687,14 @@ def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dt
     else:
         rows, keys = gradient_nan_rule(*(to_numpy64(x) for x in (q, k, v)), g.numpy(), shift)
         check_gradients_rule(got, expect, (rows, keys, keys), tol)
-    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+    if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 1]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
 
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j,chunk", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j, _ in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand, value,
                                                      device, rng, poisoned_outputs):
     """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs of a row-by-row float64
@@ -718,7 +719,7 @@ def test_nonfinite_masked_16_bit(dtype_name, device, rng, poisoned_outputs):
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j,chunk", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j, _ in MASKED_CASES])
 def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand,
                                                            value, rng):
     """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the

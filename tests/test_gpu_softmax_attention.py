@@ -431,7 +431,8 @@ def test_cpu_without_interpreter_is_a_clear_error():
 #: issue 18 J; the last two span several tiles (full tiles and causal diagonals) under the
 #: interpreter's blocks (forward 32 x 16, dK/dV 16 x 32, dQ 32 x 16).
 MASKED_CASES = [("bottom_right", 9, 5, 4), ("top_left", 9, 5, 4), ("top_left", 5, 9, 4),
-                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9)]
+                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9),
+                ("bottom_right", 9, 5, 2)]  # (the last: q_2 of a row that sees no key)
 #: (operand, value) put at one entry of key j (k or v) or of query row j (q).
 NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
              ("k", float("inf")), ("q", float("nan"))]
@@ -529,14 +530,14 @@ def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
         rows, keys = gradient_nan_rule(*(to_numpy64(x) for x in (q, k, v)), g.numpy(), shift,
                                        group=2)
         check_gradients_rule(got, expect, (rows, keys, keys), tol)
-    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+    if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 0]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
 
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
                                                      rng, poisoned_outputs):
     """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs that a row-by-row float64
@@ -559,7 +560,7 @@ def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outpu
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j in MASKED_CASES])
 def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, rng):
     """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
     other tests) and float32."""
