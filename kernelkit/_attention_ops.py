@@ -143,8 +143,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     v : torch.Tensor of shape (B, H, S, Dv)
         One dtype, one device. float16, bfloat16 and float32 run the chunked Triton kernels
         (CUDA, or the CPU under ``TRITON_INTERPRET=1``; else the plain-PyTorch path) when the
-        map has at most 256 features and Dv <= 256, the chunked PyTorch path otherwise; float64
-        always runs the PyTorch path, in float64, on any device.
+        map has at most 256 features and Dv <= 256 (and, with ``is_causal``, the map is
+        ``"elu+1"``: other maps' weights may be <= 0, which the Triton path cannot handle exactly
+        for non-finite values), the chunked PyTorch path otherwise; float64 always runs the
+        PyTorch path, in float64, on any device.
     feature_map : str or kernelkit_math.random_features.FeatureMap
         ``"identity"``, ``"elu+1"``, ``"relu"`` (fused into the kernels), a random map with its
         size (``"favor+:256"``, ``"favor+orth:256"``, ``"hyp-favor+:128"``, ``"rff:512"``),
