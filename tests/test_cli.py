@@ -510,13 +510,3 @@ def test_readme_test_command_is_what_ci_runs():
     assert "pip install -c .ci/constraints.txt torch==2.13.0\n" in ci
     assert "set -euo pipefail" in ci
     assert os.access(ROOT / ".ci" / "run", os.X_OK)
-
-
-@pytest.mark.subprocess
-def test_quickstart_example_runs():
-    res = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "sklearn_quickstart.py")],
-        capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=300,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "kernel__length_scale" in res.stdout and "test accuracy 0.9" in res.stdout
