@@ -30,8 +30,9 @@ __all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "chole
 
 #: Default largest n of the exact path, by device type. CPU: one LML + gradient, exact vs
 #: iterative (default settings, d = 3, 2-core CPU under load, 2026-11-25): n = 1000 0.8 vs 1.1 s,
-#: 2000 2.3 vs 3.2 s, 4000 18 vs 22 s, 6000 70 vs 33 s. GPU: 10 000 keeps K, its factor and its
-#: inverse in 2.4 GB of float64; not yet timed (``benchmarks/gp_exact_threshold.py``).
+#: 2000 2.3 vs 3.2 s, 4000 18 vs 22 s, 6000 70 vs 33 s. GPU (H200, d = 8, 2026-11-25,
+#: ``benchmarks/gp_exact_threshold.py``, results/gp-exact-threshold-h200-2026-11-25.json):
+#: n = 5000 0.049 vs 0.096 s, 10 000 0.21 vs 0.19 s, 15 000 0.50 vs 0.33 s: the crossover.
 EXACT_MAX_N = {"cpu": 4_000, "cuda": 10_000}
 
 
