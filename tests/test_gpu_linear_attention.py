@@ -681,7 +681,7 @@ def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dt
     got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
     for name, a, b in zip("qkv", got, expect):
         np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
-    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+    if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 1]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
 

@@ -434,7 +434,8 @@ def test_cpu_without_interpreter_is_a_clear_error():
 #: issue 18 J; the last two span several tiles (full tiles and causal diagonals) under the
 #: interpreter's blocks (forward 32 x 16, dK/dV 16 x 32, dQ 32 x 16).
 MASKED_CASES = [("bottom_right", 9, 5, 4), ("top_left", 9, 5, 4), ("top_left", 5, 9, 4),
-                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9)]
+                ("bottom_right", 5, 9, 4), ("top_left", 40, 37, 20), ("bottom_right", 40, 23, 9),
+                ("bottom_right", 9, 5, 2)]  # (the last: q_2 of a row that sees no key)
 #: (operand, value) put at one entry of key j (k or v) or of query row j (q).
 NONFINITE = [("v", float("nan")), ("v", float("inf")), ("v", -float("inf")), ("k", float("nan")),
              ("k", float("inf")), ("q", float("nan"))]
@@ -492,20 +493,20 @@ def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
     got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
     for name, a, b in zip("qkv", got, expect):
         np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
-    if (alignment, t, s, operand) == ("bottom_right", 9, 5, "v"):  # issue 18 J, spelled out
+    if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 0]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
 
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
                                                      rng, poisoned_outputs):
     """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs and gradients that a
-    row-by-row float64 computation over the visible keys gives: never the rows that do not see
-    key j through 0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero
-    gradients); forward (Triton, float32) and backward (dq, dk, dv)."""
+    row-by-row float64 computation over the visible keys gives (NaN and inf positions
+    included): never the rows that do not see key j; rows without keys are 0 (lse -inf, zero
+    gradients). The gate sends these calls to the exact twin (test_causal_gate_routes)."""
     _check_masked(sa.softmax_attention, rng, device, alignment, t, s, j, operand, value,
                   "float32", MASK_TOL["float32"])
 
@@ -513,15 +514,15 @@ def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 @pytest.mark.parametrize("operand,value", NONFINITE[:2], ids=["vnan", "vinf"])
 def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outputs):
-    """The reproduction of issue 18 J in float16 / bfloat16 (the exact branch compares in
-    float32: the interpreter cannot compare bfloat16 with inf)."""
+    """The reproduction of issue 18 J in float16 / bfloat16 (the gate's float32 sums see the
+    16-bit NaN / inf)."""
     _check_masked(sa.softmax_attention, rng, device, "bottom_right", 9, 5, 4, operand, value, dt,
                   MASK_TOL[dt])
 
 
 @pytest.mark.parametrize("operand,value", NONFINITE, ids=[f"{o}{x}" for o, x in NONFINITE])
 @pytest.mark.parametrize("alignment,t,s,j", MASKED_CASES,
-                         ids=[f"{a}-T{t}-S{s}" for a, t, s, _ in MASKED_CASES])
+                         ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j in MASKED_CASES])
 def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, rng):
     """The plain-PyTorch twin follows the same rule, in float64 (the gradient reference of the
     other tests) and float32."""
@@ -581,3 +582,109 @@ def test_visible_product_triton_is_the_masked_elementwise_sum(device, rng):
     mask = torch.from_numpy(valid).to(device=device, dtype=torch.int32)
     _visible_mm_kernel[(1,)](ta, tb, mask, out, N=16)
     np.testing.assert_allclose(out.cpu().double().numpy(), expect, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------- the finiteness gate of causal calls
+def test_causal_gate_routes(device, rng, monkeypatch):
+    """Spy: finite causal inputs run the Triton forward and backward and never the twin; a
+    non-finite v (or q, k) runs the twin alone, forward and backward; non-causal calls run the
+    Triton kernels whatever the values."""
+    calls = spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd"),
+                                    (sa, "softmax_attention_naive", "twin")])
+    for operand, noncausal, want in ((None, False, ["fwd", "bwd"]), ("v", False, ["twin"]),
+                                     ("q", False, ["twin"]), ("k", False, ["twin"]),
+                                     ("v", True, ["fwd", "bwd"])):
+        q, k, v = make_qkv(rng, 1, 2, 1, 9, 5, 16, 16, torch.float32, device)
+        if operand:
+            {"q": q, "k": k, "v": v}[operand][0, 0, 4, 3] = float("nan")
+        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+        out = sa.softmax_attention(q, k, v, is_causal=not noncausal, enable_gqa=True,
+                                   causal_alignment="bottom_right")
+        torch.autograd.grad(out.sum(), (q, k, v))
+        assert calls == want, (operand, noncausal)
+        calls.clear()
+
+
+@pytest.mark.parametrize("which", ["dout", "dlse"])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_nonfinite_incoming_gradient_runs_the_twin(which, alignment, device, rng, monkeypatch):
+    """Finite causal inputs (Triton forward) with a NaN and an inf in dO (or dlse): the backward
+    computes that call's gradients through the twin (spy: no Triton backward), equal to the
+    row-by-row float64 autograd, NaN and inf positions included (float32: MASK_TOL)."""
+    t, s = 40, 23
+    q, k, v = make_qkv(rng, 1, 2, 1, t, s, 16, 16, torch.float32, device)
+    g = torch.from_numpy(rng.standard_normal((1, 2, t, 16)))
+    g_lse = torch.from_numpy(rng.standard_normal((1, 2, t)))
+    if which == "dout":
+        g[0, 0, 20, 3], g[0, 1, 30, 5] = float("nan"), float("inf")
+    else:
+        g_lse[0, 0, 20], g_lse[0, 1, 30] = float("nan"), float("inf")
+    shift = _shift(alignment, t, s)
+    q64, k64, v64 = (f64(x).cpu().requires_grad_(True) for x in (q, k, v))
+
+    def lse_rows(q, k):  # float64 row-by-row lse over the visible keys (-inf without keys)
+        sc = (q[0] @ k[0, 0].T) * 16 ** -0.5
+        vis = torch.arange(s)[None, :] <= torch.arange(t)[:, None] + shift
+        return torch.logsumexp(sc.masked_fill(~vis, -np.inf), dim=-1)[None]
+
+    lse64 = lse_rows(q64, k64)
+    keys = lse64 > -np.inf  # rows that see a key (the others' lse has no gradient)
+    expect = torch.autograd.grad(
+        (rowwise_reference(q64, k64, v64, shift), lse64[keys]),
+        (q64, k64, v64), (g, g_lse[keys]))
+    calls = spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd"),
+                                    (sa, "softmax_attention_naive", "twin")])
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out, lse = sa.softmax_attention(q, k, v, is_causal=True, causal_alignment=alignment,
+                                    enable_gqa=True, return_lse=True)
+    got = torch.autograd.grad((out, lse), (q, k, v), (g.to(device, out.dtype),
+                                                       g_lse.to(device, lse.dtype)))
+    assert calls == ["fwd", "twin"]
+    assert not np.isfinite(expect[0].numpy()).all()  # (dv: finite when only dlse is not)
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **MASK_TOL["float32"],
+                                   err_msg=f"d{name}")
+
+
+def count_checks(monkeypatch, launchers):
+    """Count the calls of the finiteness check's operations (Tensor.sum, isfinite, bool, item)
+    outside the Triton launchers ``(module, name)`` (which the interpreter serves from host
+    memory); returns the list of names called."""
+    seen, inside = [], [False]
+
+    def trap(name, real):
+        def counted(*args, **kwargs):
+            if not inside[0]:
+                seen.append(name)
+            return real(*args, **kwargs)
+        return counted
+
+    for name in ("sum", "isfinite", "__bool__", "item"):
+        monkeypatch.setattr(torch.Tensor, name, trap(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch, "isfinite", trap("torch.isfinite", torch.isfinite))
+    for module, name in launchers:
+        real = getattr(module, name)
+
+        def launch(*args, _real=real, **kwargs):
+            inside[0] = True
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                inside[0] = False
+
+        monkeypatch.setattr(module, name, launch)
+    return seen
+
+
+def test_noncausal_call_is_not_checked(device, rng, monkeypatch):
+    """A non-causal call (nothing masked) makes no host read and no extra reduction, forward or
+    backward, even with a NaN in v; the spy is live (a causal call trips it)."""
+    q, k, v = make_qkv(rng, 1, 2, 1, 9, 5, 16, 16, torch.float32, device, requires_grad=True)
+    with torch.no_grad():
+        v[0, 0, 2, 3] = float("nan")
+    seen = count_checks(monkeypatch, [(sa, "attn_fwd"), (sa, "attn_bwd")])
+    out, lse = sa.softmax_attention(q, k, v, enable_gqa=True, return_lse=True)
+    torch.autograd.grad((out, lse), (q, k, v), (torch.ones_like(out), torch.ones_like(lse)))
+    assert seen == []
+    sa.softmax_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert "sum" in seen and "__bool__" in seen
