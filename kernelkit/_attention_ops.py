@@ -81,10 +81,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     -----
     Masked keys are absent, not weighted by 0, on every path (the rule of
     :mod:`kernelkit_math.attention`): a NaN or infinity in v_j, k_j or q_i reaches exactly the
-    outputs of a row-by-row computation over the visible keys. Gradients: the plain-PyTorch path
-    gives those of the row-by-row computation; the Triton path gives NaN on whole rows of dq
-    (rows that meet a non-finite value) and of dk, dv (keys such a row sees), and elsewhere the
-    gradients of the finite computation (:mod:`kernelkit_gpu.attention._nonfinite`).
+    outputs and gradients of a row-by-row computation over the visible keys.
 
     Examples
     --------
@@ -144,10 +141,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     v : torch.Tensor of shape (B, H, S, Dv)
         One dtype, one device. float16, bfloat16 and float32 run the chunked Triton kernels
         (CUDA, or the CPU under ``TRITON_INTERPRET=1``; else the plain-PyTorch path) when the
-        map has at most 256 features and Dv <= 256 (and, with ``is_causal``, the map is
-        ``"elu+1"``: other maps' weights may be <= 0, which the Triton path cannot handle exactly
-        for non-finite values), the chunked PyTorch path otherwise; float64 always runs the
-        PyTorch path, in float64, on any device.
+        map has at most 256 features and Dv <= 256, the chunked PyTorch path otherwise; float64
+        always runs the PyTorch path, in float64, on any device.
     feature_map : str or kernelkit_math.random_features.FeatureMap
         ``"identity"``, ``"elu+1"``, ``"relu"`` (fused into the kernels), a random map with its
         size (``"favor+:256"``, ``"favor+orth:256"``, ``"hyp-favor+:128"``, ``"rff:512"``),
@@ -191,11 +186,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     Notes
     -----
     NaN is never hidden, and masked keys are absent: a NaN or infinity in q_t reaches output row
-    t, one in k_s or v_s every row that sees key s (and the final state) and no other row, on
-    every path, as in :func:`kernelkit_math.attention.linear_attention`; so do the gradients
-    (the Triton path puts NaN on whole gradient rows, as
-    :func:`kernelkit_gpu.attention.linear.linear_attention` states). Rows that see no key read
-    the initial state alone (0 without one, whatever q_t holds).
+    t, one in k_s or v_s every row that sees key s (and the final state) and no other row, in
+    the output and in the gradients, on every path, as in
+    :func:`kernelkit_math.attention.linear_attention`. Rows that see no key read the initial
+    state alone (0 without one, whatever q_t holds).
 
     Examples
     --------

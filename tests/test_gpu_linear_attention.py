@@ -25,7 +25,7 @@ from kernelkit_gpu.attention.linear import linear_attention
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, UNIT, spy_calls, to_numpy64
-from tests.test_gpu_softmax_attention import check_gradients_rule, gradient_nan_rule, no_host_sync
+from tests.test_gpu_softmax_attention import count_checks
 
 # the module itself (a package-level export of the function would shadow the submodule name)
 LC = importlib.import_module("kernelkit_gpu.attention.linear_chunk")
@@ -681,12 +681,8 @@ def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dt
     out = fn(q, k, v, is_causal=True, causal_alignment=alignment, chunk_size=chunk)
     np.testing.assert_allclose(to_numpy64(out), ref, **tol)
     got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
-    if fn is linear_attention_naive:  # the twin: IEEE arithmetic row by row, entry for entry
-        for name, a, b in zip("qkv", got, expect):
-            np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
-    else:
-        rows, keys = gradient_nan_rule(*(to_numpy64(x) for x in (q, k, v)), g.numpy(), shift)
-        check_gradients_rule(got, expect, (rows, keys, keys), tol)
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
     if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 1]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
@@ -697,11 +693,11 @@ def _check_masked(fn, rng, device, alignment, t, s, j, chunk, operand, value, dt
                          ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j, _ in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, chunk, operand, value,
                                                      device, rng, poisoned_outputs):
-    """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs of a row-by-row float64
-    computation over the visible keys (never a row that does not see s through 0 * NaN in the
-    intra-chunk product); rows without keys are 0. The gradients are NaN on exactly the
-    documented rows (gradient_nan_rule: a superset of the non-finite entries of the row-by-row
-    autograd) and equal to it elsewhere, forward and backward sweeps alike. Tolerance of the
+    """A NaN / inf in v_s, k_s or q_t reaches exactly the outputs and gradients of a row-by-row
+    float64 computation over the visible keys, NaN and inf positions included (never a row that
+    does not see s through 0 * NaN in the intra-chunk product, forward or backward); rows
+    without keys are 0. The gate sends these calls to the exact twin (test_causal_gate_routes).
+    Tolerance of the
     finite entries: float32 against float64 as check_close (2e-5; the masking is tested here,
     the accuracy by the rule tests)."""
     _check_masked(linear_attention, rng, device, alignment, t, s, j, chunk, operand, value,
@@ -730,80 +726,99 @@ def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, c
                       value, dtype, tol)
 
 
-@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
-def test_forward_has_no_host_sync(alignment, device, rng, monkeypatch):
-    """elu+1, causal: the forward with its non-finite handling (clean v, first indices, the
-    output and final-state corrections) reads nothing back to the host, so it stays
-    asynchronous on the GPU (the spy raises on any bool(), .item(), .cpu() ... outside the
-    Triton passes)."""
+# ------------------------------------------------- the finiteness gate of causal calls
+def test_causal_gate_routes(device, rng, monkeypatch):
+    """Spy: finite causal inputs run the Triton forward and backward and never the twin; a
+    non-finite q, k, v or initial state runs the twin alone, forward and backward; non-causal
+    calls run the Triton passes whatever the values."""
     import kernelkit_gpu.attention.linear as LA
 
-    q, k, v = make_inputs(rng, 1, 2, 9, 5, 16, 16, torch.float32, device)
-    inf = float("inf")
-    # head 1: a NaN and a +inf; head 0: -inf before +inf in one column (rows that see both: NaN)
-    v[0, 1, 4, 3], v[0, 1, 2, 5], v[0, 0, 1, 5], v[0, 0, 3, 5] = float("nan"), inf, -inf, inf
-    armed = no_host_sync(monkeypatch, LA, "linear_attention_fwd")
-    out, (s_fin, _) = LA.linear_attention(q, k, v, is_causal=True, causal_alignment=alignment,
-                                          return_state=True)
-    armed[0] = False
-    want, s_want, _ = reference(q, k, v, causal=True, causal_alignment=alignment)
-    assert np.isneginf(want).any() and np.isposinf(want).any() and np.isnan(s_want).any()
-    np.testing.assert_allclose(to_numpy64(out), want, rtol=2e-5, atol=2e-5)
-    np.testing.assert_allclose(to_numpy64(s_fin), s_want, rtol=2e-5, atol=2e-5)
+    calls = spy_calls(monkeypatch, [(LA, "linear_attention_fwd", "fwd"),
+                                    (LA, "linear_attention_bwd", "bwd"),
+                                    (LA, "linear_attention_naive", "twin")])
+    for operand, causal, want in ((None, True, ["fwd", "bwd"]), ("v", True, ["twin"]),
+                                  ("q", True, ["twin"]), ("k", True, ["twin"]),
+                                  ("S0", True, ["twin"]), ("v", False, ["fwd", "bwd"])):
+        q, k, v, (S0, z0) = make_inputs(rng, 1, 2, 20, 20, 16, 16, torch.float32, device,
+                                        state=True)
+        if operand:
+            {"q": q, "k": k, "v": v, "S0": S0}[operand][0, 1, 4, 3] = float("inf")
+        leaves = [x.requires_grad_(True) for x in (q, k, v, S0, z0)]
+        out = linear_attention(q, k, v, is_causal=causal, initial_state=(S0, z0), chunk_size=16)
+        torch.autograd.grad(out.sum(), leaves)
+        assert calls == want, (operand, causal)
+        calls.clear()
 
 
 @pytest.mark.parametrize("feature_map", ["relu", "identity", None])
-@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
-def test_causal_maps_with_weights_le_0_run_the_twin(feature_map, value, device, rng, monkeypatch):
-    """Causal relu / identity / pre-mapped features: a visible weight may be 0 or negative, so
-    whether an infinite v_s gives +inf, -inf or NaN depends on each pair; these run the
-    plain-PyTorch twin (spy) and match the float64 reference exactly in where NaN / inf land
-    (finite entries: float32 against float64, 2e-5 as check_close)."""
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")],
+                         ids=["nan", "inf", "-inf"])
+def test_causal_nonfinite_every_map(feature_map, value, device, rng):
+    """Causal relu / identity / pre-mapped features (weights may be 0 or negative, so an
+    infinite v_s gives +inf, -inf or NaN pair by pair): a non-finite v_s gives exactly the
+    float64 reference's output and final state, NaN and inf positions included (finite
+    entries: float32 against float64, 2e-5 as check_close)."""
+    q, k, v = make_inputs(rng, 1, 2, 40, 40, 16, 16, torch.float32, device, feature_map)
+    if feature_map == "relu":
+        q[0, 1, 25:] = -q[0, 1, 25:].abs()  # rows 25.. have zero weights: 0 * inf = NaN
+    v[0, 1, 20, 3] = value
+    out, (s_fin, z_fin) = linear_attention(q, k, v, feature_map=feature_map, is_causal=True,
+                                           return_state=True)
+    want, s_want, z_want = reference(q, k, v, feature_map, causal=True)
+    assert np.isfinite(to_numpy64(out)[0, 1, :20]).all()
+    for got, ref in ((out, want), (s_fin, s_want), (z_fin, z_want)):
+        np.testing.assert_allclose(to_numpy64(got), ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("which", ["dout", "dS"])
+def test_nonfinite_incoming_gradient_runs_the_twin(which, device, rng, monkeypatch):
+    """Finite causal inputs with an initial state (Triton forward), a NaN and an inf in the
+    output's gradient (or the final state's): the backward computes that call's gradients
+    through the twin (spy: no Triton backward), equal to the float64 twin's autograd (itself
+    checked against the row-by-row computation above), NaN and inf positions included
+    (float32 against float64: 2e-5)."""
     import kernelkit_gpu.attention.linear as LA
 
-    q, k, v = make_inputs(rng, 1, 2, 40, 40, 16, 16, torch.float32, device, feature_map)
-    v[0, 1, 20, 3] = value
-    calls = spy_calls(monkeypatch, [(LA, "linear_attention_naive", "twin")])
-    out = LA.linear_attention(q, k, v, feature_map=feature_map, is_causal=True)
-    assert calls == ["twin"]
-    want = reference(q, k, v, feature_map, causal=True)[0]
-    got = to_numpy64(out)
-    assert np.isfinite(got[0, 1, :20]).all()
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
-
-
-def test_nonfinite_gradients_with_states(device, rng):
-    """elu+1, causal, initial state and final state: a NaN in q_5 spoils row 5 only, so dq_5,
-    dk and dv of keys 0..5, and (every row reads the initial state) dS_0, dz_0 are NaN; every
-    other entry equals the float64 twin's gradient (float32 against float64: 2e-5). A NaN
-    gradient of the final state (which reads every key) makes every dk, dv row NaN."""
-    T = 12
-    q, k, v = make_inputs(rng, 1, 1, T, T, 16, 16, torch.float32, device)
-    q[0, 0, 5, 2] = float("nan")
-    s0 = torch.from_numpy(rng.random((1, 1, 16, 16))).float().to(device)
-    z0 = torch.from_numpy(rng.random((1, 1, 16))).float().to(device)
+    T = 40
+    q, k, v, (S0, z0) = make_inputs(rng, 1, 1, T, T, 16, 16, torch.float32, device, state=True)
+    inputs = (q, k, v, S0, z0)
     g = torch.from_numpy(rng.standard_normal((1, 1, T, 16)))
     gs = torch.from_numpy(rng.standard_normal((1, 1, 16, 16)))
+    if which == "dout":
+        g[0, 0, 20, 3], g[0, 0, 30, 5] = float("nan"), float("inf")
+    else:
+        gs[0, 0, 2, 3] = float("nan")
 
-    def grads(fn, dtype, dev, gs):
-        leaves = [x.detach().to(device=dev, dtype=dtype).requires_grad_(True)
-                  for x in (q, k, v, s0, z0)]
+    def grads(fn, dtype, dev):
+        leaves = [x.detach().to(device=dev, dtype=dtype).requires_grad_(True) for x in inputs]
         out, (sf, _) = fn(*leaves[:3], is_causal=True, initial_state=tuple(leaves[3:]),
-                          return_state=True)
+                          return_state=True, chunk_size=16)
         return [to_numpy64(x) for x in torch.autograd.grad(
             (out, sf), leaves, (g.to(dev, out.dtype), gs.to(dev, sf.dtype)))]
 
-    got = grads(linear_attention, torch.float32, device, gs)
-    want = grads(linear_attention_naive, torch.float64, "cpu", gs)
-    rows = np.arange(T) == 5
-    keys = np.arange(T) <= 5
-    for name, a, b, mask in zip(["dq", "dk", "dv"], got, want, (rows, keys, keys)):
-        np.testing.assert_array_equal(np.isnan(a[0, 0]).any(-1), mask, err_msg=name)
-        assert np.isnan(a[0, 0][mask]).all(), name
-        np.testing.assert_allclose(a[0, 0][~mask], b[0, 0][~mask], rtol=2e-5, atol=2e-5,
-                                   err_msg=name)
-    assert np.isnan(got[3]).all() and np.isnan(got[4]).all()
-    gs[0, 0, 1, 1] = float("nan")
-    got = grads(linear_attention, torch.float32, device, gs)
-    assert np.isnan(got[1]).all() and np.isnan(got[2]).all()
-    assert np.isfinite(np.delete(got[0][0, 0], 5, axis=0)).all()
+    want = grads(linear_attention_naive, torch.float64, "cpu")
+    calls = spy_calls(monkeypatch, [(LA, "linear_attention_fwd", "fwd"),
+                                    (LA, "linear_attention_bwd", "bwd"),
+                                    (LA, "twin_top_left", "twin")])
+    got = grads(linear_attention, torch.float32, device)
+    assert calls == ["fwd", "twin"]
+    assert not np.isfinite(want[1]).all() and not np.isfinite(want[3]).all()
+    for name, a, b in zip(["dq", "dk", "dv", "dS0", "dz0"], got, want):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=name)
+
+
+def test_noncausal_call_is_not_checked(device, rng, monkeypatch):
+    """A non-causal call (nothing masked) makes no host read and no extra reduction, forward or
+    backward, even with a NaN in v; the spy is live (a causal call trips it)."""
+    import kernelkit_gpu.attention.linear as LA
+
+    q, k, v = make_inputs(rng, 1, 2, 20, 20, 16, 16, torch.float32, device)
+    v[0, 1, 4, 3] = float("nan")
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    seen = count_checks(monkeypatch, [(LA, "linear_attention_fwd"), (LA, "linear_attention_bwd")])
+    out, (s_fin, z_fin) = linear_attention(q, k, v, return_state=True)
+    torch.autograd.grad((out, s_fin, z_fin), (q, k, v),
+                        (torch.ones_like(out), torch.ones_like(s_fin), torch.ones_like(z_fin)))
+    assert seen == []
+    linear_attention(q, k, v, is_causal=True)
+    assert "sum" in seen and "__bool__" in seen

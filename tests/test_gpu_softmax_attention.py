@@ -20,8 +20,11 @@ import sys
 import numpy as np
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
+from kernelkit_gpu.attention._tiles import _visible_mm
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
@@ -470,47 +473,12 @@ def rowwise_reference(q, k, v, shift):
                                      for h in range(H)]) for b in range(B)])
 
 
-def gradient_nan_rule(q, k, v, g, shift, group=1):
-    """The documented NaN set of the Triton gradients (kernelkit_gpu.attention._nonfinite),
-    written out row by row: (dq rows (B, H, T), dk/dv rows (B, H_kv, S)) bool. A row that sees a
-    key is spoiled if q_i or g_i holds a non-finite value or it sees a key whose k_j or v_j does;
-    dq_i is NaN for spoiled rows, dk_j and dv_j for the keys a spoiled row sees."""
-    q, k, v, g = (np.asarray(x) for x in (q, k, v, g))
-    B, H, T = q.shape[:3]
-    S = k.shape[2]
-    bad_kv = ~np.isfinite(k).all(-1) | ~np.isfinite(v).all(-1)
-    rows = np.zeros((B, H, T), bool)
-    keys = np.zeros((B, H // group, S), bool)
-    for b in range(B):
-        for h in range(H):
-            for i in range(T):
-                js = [j for j in range(S) if shift is None or j <= i + shift]
-                if js and (not np.isfinite(q[b, h, i]).all() or not np.isfinite(g[b, h, i]).all()
-                           or bad_kv[b, h // group, js].any()):
-                    rows[b, h, i] = True
-                    keys[b, h // group, js] = True
-    return rows, keys
-
-
-def check_gradients_rule(got, expect, nan_rows, tol):
-    """Triton gradients against the row-by-row float64 autograd ``expect``: NaN on exactly the
-    rule's rows (whole rows), which hold every non-finite entry of ``expect``; elsewhere equal to
-    ``expect``."""
-    for name, a, b, mask in zip("qkv", got, expect, nan_rows):
-        a, b = to_numpy64(a), b.numpy()
-        np.testing.assert_array_equal(np.isnan(a), np.broadcast_to(mask[..., None], a.shape),
-                                      err_msg=f"d{name}: NaN set")
-        assert np.isfinite(b[~mask]).all(), f"d{name}: the reference is non-finite off the set"
-        np.testing.assert_allclose(a[~mask], b[~mask], **tol, err_msg=f"d{name}")
-
-
 def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
     q, k, v = _spoiled_qkv(rng, t, s, j, operand, value, getattr(torch, dt), device)
     causal = dict(is_causal=True, causal_alignment=alignment)
     ref_out, ref_lse = reference(q, k, v, True, causal_alignment=alignment)
     q64, k64, v64 = (f64(x).cpu().requires_grad_(True) for x in (q, k, v))
-    shift = _shift(alignment, t, s)
-    row_out = rowwise_reference(q64, k64, v64, shift)
+    row_out = rowwise_reference(q64, k64, v64, _shift(alignment, t, s))
     np.testing.assert_allclose(to_numpy64(row_out), ref_out, **TOL["float64"])  # references agree
     # a NaN output gets a NaN upstream gradient, as a loss like (out ** 2).sum() gives it
     g = torch.from_numpy(rng.standard_normal(ref_out.shape)) + 0.0 * torch.from_numpy(ref_out)
@@ -523,13 +491,8 @@ def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
         # torch's logsumexp gives +inf; not compared)
         np.testing.assert_allclose(to_numpy64(lse), ref_lse, **tol)
     got = torch.autograd.grad(out, (q, k, v), g.to(device=device, dtype=out.dtype))
-    if fn is softmax_attention_naive:  # the twin: IEEE arithmetic row by row, entry for entry
-        for name, a, b in zip("qkv", got, expect):
-            np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
-    else:
-        rows, keys = gradient_nan_rule(*(to_numpy64(x) for x in (q, k, v)), g.numpy(), shift,
-                                       group=2)
-        check_gradients_rule(got, expect, (rows, keys, keys), tol)
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **tol, err_msg=f"d{name}")
     if (alignment, t, s, j, operand) == ("bottom_right", 9, 5, 4, "v"):  # issue 18 J
         o = to_numpy64(out)[0, 0]
         assert (o[:4] == 0).all() and np.isfinite(o[4:8]).all() and not np.isfinite(o[8, 3])
@@ -540,11 +503,10 @@ def _check_masked(fn, rng, device, alignment, t, s, j, operand, value, dt, tol):
                          ids=[f"{a}-T{t}-S{s}-j{j}" for a, t, s, j in MASKED_CASES])
 def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand, value, device,
                                                      rng, poisoned_outputs):
-    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs that a row-by-row float64
-    computation over the visible keys gives: never the rows that do not see key j through
-    0 * NaN in a causal diagonal tile; rows without keys are 0 (lse -inf, zero gradients). The
-    gradients (dq, dk, dv) are NaN on exactly the documented rows (gradient_nan_rule), which
-    hold every non-finite entry of the row-by-row autograd, and equal it elsewhere."""
+    """A NaN / inf in v_j, k_j or q_j reaches exactly the outputs and gradients that a
+    row-by-row float64 computation over the visible keys gives (NaN and inf positions
+    included): never the rows that do not see key j; rows without keys are 0 (lse -inf, zero
+    gradients). The gate sends these calls to the exact twin (test_causal_gate_routes)."""
     _check_masked(sa.softmax_attention, rng, device, alignment, t, s, j, operand, value,
                   "float32", MASK_TOL["float32"])
 
@@ -552,8 +514,8 @@ def test_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, operand
 @pytest.mark.parametrize("dt", ["float16", "bfloat16"])
 @pytest.mark.parametrize("operand,value", NONFINITE[:2], ids=["vnan", "vinf"])
 def test_nonfinite_masked_16_bit(operand, value, dt, device, rng, poisoned_outputs):
-    """The reproduction of issue 18 J in float16 / bfloat16 (the non-finite handling runs in
-    torch ops on the 16-bit tensors)."""
+    """The reproduction of issue 18 J in float16 / bfloat16 (the gate's float32 sums see the
+    16-bit NaN / inf)."""
     _check_masked(sa.softmax_attention, rng, device, "bottom_right", 9, 5, 4, operand, value, dt,
                   MASK_TOL[dt])
 
@@ -599,49 +561,130 @@ def test_visible_product_torch_is_the_masked_elementwise_sum(rng):
     np.testing.assert_allclose(got.numpy(), expect, **TOL["float64"])
 
 
-def no_host_sync(monkeypatch, module, launcher):
-    """Make every host read of a tensor's data (item, bool, int, float, tolist, numpy, cpu,
-    torch.cuda.synchronize) raise, except inside ``module.launcher`` (the Triton launch, which
-    the interpreter serves from host memory): the torch ops around the kernels must queue
-    without waiting for the device."""
-    armed = [True]
+@triton.jit
+def _visible_mm_kernel(a_ptr, b_ptr, m_ptr, o_ptr, N: tl.constexpr):
+    """o = _visible_mm(a, b, 0, m != 0) of one (N, N) tile (float32, IEEE products)."""
+    r = tl.arange(0, N)
+    ix = r[:, None] * N + r[None, :]
+    acc = tl.zeros((N, N), tl.float32)
+    acc = _visible_mm(tl.load(a_ptr + ix), tl.load(b_ptr + ix), acc, tl.load(m_ptr + ix) != 0,
+                      "ieee", False)
+    tl.store(o_ptr + ix, acc)
+
+
+def test_visible_product_triton_is_the_masked_elementwise_sum(device, rng):
+    """The Triton helper of the causal diagonal tiles (``_tiles._visible_mm``) gives the same as
+    the elementwise masked sum (float32 products: rtol 1e-6 of 16 terms of size ~1)."""
+    a, b, valid, expect = _crafted_tiles(rng)
+    a = np.where(valid, a, 0.0)  # the kernels pass a as 0 on the masked pairs
+    ta, tb = (torch.from_numpy(x).float().to(device) for x in (a, b))
+    out = torch.full((16, 16), float("nan"), device=device)
+    mask = torch.from_numpy(valid).to(device=device, dtype=torch.int32)
+    _visible_mm_kernel[(1,)](ta, tb, mask, out, N=16)
+    np.testing.assert_allclose(out.cpu().double().numpy(), expect, rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------- the finiteness gate of causal calls
+def test_causal_gate_routes(device, rng, monkeypatch):
+    """Spy: finite causal inputs run the Triton forward and backward and never the twin; a
+    non-finite v (or q, k) runs the twin alone, forward and backward; non-causal calls run the
+    Triton kernels whatever the values."""
+    calls = spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd"),
+                                    (sa, "softmax_attention_naive", "twin")])
+    for operand, noncausal, want in ((None, False, ["fwd", "bwd"]), ("v", False, ["twin"]),
+                                     ("q", False, ["twin"]), ("k", False, ["twin"]),
+                                     ("v", True, ["fwd", "bwd"])):
+        q, k, v = make_qkv(rng, 1, 2, 1, 9, 5, 16, 16, torch.float32, device)
+        if operand:
+            {"q": q, "k": k, "v": v}[operand][0, 0, 4, 3] = float("nan")
+        q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+        out = sa.softmax_attention(q, k, v, is_causal=not noncausal, enable_gqa=True,
+                                   causal_alignment="bottom_right")
+        torch.autograd.grad(out.sum(), (q, k, v))
+        assert calls == want, (operand, noncausal)
+        calls.clear()
+
+
+@pytest.mark.parametrize("which", ["dout", "dlse"])
+@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
+def test_nonfinite_incoming_gradient_runs_the_twin(which, alignment, device, rng, monkeypatch):
+    """Finite causal inputs (Triton forward) with a NaN and an inf in dO (or dlse): the backward
+    computes that call's gradients through the twin (spy: no Triton backward), equal to the
+    row-by-row float64 autograd, NaN and inf positions included (float32: MASK_TOL)."""
+    t, s = 40, 23
+    q, k, v = make_qkv(rng, 1, 2, 1, t, s, 16, 16, torch.float32, device)
+    g = torch.from_numpy(rng.standard_normal((1, 2, t, 16)))
+    g_lse = torch.from_numpy(rng.standard_normal((1, 2, t)))
+    if which == "dout":
+        g[0, 0, 20, 3], g[0, 1, 30, 5] = float("nan"), float("inf")
+    else:
+        g_lse[0, 0, 20], g_lse[0, 1, 30] = float("nan"), float("inf")
+    shift = _shift(alignment, t, s)
+    q64, k64, v64 = (f64(x).cpu().requires_grad_(True) for x in (q, k, v))
+
+    def lse_rows(q, k):  # float64 row-by-row lse over the visible keys (-inf without keys)
+        sc = (q[0] @ k[0, 0].T) * 16 ** -0.5
+        vis = torch.arange(s)[None, :] <= torch.arange(t)[:, None] + shift
+        return torch.logsumexp(sc.masked_fill(~vis, -np.inf), dim=-1)[None]
+
+    lse64 = lse_rows(q64, k64)
+    keys = lse64 > -np.inf  # rows that see a key (the others' lse has no gradient)
+    expect = torch.autograd.grad(
+        (rowwise_reference(q64, k64, v64, shift), lse64[keys]),
+        (q64, k64, v64), (g, g_lse[keys]))
+    calls = spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd"),
+                                    (sa, "softmax_attention_naive", "twin")])
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    out, lse = sa.softmax_attention(q, k, v, is_causal=True, causal_alignment=alignment,
+                                    enable_gqa=True, return_lse=True)
+    got = torch.autograd.grad((out, lse), (q, k, v), (g.to(device, out.dtype),
+                                                       g_lse.to(device, lse.dtype)))
+    assert calls == ["fwd", "twin"]
+    assert not np.isfinite(expect[0].numpy()).all()  # (dv: finite when only dlse is not)
+    for name, a, b in zip("qkv", got, expect):
+        np.testing.assert_allclose(to_numpy64(a), b.numpy(), **MASK_TOL["float32"],
+                                   err_msg=f"d{name}")
+
+
+def count_checks(monkeypatch, launchers):
+    """Count the calls of the finiteness check's operations (Tensor.sum, isfinite, bool, item)
+    outside the Triton launchers ``(module, name)`` (which the interpreter serves from host
+    memory); returns the list of names called."""
+    seen, inside = [], [False]
 
     def trap(name, real):
-        def guarded(*args, **kwargs):
-            if armed[0]:
-                raise AssertionError(f"host sync: {name}")
+        def counted(*args, **kwargs):
+            if not inside[0]:
+                seen.append(name)
             return real(*args, **kwargs)
-        return guarded
+        return counted
 
-    for name in ("item", "__bool__", "__int__", "__float__", "tolist", "numpy", "cpu"):
+    for name in ("sum", "isfinite", "__bool__", "item"):
         monkeypatch.setattr(torch.Tensor, name, trap(name, getattr(torch.Tensor, name)))
-    monkeypatch.setattr(torch.cuda, "synchronize", trap("synchronize", torch.cuda.synchronize))
-    real_launch = getattr(module, launcher)
+    monkeypatch.setattr(torch, "isfinite", trap("torch.isfinite", torch.isfinite))
+    for module, name in launchers:
+        real = getattr(module, name)
 
-    def launch(*args, **kwargs):
-        armed[0] = False
-        try:
-            return real_launch(*args, **kwargs)
-        finally:
-            armed[0] = True
+        def launch(*args, _real=real, **kwargs):
+            inside[0] = True
+            try:
+                return _real(*args, **kwargs)
+            finally:
+                inside[0] = False
 
-    monkeypatch.setattr(module, launcher, launch)
-    return armed
+        monkeypatch.setattr(module, name, launch)
+    return seen
 
 
-@pytest.mark.parametrize("alignment", ["top_left", "bottom_right"])
-def test_forward_has_no_host_sync(alignment, device, rng, monkeypatch):
-    """The forward with its non-finite handling (clean v, first indices, the correction: NaN,
-    -inf, and NaN where both infinities are visible, as the reference) reads nothing back to the host (no .item(), bool(), .cpu() ...), so it stays asynchronous on the
-    GPU; the spy is live (a bool() outside the launcher raises)."""
-    q, k, v = _spoiled_qkv(rng, 9, 5, 4, "v", float("nan"), torch.float32, device)
-    v[0, 0, 1, 5], v[0, 0, 3, 5] = -float("inf"), float("inf")  # rows seeing both: NaN
-    armed = no_host_sync(monkeypatch, sa, "attn_fwd")
-    out = sa.softmax_attention(q, k, v, is_causal=True, causal_alignment=alignment,
-                               enable_gqa=True)
-    with pytest.raises(AssertionError, match="host sync"):
-        bool(out.isnan().any())
-    armed[0] = False
-    ref = reference(q, k, v, True, causal_alignment=alignment)[0]
-    assert np.isneginf(ref).any() and np.isnan(ref).any()
-    np.testing.assert_allclose(to_numpy64(out), ref, **MASK_TOL["float32"])
+def test_noncausal_call_is_not_checked(device, rng, monkeypatch):
+    """A non-causal call (nothing masked) makes no host read and no extra reduction, forward or
+    backward, even with a NaN in v; the spy is live (a causal call trips it)."""
+    q, k, v = make_qkv(rng, 1, 2, 1, 9, 5, 16, 16, torch.float32, device, requires_grad=True)
+    with torch.no_grad():
+        v[0, 0, 2, 3] = float("nan")
+    seen = count_checks(monkeypatch, [(sa, "attn_fwd"), (sa, "attn_bwd")])
+    out, lse = sa.softmax_attention(q, k, v, enable_gqa=True, return_lse=True)
+    torch.autograd.grad((out, lse), (q, k, v), (torch.ones_like(out), torch.ones_like(lse)))
+    assert seen == []
+    sa.softmax_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert "sum" in seen and "__bool__" in seen

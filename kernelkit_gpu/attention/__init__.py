@@ -2,6 +2,6 @@
 ``softmax_bwd``), the exact kernel smoother for any registry kernel (``smoother``) and chunked
 linear attention (``linear``, Triton passes in ``linear_chunk``), each beside its plain-PyTorch
 twin (``naive``, ``linear_naive``); tile helpers (``_tiles``), the twins' products over the
-visible pairs of a causal mask (``_visible``), the Triton paths' torch-level handling of
-non-finite values (``_nonfinite``) and launch configurations (``_configs``). The
+visible pairs of a causal mask (``_visible``), the finiteness gate of the causal Triton paths
+(``_gate``) and launch configurations (``_configs``). The
 public functions are exported by :mod:`kernelkit_gpu`."""

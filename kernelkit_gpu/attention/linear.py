@@ -39,9 +39,10 @@ import triton
 
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention import _nonfinite as NF
+from kernelkit_gpu.attention import _gate
 from kernelkit_gpu.attention import linear_chunk as LC
-from kernelkit_gpu.attention.linear_naive import check_args, linear_attention_naive, run_shifted
+from kernelkit_gpu.attention.linear_naive import (check_args, linear_attention_naive, run_shifted,
+                                                  twin_top_left)
 from kernelkit_math.attention import causal_shift, resolve_is_causal
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
@@ -182,77 +183,57 @@ def linear_attention_bwd(dout, dSf, dzf, q, k, v, out, den, states, segs, code, 
 class LinearAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: (q, k, v, S0, z0) -> (out, S_final, z_final); see the module docstring.
 
-    ``causal`` is top-left with T == S here. With the elu+1 map (code 1), whose weights
-    phi(q_i)·phi(k_j) are > 0, masked keys are absent through
-    :mod:`kernelkit_gpu.attention._nonfinite`: the kernels run on finite operands, the
-    non-finite values of v are added exactly to the output and the final state, and the
-    gradients are NaN on that module's set. Other maps come here only without a mask (no masked
-    pair: the kernels run on the operands as they are)."""
+    ``causal`` is top-left here. A causal backward whose incoming gradients are not all finite
+    computes that call's gradients through the plain-PyTorch twin instead
+    (:mod:`kernelkit_gpu.attention._gate`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, S0, z0, code, causal, normalize, eps, chunk):
-        B, H, T, M = q.shape
-        S, Dv = k.shape[2], v.shape[3]
+        B, H, _, M = q.shape
+        Dv = v.shape[3]
         s0 = S0.reshape(B * H, M, Dv).float() if S0 is not None else None
         z0_ = z0.reshape(B * H, M).float() if z0 is not None else None
-        exact = code == 1
-        v_clean = NF.clean(v) if exact else v
-        o, den, states, s_fin, z_fin, segs = linear_attention_fwd(
-            q, k, v_clean, s0, z0_, code, causal, normalize, eps, chunk)
-        lim = NF.visible_limit(T, S, 0 if causal else None, q.device)
-        out = o
-        if exact:
-            out = NF.add_nonfinite_values(o, v, lim)
-            s_fin = NF.nonfinite_state(s_fin, v.reshape(B * H, S, Dv))
-        bad_state = torch.zeros((B, H), dtype=torch.bool, device=q.device)
-        if S0 is not None:
-            bad_state = ~(torch.isfinite(S0).flatten(2).all(-1) & torch.isfinite(z0).all(-1))
-        # (out differs from o only on rows that see a non-finite v: spoiled, see the backward)
-        ctx.save_for_backward(q, k, v_clean, out if normalize else None, den, *states, lim,
-                              NF.first_nonfinite_rows(v), bad_state)
+        out, den, states, s_fin, z_fin, segs = linear_attention_fwd(
+            q, k, v, s0, z0_, code, causal, normalize, eps, chunk)
+        ctx.save_for_backward(q, k, v, out if normalize else None, den, *states, S0, z0)
         ctx.cfg = (code, causal, normalize, eps, chunk, segs, S0 is not None)
         return out, s_fin.reshape(B, H, M, Dv), z_fin.reshape(B, H, M)
 
     @staticmethod
     def backward(ctx, dout, dSf, dzf):
-        q, k, v_clean, out, den, st0, st1, lim, first_v, bad_state = ctx.saved_tensors
+        q, k, v, out, den, st0, st1, S0, z0 = ctx.saved_tensors
         code, causal, normalize, eps, chunk, segs, has_init = ctx.cfg
+        if causal and not _gate.all_finite(dout, dSf, dzf):
+            return (*_twin_gradients(q, k, v, S0, z0, (dout, dSf, dzf), ctx.cfg), *[None] * 5)
         B, H, T, M = q.shape
-        Dv = v_clean.shape[3]
+        Dv = v.shape[3]
         if dout is None:
             dout = torch.zeros((B, H, T, Dv), dtype=q.dtype, device=q.device)
-        if code != 1:
-            dSf = dSf.reshape(B * H, M, Dv) if dSf is not None else None
-            dzf = dzf.reshape(B * H, M) if dzf is not None else None
-            dq, dk, dv, dS0, dz0 = linear_attention_bwd(
-                dout, dSf, dzf, q, k, v_clean, out, den, (st0, st1), segs, code, causal, normalize,
-                eps, chunk)
-            if has_init:
-                return dq, dk, dv, dS0.reshape(B, H, M, Dv), dz0.reshape(B, H, M), *[None] * 5
-            return dq, dk, dv, None, None, *[None] * 5
-        # the final state reads every key: a non-finite gradient of it spoils them all
-        bad_final = torch.zeros((B, H), dtype=torch.bool, device=q.device)
-        for g in (dSf, dzf):
-            if g is not None:
-                bad_final = bad_final | ~torch.isfinite(g).flatten(2).all(-1)
-        dSf = NF.clean(dSf).reshape(B * H, M, Dv) if dSf is not None else None
-        dzf = NF.clean(dzf).reshape(B * H, M) if dzf is not None else None
-        spoiled = NF.spoiled_rows(lim, 1, q, dout,
-                                  keys_first=torch.minimum(first_v, NF.first_nonfinite_rows(k)))
-        spoiled = spoiled | bad_state[..., None]  # every row reads the initial state
-        if normalize:  # a spoiled row's output and denominator: any finite stand-in
-            out, den = NF.clean(out), torch.where(torch.isfinite(den), den, 1.0)
+        dSf = dSf.reshape(B * H, M, Dv) if dSf is not None else None
+        dzf = dzf.reshape(B * H, M) if dzf is not None else None
         dq, dk, dv, dS0, dz0 = linear_attention_bwd(
-            NF.clean(dout), dSf, dzf, NF.clean(q), NF.clean(k), v_clean, out, den, (st0, st1),
-            segs, code, causal, normalize, eps, chunk)
-        dq, dk, dv = NF.poison_gradients(dq, dk, dv, spoiled, lim, all_keys=bad_final)
-        if has_init:  # every row reads the initial state, and so does the final state
-            bad = (spoiled.any(-1) | bad_final).reshape(B * H)
-            dS0 = torch.where(bad[:, None, None], float("nan"), dS0).reshape(B, H, M, Dv)
-            dz0 = torch.where(bad[:, None], float("nan"), dz0).reshape(B, H, M)
+            dout, dSf, dzf, q, k, v, out, den, (st0, st1), segs, code, causal, normalize, eps, chunk)
+        if has_init:
+            dS0, dz0 = dS0.reshape(B, H, M, Dv), dz0.reshape(B, H, M)
         else:
             dS0 = dz0 = None
         return dq, dk, dv, dS0, dz0, None, None, None, None, None
+
+
+def _twin_gradients(q, k, v, S0, z0, grads, cfg):
+    """(dq, dk, dv, dS0, dz0) of a top-left causal call through the plain-PyTorch twin (its
+    forward recomputed); dS0, dz0 are None without an initial state."""
+    code, _, normalize, eps, chunk, _, has_init = cfg
+    leaves = [t.detach().requires_grad_(True) for t in ((q, k, v, S0, z0) if has_init else
+                                                         (q, k, v))]
+    with torch.enable_grad():
+        out, (s_fin, z_fin) = twin_top_left(*leaves[:3], code, True, normalize, eps,
+                                            tuple(leaves[3:]) or None, chunk)
+    pairs = [(o, g) for o, g in zip((out, s_fin, z_fin), grads) if g is not None]
+    got = torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
+                              allow_unused=True)
+    got = [torch.zeros_like(t) if g is None else g for t, g in zip(leaves, got)]
+    return (*got, None, None) if not has_init else tuple(got)
 
 
 def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_alignment="top_left",
@@ -287,7 +268,6 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     feature_map : {"elu+1", "identity", "relu"} or None
         Applied inside the kernels (and its derivative in the backward). None: q and k are
         already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
-        With ``is_causal``, every map but elu+1 runs the plain-PyTorch twin (Notes).
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
@@ -339,19 +319,18 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     :mod:`kernelkit_gpu.attention.linear_chunk`).
 
     NaN is never hidden, and masked keys are absent (the rule of
-    :mod:`kernelkit_math.attention`): a NaN or infinity in q_t reaches row t, one in k_s or v_s
-    every row that sees key s and the final state, and no other row, as in the float64
-    reference. With elu+1 (weights phi(q)·phi(k) > 0) the Triton kernels run on v with its
-    non-finite entries zeroed and torch ops add their exact contribution to the output and the
-    final state (:mod:`kernelkit_gpu.attention._nonfinite`: a where, five reductions and
-    compares over v, about six elementwise passes over a (B, H, T, Dv) tensor; no host sync);
-    the gradients are NaN on whole rows of dq for the rows that meet a non-finite q_t, dO_t or
-    visible k_s / v_s, on the rows of dk, dv of the keys such a row sees (all keys if the final
-    state's gradient is non-finite), on dS_0, dz_0 if any row is spoiled, and elsewhere those of
-    the finite computation. Causal ``identity``, ``relu`` or None (pre-mapped features, e.g.
-    FAVOR+): a weight may be <= 0 and its sign decides between inf and NaN, which the Triton
-    path cannot see per pair, so these run the plain-PyTorch twin
-    (:func:`kernelkit_gpu.linear_attention_naive`, exact; slower, with host syncs).
+    :mod:`kernelkit_math.attention`): a NaN in q_t makes row t NaN, one in k_s or v_s every row
+    that sees key s and the final state, and no other row; the gradients follow the same rule.
+    Rows that see no key read the initial state alone (0 without one, whatever q_t holds). Only
+    causal calls mask keys, so only they are checked (:mod:`kernelkit_gpu.attention._gate`):
+    one float32 sum over each of q, k, v (and S_0, z_0 if given) and one host read per call; if
+    all are finite the Triton kernels run, if not the call runs the plain-PyTorch twin
+    :func:`kernelkit_gpu.linear_attention_naive` (exact, slower), forward and backward. A
+    causal backward checks the gradients of the output and of the final state the same way and,
+    if one is not finite, computes that call's gradients through the twin (its forward
+    recomputed). Non-causal calls are never checked. Under CUDA graph capture or torch.compile
+    tracing the check is skipped (no host read is possible): non-finite inputs then run the
+    kernels as they are (IEEE arithmetic over their tiles and chunks).
 
     Examples
     --------
@@ -371,11 +350,14 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     shift = causal_shift(causal, causal_alignment, T, S)
     _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
     S0, z0 = (None, None) if initial_state is None else initial_state
+    if causal and not _gate.all_finite(q, k, v, S0, z0):  # the exact twin (Notes)
+        return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=True,
+                                      causal_alignment=causal_alignment, normalize=normalize,
+                                      eps=eps, initial_state=initial_state,
+                                      return_state=return_state, chunk_size=chunk_size)
 
     def run(q, k, v, causal):  # top-left aligned; (out, (S_final, z_final))
-        # the torch twin where the Triton path cannot put a non-finite value exactly: no keys or
-        # rows, or causal with a map whose weights may be <= 0 (their sign decides inf or NaN)
-        if B * H == 0 or q.shape[2] == 0 or k.shape[2] == 0 or (causal and code != 1):
+        if B * H == 0 or q.shape[2] == 0 or k.shape[2] == 0:
             return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=causal,
                                           normalize=normalize, eps=eps, initial_state=initial_state,
                                           return_state=True, chunk_size=chunk_size)

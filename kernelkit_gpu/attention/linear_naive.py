@@ -211,12 +211,12 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
                                                initial_state, return_state, chunk_size)
     shift = causal_shift(causal, causal_alignment, T, S)
     out, state = run_shifted(
-        lambda q, k, v, causal: _top_left(q, k, v, code, causal, normalize, float(eps),
+        lambda q, k, v, causal: twin_top_left(q, k, v, code, causal, normalize, float(eps),
                                           initial_state, chunk), q, k, v, shift)
     return (out, state) if return_state else out
 
 
-def _top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
+def twin_top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
     """(out, (S_final, z_final)) of validated input; causal: top-left aligned."""
     B, H, T, M = q.shape
     S, Dv = k.shape[2], v.shape[3]

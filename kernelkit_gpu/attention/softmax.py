@@ -8,9 +8,9 @@ Layers (see ARCHITECTURE.md):
   runs in two stages: unmasked full tiles (keys fully visible to every query of the block), then the
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the mask is
   ``j <= i + SHIFT`` (a runtime integer: 0 top-left, S - T bottom-right, possibly negative), the
-  tiles above that diagonal are never visited, and query blocks are scheduled longest-first.
-  Masked keys are absent: the kernels run on finite values and torch ops around them
-  (:mod:`kernelkit_gpu.attention._nonfinite`) add the non-finite ones.
+  tiles above that diagonal are never visited, and query blocks are scheduled longest-first. In
+  the causal diagonal tiles a non-finite v_j reaches only the rows that see key j
+  (:func:`kernelkit_gpu.attention._tiles._visible_mm`).
 * the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
   config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
   ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.
@@ -31,11 +31,12 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
-from kernelkit_gpu.attention import _nonfinite as NF
+from kernelkit_gpu.attention import _gate
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
+from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm, _visible_mm
 from kernelkit_gpu._epilogues import LOG2E
+from kernelkit_gpu.attention.naive import softmax_attention_naive
 from kernelkit_gpu.attention.softmax_bwd import attn_bwd
 from kernelkit_math.attention import causal_shift
 
@@ -70,7 +71,10 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     v = _load_rows(v_base, cols, offs_dv, stride_vn, stride_vd, S, DV, MASKED, not EVEN_DV)
-    acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
+    if MASKED and CAUSAL:  # the causal diagonal: a non-finite v_j must miss the rows before j
+        acc = _visible_mm(p.to(v.dtype), v, acc, valid, PREC, UPCAST)
+    else:  # every pair visible (padded keys load as 0)
+        acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
     return acc, l_i, m_ij
 
 
@@ -135,7 +139,7 @@ def _attn_fwd_kernel(
                                        True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
 
     empty = l_i == 0.0  # no visible key (S == 0, or i + SHIFT < 0): output 0, lse -inf
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     rows = offs_m.to(tl.int64)
     o_ptrs = o_base + rows[:, None] * stride_ot + offs_dv[None, :] * stride_od
@@ -176,38 +180,42 @@ def attn_fwd(q, k, v, *, shift, scale, config=None):
 
 
 class SoftmaxAttentionFunction(torch.autograd.Function):
-    """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable."""
+    """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable.
+
+    A causal backward whose incoming gradients are not all finite computes that call's
+    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`).
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, shift, scale):
-        # masked keys are absent: the kernel runs on the finite values, the non-finite ones are
-        # added exactly by torch ops (kernelkit_gpu.attention._nonfinite)
-        T, S, group = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
-        v_clean = NF.clean(v)
-        o, lse2 = attn_fwd(q, k, v_clean, shift=shift, scale=scale)
-        lim = NF.visible_limit(T, S, shift, q.device)
-        out = NF.add_nonfinite_values(o, v, lim, group)
-        # (out differs from o only on rows that see a non-finite v: spoiled, see the backward)
-        ctx.save_for_backward(q, k, v_clean, out, lse2, lim, NF.first_nonfinite_rows(v))
-        ctx.shift, ctx.scale, ctx.group = shift, scale, group
+    def forward(ctx, q, k, v, shift, scale, alignment):
+        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale)
+        ctx.save_for_backward(q, k, v, out, lse2)
+        ctx.shift, ctx.scale, ctx.alignment = shift, scale, alignment
         ctx.set_materialize_grads(False)
         return out, lse2 * LN2
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v_clean, out, lse2, lim, first_v = ctx.saved_tensors
+        q, k, v, out, lse2 = ctx.saved_tensors
+        if ctx.shift is not None and not _gate.all_finite(dout, dlse):
+            return (*_twin_gradients(q, k, v, dout, dlse, ctx.alignment, ctx.scale), None, None,
+                    None)
         if dout is None:
             dout = torch.zeros_like(out)
-        # the kernels run on finite operands; NaN goes exactly where the module's rule puts it
-        dlse_rows = None if dlse is None else dlse[..., None]
-        spoiled = NF.spoiled_rows(lim, ctx.group, q, dout, dlse_rows,
-                                  keys_first=torch.minimum(first_v, NF.first_nonfinite_rows(k)))
-        dq, dk, dv = attn_bwd(NF.clean(dout), NF.clean(q), NF.clean(k), v_clean, NF.clean(out),
-                              lse2, None if dlse is None else NF.clean(dlse),
-                              shift=ctx.shift, scale=ctx.scale)
-        if q.shape[2]:
-            dq, dk, dv = NF.poison_gradients(dq, dk, dv, spoiled, lim, ctx.group)
-        return dq, dk, dv, None, None
+        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale)
+        return dq, dk, dv, None, None, None
+
+
+def _twin_gradients(q, k, v, dout, dlse, alignment, scale):
+    """(dq, dk, dv) of a causal call through the plain-PyTorch twin (its forward recomputed)."""
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        out, lse = softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=alignment,
+                                           scale=scale, enable_gqa=True, return_lse=True)
+    pairs = [(o, g) for o, g in ((out, dout), (lse, dlse)) if g is not None]
+    grads = torch.autograd.grad([o for o, _ in pairs], (q, k, v), [g for _, g in pairs],
+                                allow_unused=True)
+    return tuple(torch.zeros_like(t) if g is None else g for t, g in zip((q, k, v), grads))
 
 
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
@@ -230,14 +238,17 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     stored: memory is O(B H T (D + Dv)).
 
     Masked keys are absent, not weighted by 0 (the rule of :mod:`kernelkit_math.attention`): a
-    NaN or infinity in v_j, k_j or q_i reaches exactly the outputs of a row-by-row computation
-    over the visible keys, and rows that see no key output 0 whatever k and v hold. The kernels
-    run on v with its non-finite entries zeroed; the exact contribution of those entries is
-    added by torch ops (:mod:`kernelkit_gpu.attention._nonfinite`; a visible weight counts as
-    > 0, so one visible inf gives inf even where a float64 exp would underflow to 0 and give
-    0 * inf = NaN, or where k_j makes the score -inf). Gradients: NaN on every row of dq whose
-    row meets a non-finite q_i, dO_i, dlse_i or visible k_j / v_j, and on the rows of dk, dv of
-    every key such a row sees; every other entry is the gradient of the finite computation.
+    NaN or infinity in v_j, k_j or q_i reaches exactly the outputs and gradients that a row-by-row
+    computation over the visible keys gives, and rows that see no key output 0 whatever k and v
+    hold. Only causal calls mask keys, so only they are checked
+    (:mod:`kernelkit_gpu.attention._gate`): one float32 sum over each of q, k and v and one host
+    read per call; if all are finite the Triton kernels run, if not the call runs the
+    plain-PyTorch twin :func:`kernelkit_gpu.softmax_attention_naive` (exact, slower), forward
+    and backward. A causal backward checks dO and dlse the same way and, if one is not finite,
+    computes that call's gradients through the twin (its forward recomputed from q, k, v).
+    Non-causal calls are never checked. Under CUDA graph capture or torch.compile tracing the
+    check is skipped (no host read is possible): non-finite inputs then run the kernels as they
+    are (IEEE arithmetic over their tiles).
 
     Parameters
     ----------
@@ -299,10 +310,11 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     with 4-8 warps and 3 pipeline stages, autotuned once per (D, Dv, causal, dtype), never per
     length (set ``kernelkit_gpu.attention._configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
     before import, for the first config that fits).
-    ``benchmarks/attention_softmax.py`` measures it against SDPA. The non-finite handling adds,
-    forward, a where over v, five reductions and compares over v and about six elementwise
-    passes over a (B, H, T, Dv) tensor (no host sync: the forward stays asynchronous); backward,
-    a where over q, k, o and dO and three over the gradients.
+    ``benchmarks/attention_softmax.py`` measures it against SDPA. Masked keys cost nothing in
+    full tiles; in a causal diagonal tile the operand that a masked pair would multiply (v
+    forward; dO, q and k backward) is checked for non-finite values by one reduction, and only
+    a tile that holds one takes an exact branch (the product with those entries zeroed, plus
+    the visible pairs with a non-finite factor added key by key in IEEE arithmetic).
 
     Examples
     --------
@@ -321,6 +333,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     shift = causal_shift(is_causal, causal_alignment, T, S)
     scale = _checks.check_scale(scale, D)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
+    if shift is not None and not _gate.all_finite(q, k, v):  # the exact twin (Notes)
+        return softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=causal_alignment,
+                                       scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
     q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, lse = SoftmaxAttentionFunction.apply(q, k, v, shift, scale)
+    out, lse = SoftmaxAttentionFunction.apply(q, k, v, shift, scale, causal_alignment)
     return (out, lse) if return_lse else out
