@@ -39,9 +39,9 @@ Masked keys are absent
     zero weight. So a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j,
     with IEEE semantics as in a computation row by row (0 * inf, inf - inf and NaN give NaN);
     rows that see no key output 0 whatever the keys and values hold. Every implementation
-    (the PyTorch twins and the Triton paths of ``kernelkit_gpu``) follows this rule; the
-    Triton paths' gradients are NaN on whole rows that a non-finite value reaches through
-    visible pairs (:mod:`kernelkit_gpu.attention._nonfinite`).
+    follows this rule, outputs and gradients: the PyTorch twins compute it directly; the Triton
+    paths of ``kernelkit_gpu`` check causal calls for non-finite inputs and run the twin when
+    they hold one (:mod:`kernelkit_gpu.attention._gate`).
 Grouped-query attention (GQA)
     If k or v has fewer heads (axis -3) than q and that number divides H, each k/v head serves
     H / H_kv consecutive query heads (:func:`repeat_kv`, as ``enable_gqa=True`` in PyTorch).

@@ -20,11 +20,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
-from kernelkit_gpu.attention._tiles import _visible_mm
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, FLOOR_GRAD, check_rule, f64, spy_calls, to_numpy64
@@ -559,29 +556,6 @@ def test_visible_product_torch_is_the_masked_elementwise_sum(rng):
     assert np.isnan(expect).any() and np.isposinf(expect).any() and np.isneginf(expect).any()
     got = visible_mm(torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(valid))
     np.testing.assert_allclose(got.numpy(), expect, **TOL["float64"])
-
-
-@triton.jit
-def _visible_mm_kernel(a_ptr, b_ptr, m_ptr, o_ptr, N: tl.constexpr):
-    """o = _visible_mm(a, b, 0, m != 0) of one (N, N) tile (float32, IEEE products)."""
-    r = tl.arange(0, N)
-    ix = r[:, None] * N + r[None, :]
-    acc = tl.zeros((N, N), tl.float32)
-    acc = _visible_mm(tl.load(a_ptr + ix), tl.load(b_ptr + ix), acc, tl.load(m_ptr + ix) != 0,
-                      "ieee", False)
-    tl.store(o_ptr + ix, acc)
-
-
-def test_visible_product_triton_is_the_masked_elementwise_sum(device, rng):
-    """The Triton helper of the causal diagonal tiles (``_tiles._visible_mm``) gives the same as
-    the elementwise masked sum (float32 products: rtol 1e-6 of 16 terms of size ~1)."""
-    a, b, valid, expect = _crafted_tiles(rng)
-    a = np.where(valid, a, 0.0)  # the kernels pass a as 0 on the masked pairs
-    ta, tb = (torch.from_numpy(x).float().to(device) for x in (a, b))
-    out = torch.full((16, 16), float("nan"), device=device)
-    mask = torch.from_numpy(valid).to(device=device, dtype=torch.int32)
-    _visible_mm_kernel[(1,)](ta, tb, mask, out, N=16)
-    np.testing.assert_allclose(out.cpu().double().numpy(), expect, rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------- the finiteness gate of causal calls

@@ -22,8 +22,7 @@ def visible_mm(a, b, visible):
     add 0 * inf = NaN for a non-finite b_jc that row i does not see). ``visible`` is a bool
     (T, S) mask. When b holds a non-finite value the product runs on a and b with their
     non-finite entries zeroed, and the visible pairs with a non-finite factor are added key by
-    key (only the keys that have one) in IEEE arithmetic, as the Triton kernels do
-    (:func:`kernelkit_gpu.attention._tiles._visible_mm`).
+    key (only the keys that have one) in IEEE arithmetic.
     """
     a = a.masked_fill(~visible, 0.0)
     finite_b = torch.isfinite(b)

@@ -36,11 +36,6 @@ or not, is one of three kernels:
 ``_la_dden_kernel``
     dden per row (the "delta" preprocessing of the normalised backward).
 
-Masked keys are absent (:mod:`kernelkit_math.attention`): in the causal sweeps the intra-chunk
-product runs over the pairs of the triangle only; a chunk whose c tile holds a non-finite value
-takes an exact branch (:func:`kernelkit_gpu.attention._tiles._visible_mm`), so such a
-value reaches only the rows that see its position, in the output and in the gradients.
-
 Feature maps are applied on load (and re-masked, since elu(0) + 1 = 1 would leak from padded rows
 and columns); 1/g scales the rows of whichever operand is dnum on load; the map's derivative
 multiplies dQ and dK before the store.
@@ -78,7 +73,6 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention._tiles import _visible_mm
 
 __all__ = ["state_sums", "chunk_sweep", "dden_rows", "segment_length"]
 
@@ -303,8 +297,7 @@ def _la_chunk_kernel(
                 den += tl.sum(p, axis=1)
             if OPS == 2:
                 p = _bf16_rtne(p)
-            # masked pairs are absent: a non-finite c_s reaches only the rows that see s
-            acc = _visible_mm(p.to(c.dtype), c, acc, keep, DOT_PREC, False)
+            acc = tl.dot(p.to(c.dtype), c, acc, input_precision=DOT_PREC)
             # state update with this chunk (after its use: S holds the chunks before / after)
             S = tl.dot(tl.trans(b), c, S, input_precision=DOT_PREC)
             if RANK1 == 1:

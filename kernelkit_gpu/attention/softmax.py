@@ -8,9 +8,7 @@ Layers (see ARCHITECTURE.md):
   runs in two stages: unmasked full tiles (keys fully visible to every query of the block), then the
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the mask is
   ``j <= i + SHIFT`` (a runtime integer: 0 top-left, S - T bottom-right, possibly negative), the
-  tiles above that diagonal are never visited, and query blocks are scheduled longest-first. In
-  the causal diagonal tiles a non-finite v_j reaches only the rows that see key j
-  (:func:`kernelkit_gpu.attention._tiles._visible_mm`).
+  tiles above that diagonal are never visited, and query blocks are scheduled longest-first.
 * the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
   config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
   ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.
@@ -34,7 +32,7 @@ from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention import _gate
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm, _visible_mm
+from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from kernelkit_gpu.attention.softmax_bwd import attn_bwd
@@ -71,10 +69,7 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     v = _load_rows(v_base, cols, offs_dv, stride_vn, stride_vd, S, DV, MASKED, not EVEN_DV)
-    if MASKED and CAUSAL:  # the causal diagonal: a non-finite v_j must miss the rows before j
-        acc = _visible_mm(p.to(v.dtype), v, acc, valid, PREC, UPCAST)
-    else:  # every pair visible (padded keys load as 0)
-        acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
+    acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
     return acc, l_i, m_ij
 
 
@@ -139,7 +134,7 @@ def _attn_fwd_kernel(
                                        True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
 
     empty = l_i == 0.0  # no visible key (S == 0, or i + SHIFT < 0): output 0, lse -inf
-    out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     rows = offs_m.to(tl.int64)
     o_ptrs = o_base + rows[:, None] * stride_ot + offs_dv[None, :] * stride_od
@@ -310,11 +305,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     with 4-8 warps and 3 pipeline stages, autotuned once per (D, Dv, causal, dtype), never per
     length (set ``kernelkit_gpu.attention._configs.AUTOTUNE = False``, or KERNELKIT_ATTN_AUTOTUNE=0
     before import, for the first config that fits).
-    ``benchmarks/attention_softmax.py`` measures it against SDPA. Masked keys cost nothing in
-    full tiles; in a causal diagonal tile the operand that a masked pair would multiply (v
-    forward; dO, q and k backward) is checked for non-finite values by one reduction, and only
-    a tile that holds one takes an exact branch (the product with those entries zeroed, plus
-    the visible pairs with a non-finite factor added key by key in IEEE arithmetic).
+    ``benchmarks/attention_softmax.py`` measures it against SDPA.
 
     Examples
     --------

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm, _visible_mm
+from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
 
 __all__ = ["attn_bwd"]
@@ -70,21 +70,15 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
         di = tl.load(delta_ptr + offs_m)
     qkT = _mm(k, qT, None, PREC, UPCAST)
     pT = tl.exp2(qkT * qk_scale - lse2[None, :])
-    dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
-    if MASKED and CAUSAL:
-        # The causal diagonal: masked pairs are absent. ds is 0 there even where dp or delta
-        # is NaN, and a non-finite dO_i or q_i of a row that does not see key j misses dV_j, dK_j.
-        valid = (offs_m[None, :] < T) & (offs_n[:, None] <= offs_m[None, :] + SHIFT)
+    if MASKED:
+        valid = offs_m[None, :] < T
+        if CAUSAL:
+            valid = valid & (offs_n[:, None] <= offs_m[None, :] + SHIFT)
         pT = tl.where(valid, pT, 0.0)  # also drops exp2(+inf) of rows without keys (lse -inf)
-        dv = _visible_mm(pT.to(do.dtype), do, dv, valid, PREC, UPCAST)
-        dsT = tl.where(valid, pT * (dpT - di[None, :]), 0.0)
-        dk = _visible_mm(dsT.to(qT.dtype), tl.trans(qT), dk, valid, PREC, UPCAST)
-    else:
-        if MASKED:  # the ragged tail: rows past T (loaded as 0)
-            pT = tl.where(offs_m[None, :] < T, pT, 0.0)
-        dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
-        dsT = pT * (dpT - di[None, :])
-        dk = _mm(dsT.to(qT.dtype), tl.trans(qT), dk, PREC, UPCAST)
+    dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
+    dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
+    dsT = pT * (dpT - di[None, :])
+    dk = _mm(dsT.to(qT.dtype), tl.trans(qT), dk, PREC, UPCAST)
     return dk, dv
 
 
@@ -177,16 +171,14 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
     vT = _load_cols(v_base, offs_dv, cols, stride_vd, stride_vn, DV, S, not EVEN_DV, MASKED)
     qk = _mm(q, kT, None, PREC, UPCAST)
     p = tl.exp2(qk * qk_scale - lse2[:, None])
+    if MASKED:
+        valid = cols[None, :] < S
+        if CAUSAL:
+            valid = valid & (cols[None, :] <= offs_m[:, None] + SHIFT)
+        p = tl.where(valid, p, 0.0)
     dp = _mm(do, vT, None, PREC, UPCAST)
-    if MASKED and CAUSAL:  # the causal diagonal: masked pairs are absent (see the dK, dV step)
-        valid = (cols[None, :] < S) & (cols[None, :] <= offs_m[:, None] + SHIFT)
-        ds = tl.where(valid, p * (dp - di[:, None]), 0.0)
-        dq = _visible_mm(ds.to(kT.dtype), tl.trans(kT), dq, valid, PREC, UPCAST)
-    else:
-        if MASKED:  # the ragged last tile: keys past S (loaded as 0)
-            p = tl.where(cols[None, :] < S, p, 0.0)
-        ds = p * (dp - di[:, None])
-        dq = _mm(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
+    ds = p * (dp - di[:, None])
+    dq = _mm(ds.to(kT.dtype), tl.trans(kT), dq, PREC, UPCAST)
     return dq
 
 
