@@ -728,17 +728,18 @@ def test_naive_nonfinite_reaches_only_the_rows_that_see_it(alignment, t, s, j, c
 
 # ------------------------------------------------- the finiteness gate of causal calls
 def test_causal_gate_routes(device, rng, monkeypatch):
-    """Spy: finite causal inputs run the Triton forward and backward and never the twin; a
-    non-finite q, k, v or initial state runs the twin alone, forward and backward; non-causal
+    """Spy: finite causal inputs run the Triton forward and backward and never the twin; with a
+    non-finite q, k, v or initial state the Triton forward (queued before the flag is read) is
+    dropped and the twin gives the result and its gradients (no Triton backward); non-causal
     calls run the Triton passes whatever the values."""
     import kernelkit_gpu.attention.linear as LA
 
     calls = spy_calls(monkeypatch, [(LA, "linear_attention_fwd", "fwd"),
                                     (LA, "linear_attention_bwd", "bwd"),
                                     (LA, "linear_attention_naive", "twin")])
-    for operand, causal, want in ((None, True, ["fwd", "bwd"]), ("v", True, ["twin"]),
-                                  ("q", True, ["twin"]), ("k", True, ["twin"]),
-                                  ("S0", True, ["twin"]), ("v", False, ["fwd", "bwd"])):
+    for operand, causal, want in ((None, True, ["fwd", "bwd"]), ("v", True, ["fwd", "twin"]),
+                                  ("q", True, ["fwd", "twin"]), ("k", True, ["fwd", "twin"]),
+                                  ("S0", True, ["fwd", "twin"]), ("v", False, ["fwd", "bwd"])):
         q, k, v, (S0, z0) = make_inputs(rng, 1, 2, 20, 20, 16, 16, torch.float32, device,
                                         state=True)
         if operand:

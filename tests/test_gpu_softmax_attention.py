@@ -560,13 +560,14 @@ def test_visible_product_torch_is_the_masked_elementwise_sum(rng):
 
 # ------------------------------------------------- the finiteness gate of causal calls
 def test_causal_gate_routes(device, rng, monkeypatch):
-    """Spy: finite causal inputs run the Triton forward and backward and never the twin; a
-    non-finite v (or q, k) runs the twin alone, forward and backward; non-causal calls run the
+    """Spy: finite causal inputs run the Triton forward and backward and never the twin; with a
+    non-finite v (or q, k) the Triton forward (queued before the flag is read) is dropped and
+    the twin gives the result and its gradients (no Triton backward); non-causal calls run the
     Triton kernels whatever the values."""
     calls = spy_calls(monkeypatch, [(sa, "attn_fwd", "fwd"), (sa, "attn_bwd", "bwd"),
                                     (sa, "softmax_attention_naive", "twin")])
-    for operand, noncausal, want in ((None, False, ["fwd", "bwd"]), ("v", False, ["twin"]),
-                                     ("q", False, ["twin"]), ("k", False, ["twin"]),
+    for operand, noncausal, want in ((None, False, ["fwd", "bwd"]), ("v", False, ["fwd", "twin"]),
+                                     ("q", False, ["fwd", "twin"]), ("k", False, ["fwd", "twin"]),
                                      ("v", True, ["fwd", "bwd"])):
         q, k, v = make_qkv(rng, 1, 2, 1, 9, 5, 16, 16, torch.float32, device)
         if operand:

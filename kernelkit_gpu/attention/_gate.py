@@ -7,11 +7,49 @@ break that rule in floating point: in a partially masked tile a masked pair's we
 :func:`all_finite` about its inputs: if they are finite, the Triton kernels run (no pair can
 leak); if not, the call runs the plain-PyTorch twin, which follows the rule exactly. The
 backward asks the same about its incoming gradients.
+
+The forward reads its flag late (:func:`start`): the sums are queued, the flag is copied to
+pinned host memory behind an event, the Triton kernels are queued, and only then does the host
+wait, for the event alone. The GPU is never left idle waiting for the host, and the call costs
+the sums (one read of each input) plus that wait; with a non-finite input the kernels' result is
+dropped and the twin's returned.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+class PendingCheck:
+    """The finiteness flag of some tensors, set on their device and read by :meth:`finite`."""
+
+    def __init__(self, xs):
+        with torch.no_grad():
+            flag = torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all()
+        self._event = None
+        if flag.is_cuda:
+            self._flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self._flag.copy_(flag, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record(torch.cuda.current_stream(flag.device))
+        else:
+            self._flag = flag
+
+    def finite(self):
+        """True if every tensor was finite (waits for the flag's copy only)."""
+        if self._event is not None:
+            self._event.synchronize()
+        return bool(self._flag)
+
+
+def start(*tensors):
+    """Queue the check of :func:`all_finite` and return a :class:`PendingCheck`, or None where
+    nothing is checked (no tensor, CUDA graph capture, torch.compile tracing: read as finite)."""
+    xs = [t for t in tensors if t is not None]
+    if not xs or torch.compiler.is_compiling() or (
+            xs[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+        return None
+    return PendingCheck(xs)
 
 
 def all_finite(*tensors):
@@ -24,9 +62,5 @@ def all_finite(*tensors):
     inputs then run the Triton kernels as they are (IEEE arithmetic over the kernels'
     tiles, without the twin's guarantee).
     """
-    xs = [t for t in tensors if t is not None]
-    if not xs or torch.compiler.is_compiling() or (
-            xs[0].is_cuda and torch.cuda.is_current_stream_capturing()):
-        return True
-    with torch.no_grad():
-        return bool(torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all())
+    check = start(*tensors)
+    return check is None or check.finite()

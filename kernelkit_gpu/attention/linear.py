@@ -323,8 +323,9 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     that sees key s and the final state, and no other row; the gradients follow the same rule.
     Rows that see no key read the initial state alone (0 without one, whatever q_t holds). Only
     causal calls mask keys, so only they are checked (:mod:`kernelkit_gpu.attention._gate`):
-    one float32 sum over each of q, k, v (and S_0, z_0 if given) and one host read per call; if
-    all are finite the Triton kernels run, if not the call runs the plain-PyTorch twin
+    one float32 sum over each of q, k, v (and S_0, z_0 if given), read on the host after the
+    kernels are queued; if all are finite the Triton result is returned, if not the call runs
+    the plain-PyTorch twin
     :func:`kernelkit_gpu.linear_attention_naive` (exact, slower), forward and backward. A
     causal backward checks the gradients of the output and of the final state the same way and,
     if one is not finite, computes that call's gradients through the twin (its forward
@@ -350,11 +351,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     shift = causal_shift(causal, causal_alignment, T, S)
     _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
     S0, z0 = (None, None) if initial_state is None else initial_state
-    if causal and not _gate.all_finite(q, k, v, S0, z0):  # the exact twin (Notes)
-        return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=True,
-                                      causal_alignment=causal_alignment, normalize=normalize,
-                                      eps=eps, initial_state=initial_state,
-                                      return_state=return_state, chunk_size=chunk_size)
+    check = _gate.start(q, k, v, S0, z0) if causal else None  # read after the launch
 
     def run(q, k, v, causal):  # top-left aligned; (out, (S_final, z_final))
         if B * H == 0 or q.shape[2] == 0 or k.shape[2] == 0:
@@ -367,4 +364,9 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
         return out, (s_fin, z_fin)
 
     out, state = run_shifted(run, q, k, v, shift)
+    if check is not None and not check.finite():  # the exact twin (Notes)
+        return linear_attention_naive(q, k, v, feature_map=feature_map, is_causal=True,
+                                      causal_alignment=causal_alignment, normalize=normalize,
+                                      eps=eps, initial_state=initial_state,
+                                      return_state=return_state, chunk_size=chunk_size)
     return (out, state) if return_state else out

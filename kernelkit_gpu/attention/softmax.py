@@ -236,8 +236,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     NaN or infinity in v_j, k_j or q_i reaches exactly the outputs and gradients that a row-by-row
     computation over the visible keys gives, and rows that see no key output 0 whatever k and v
     hold. Only causal calls mask keys, so only they are checked
-    (:mod:`kernelkit_gpu.attention._gate`): one float32 sum over each of q, k and v and one host
-    read per call; if all are finite the Triton kernels run, if not the call runs the
+    (:mod:`kernelkit_gpu.attention._gate`): one float32 sum over each of q, k and v, read on the
+    host after the kernels are queued; if all are finite the Triton result is returned, if not
+    the call runs the
     plain-PyTorch twin :func:`kernelkit_gpu.softmax_attention_naive` (exact, slower), forward
     and backward. A causal backward checks dO and dlse the same way and, if one is not finite,
     computes that call's gradients through the twin (its forward recomputed from q, k, v).
@@ -324,9 +325,10 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     shift = causal_shift(is_causal, causal_alignment, T, S)
     scale = _checks.check_scale(scale, D)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
-    if shift is not None and not _gate.all_finite(q, k, v):  # the exact twin (Notes)
+    check = _gate.start(q, k, v) if shift is not None else None  # read after the launch
+    qs, ks, vs = (_launch.unit_last_stride(t) for t in (q, k, v))
+    out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, shift, scale, causal_alignment)
+    if check is not None and not check.finite():  # the exact twin (Notes)
         return softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=causal_alignment,
                                        scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
-    q, k, v = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, lse = SoftmaxAttentionFunction.apply(q, k, v, shift, scale, causal_alignment)
     return (out, lse) if return_lse else out
