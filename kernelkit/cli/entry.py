@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 
 from kernelkit.cli._errors import PROG, CLIError
 from kernelkit.cli.attention import add_attention_parser, cmd_attention
@@ -147,5 +149,13 @@ def main(argv=None):
         return _error(str(exc))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
+        comparison = sys.modules.get("kernelkit.compare.comparison")
+        if comparison is not None and any(t.is_alive() and t.name == comparison.WORKER_THREAD
+                                          for t in threading.enumerate()):
+            # an SVD left running in its worker thread (kernelkit.compare): interpreter shutdown
+            # would wait for it inside LAPACK / OpenBLAS, or deadlock there; end the process now
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
 

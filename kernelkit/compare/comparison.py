@@ -253,6 +253,11 @@ def _aggregate(per_seed):
     }
 
 
+#: The name of :func:`_interruptible`'s worker thread: after Ctrl-C the command line ends the
+#: process at once while one is alive (``kernelkit.cli.entry``).
+WORKER_THREAD = "kernelkit-compare-svd"
+
+
 def _interruptible(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in a worker thread, waited for in steps of 0.1 s: LAPACK never
     looks at signals, so a long SVD in the main thread would hold Ctrl-C until it ends; here
@@ -265,7 +270,7 @@ def _interruptible(fn, *args, **kwargs):
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = exc
 
-    worker = threading.Thread(target=work, name="kernelkit-compare-svd", daemon=True)
+    worker = threading.Thread(target=work, name=WORKER_THREAD, daemon=True)
     worker.start()
     while worker.is_alive():
         worker.join(0.1)
