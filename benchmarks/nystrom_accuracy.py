@@ -32,7 +32,8 @@ if ROOT not in sys.path:
 
 from kernelkit.compare import compare  # noqa: E402
 from kernelkit.compare.qkv import synthetic_qkv  # noqa: E402
-from kernelkit.compare.report import _encode, _write_text_atomic  # noqa: E402
+from kernelkit._io import write_text_atomic  # noqa: E402
+from kernelkit.compare.report import _encode  # noqa: E402
 
 
 def clustered_qkv(heads, T, d, temperature, seed, clusters=16, spread=0.3):
@@ -105,7 +106,7 @@ def main(argv=None):
                             "context": rep.context, "meta": rep.meta})
     doc = {"T": T, "d": d, "heads": heads, "causal": args.causal, "seeds": list(seeds),
            "results": results}
-    _write_text_atomic(args.out, json.dumps(_encode(doc), allow_nan=False, indent=1))
+    write_text_atomic(args.out, json.dumps(_encode(doc), allow_nan=False, indent=1))
     print(f"wrote {args.out}")
 
 
