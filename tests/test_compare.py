@@ -379,3 +379,32 @@ def test_kernelkit_compare_import_does_not_load_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_interrupted_wait_leaves_its_work_known_as_running():
+    # Ctrl-C during compare's context SVD: the main thread stops waiting at once, and the
+    # command line must still learn that the abandoned SVD runs (it then ends the process with
+    # os._exit: interpreter shutdown deadlocks joining OpenBLAS's threads). Thread.is_alive
+    # said False here on Python 3.11, and the CI run hung for 120 s.
+    import _thread
+    import threading
+    import time
+
+    from kernelkit.compare import comparison
+
+    release = threading.Event()
+
+    def interrupt_soon():
+        time.sleep(0.3)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_soon, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        comparison._interruptible(release.wait)
+    assert comparison.work_left_running()
+    release.set()
+    deadline = time.monotonic() + 10
+    while comparison.work_left_running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not comparison.work_left_running()
+    assert comparison._interruptible(sum, [1, 2]) == 3 and not comparison.work_left_running()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 
 from kernelkit.cli._errors import PROG, CLIError
 from kernelkit.cli.attention import add_attention_parser, cmd_attention
@@ -150,8 +149,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         comparison = sys.modules.get("kernelkit.compare.comparison")
-        if comparison is not None and any(t.is_alive() and t.name == comparison.WORKER_THREAD
-                                          for t in threading.enumerate()):
+        if comparison is not None and comparison.work_left_running():
             # an SVD left running in its worker thread (kernelkit.compare): interpreter shutdown
             # would wait for it inside LAPACK / OpenBLAS, or deadlock there; end the process now
             sys.stdout.flush()

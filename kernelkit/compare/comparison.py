@@ -253,27 +253,38 @@ def _aggregate(per_seed):
     }
 
 
-#: The name of :func:`_interruptible`'s worker thread: after Ctrl-C the command line ends the
-#: process at once while one is alive (``kernelkit.cli.entry``).
-WORKER_THREAD = "kernelkit-compare-svd"
+#: Done-events of :func:`_interruptible` workers whose function has not returned yet.
+_UNFINISHED = set()
+
+
+def work_left_running():
+    """True while a worker of :func:`_interruptible` is still inside its function (abandoned
+    after Ctrl-C): the command line then ends the process at once (``kernelkit.cli.entry``),
+    because interpreter shutdown joins OpenBLAS's threads and deadlocks while one of them
+    serves the abandoned SVD. ``Thread.is_alive`` can not say it: on Python 3.11 a join
+    interrupted by KeyboardInterrupt marks the running thread as stopped (bpo-45274's fix)."""
+    return any(not done.is_set() for done in list(_UNFINISHED))
 
 
 def _interruptible(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` in a worker thread, waited for in steps of 0.1 s: LAPACK never
     looks at signals, so a long SVD in the main thread would hold Ctrl-C until it ends; here
     KeyboardInterrupt reaches the main thread at once (the daemon worker is abandoned)."""
-    box = {}
+    box, done = {}, threading.Event()
 
     def work():
         try:
             box["result"] = fn(*args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             box["error"] = exc
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=work, name=WORKER_THREAD, daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.1)
+    _UNFINISHED.add(done)
+    threading.Thread(target=work, name="kernelkit-compare-svd", daemon=True).start()
+    while not done.wait(0.1):
+        pass
+    _UNFINISHED.discard(done)
     if "error" in box:
         raise box["error"]
     return box["result"]
