@@ -213,14 +213,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, kernel=None, *, alpha=1e-10, optimizer="fmin_l_bfgs_b",
-                 n_restarts_optimizer=0, normalize_y=False, random_state=None, device="auto",
-                 dtype="auto", exact_max_n=None, n_probes=16, max_cg_iter=1000, cg_tol=1e-3,
-                 preconditioner_rank=100, optimizer_max_iter=100):
+                 n_restarts_optimizer=0, normalize_y=False, copy_X_train=True, n_targets=None,
+                 random_state=None, device="auto", dtype="auto", exact_max_n=None, n_probes=16,
+                 max_cg_iter=1000, cg_tol=1e-3, preconditioner_rank=100,
+                 optimizer_max_iter=100):
         self.kernel = kernel
         self.alpha = alpha
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
+        self.copy_X_train = copy_X_train
+        self.n_targets = n_targets
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -249,6 +252,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         _check_int("optimizer_max_iter", self.optimizer_max_iter, 1)
         if self.exact_max_n is not None:
             _check_int("exact_max_n", self.exact_max_n, 0)
+        if self.n_targets is not None:
+            _check_int("n_targets", self.n_targets, 1)
         if not isinstance(self.normalize_y, (bool, np.bool_)):
             raise TypeError(f"normalize_y must be a bool; got {self.normalize_y!r}")
         if not isinstance(self.dtype, str) or self.dtype not in _DTYPES:
@@ -306,21 +311,20 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         probes = self._probes(op, settings)
 
         def stochastic(theta, eval_gradient):
+            # one estimate per target column (the same probes), summed as scikit-learn sums
+            lml, grad = 0.0, np.zeros(len(theta))
             try:
-                out = log_marginal_likelihood(op, theta, Y[:, 0], probes, settings,
-                                              eval_gradient)
+                for k in range(Y.shape[1]):
+                    out = log_marginal_likelihood(op, theta, Y[:, k], probes, settings,
+                                                  eval_gradient)
+                    lml += out[0]
+                    if eval_gradient:
+                        grad += out[1]
             except torch.linalg.LinAlgError:
                 return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
-            return out[:2] if eval_gradient else out[0]
+            return (lml, grad) if eval_gradient else lml
 
         return stochastic
-
-    @staticmethod
-    def _check_length_scale(structure, n_features):
-        n_ls = structure.n_length_scales
-        if n_ls != 1 and n_ls != n_features:
-            raise ValueError(f"kernel: the per-feature length_scale has {n_ls} entries but X has "
-                             f"{n_features} features")
 
     # ----------------------------------------------------------------------------- API
     def fit(self, X, y):
@@ -343,17 +347,21 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         settings = self._check_params()
         kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        structure = parse_kernel(kernel)
         self.kernel_ = clone(kernel)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
                              reset=True)
-        self._check_length_scale(structure, X.shape[1])
+        structure = parse_kernel(self.kernel_, X.shape[1])
+        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
+        if self.n_targets is not None and n_targets_seen != self.n_targets:
+            raise ValueError(
+                f"The number of targets seen in `y` is different from the parameter "
+                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
         n = X.shape[0]
         self._alpha = _check_alpha(self.alpha, n)
         self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
-        if not self._exact and (y.ndim == 2 or np.ndim(self._alpha)):
+        if not self._exact and np.ndim(self._alpha):
             raise ValueError(
-                f"2-D y and per-sample alpha need the exact path: n_samples={n} > exact_max_n="
+                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
                 f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
@@ -362,7 +370,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         else:
             self._y_train_mean = np.zeros(y.shape[1:])
             self._y_train_std = np.ones(y.shape[1:])
-        self.X_train_ = np.array(X, dtype=np.float64)
+        self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
@@ -389,15 +397,20 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.kernel_.theta = runs[best][0]
         theta = self.kernel_.theta
         if self._exact:
-            params = structure.params(torch.as_tensor(theta, device=op.device))
+            params = op.structure.params(torch.as_tensor(theta, device=op.device))
             L = cholesky(op, params, self._alpha_tensor(op))
             self.log_marginal_likelihood_value_ = lml_at(theta, False)
             self.L_ = L.cpu().numpy()
             alpha = torch.cholesky_solve(self._targets(op), L)
         else:
-            lml, alpha = log_marginal_likelihood(op, theta, self._targets(op)[:, 0],
-                                                 self._probes(op, settings), settings)
+            Y, probes = self._targets(op), self._probes(op, settings)
+            lml, columns = 0.0, []
+            for k in range(Y.shape[1]):
+                value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
+                lml += value
+                columns.append(column)
             self.log_marginal_likelihood_value_ = float(lml)
+            alpha = torch.stack(columns, dim=1)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
         return self
 
@@ -449,7 +462,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"theta must have shape {self.kernel_.theta.shape}; "
                              f"got {theta.shape}")
         settings = self._check_params()
-        op = self._operator(parse_kernel(self.kernel_))
+        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
         return self._lml_function(op, settings)(theta, eval_gradient)
 
     def predict(self, X, return_std=False, return_cov=False):
@@ -485,10 +498,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if not hasattr(self, "X_train_"):
             return self._prior(X, return_std, return_cov)
         settings = self._check_params()
-        structure = parse_kernel(self.kernel_)
+        structure = parse_kernel(self.kernel_, self.n_features_in_)
         op = self._operator(structure)
         theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
-        params = structure.params(theta)
+        params = op.structure.params(theta)
         Z = op.centred(X)
         weights = torch.as_tensor(self.alpha_, dtype=torch.float64, device=op.device)
         weights = weights.reshape(op.n, -1).to(torch.float64 if self._exact else op.dtype)
@@ -501,24 +514,27 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         solved = solve(op, params, Z, settings, keep=return_cov)
         scale2 = y_std**2
         if return_std:
-            prior = float(params["outputscale"] + params["noise"])
+            with torch.no_grad():
+                prior = (op.kernel_diagonal(Z, params) + params["noise"]).cpu().numpy()
             var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
             return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
-        with torch.no_grad():
-            K_zz = op.block(Z, Z, params, dtype=torch.float64).cpu().numpy()
+        with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
+            K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
         cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
         return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
 
     def _prior(self, X, return_std, return_cov):
-        """Mean 0 and the kernel's covariance at X (one target), as scikit-learn before fit."""
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        parse_kernel(kernel)
-        mean = np.zeros(X.shape[0])
-        if return_cov:
-            return mean, kernel(X)
-        if return_std:
-            return mean, np.sqrt(kernel.diag(X))
-        return mean
+        """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
+        before fit."""
+        kernel = ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed") if self.kernel is None \
+            else self.kernel
+        parse_kernel(kernel, X.shape[1])
+        n_targets = 1 if self.n_targets is None else _check_int("n_targets", self.n_targets, 1)
+        mean = self._drop_single_target(np.zeros((X.shape[0], n_targets)))
+        if not (return_std or return_cov):
+            return mean
+        values = kernel(X) if return_cov else np.sqrt(kernel.diag(X))
+        return mean, self._drop_single_target(np.repeat(values[..., None], n_targets, axis=-1))
 
     @staticmethod
     def _drop_single_target(values):
