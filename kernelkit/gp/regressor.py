@@ -347,6 +347,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         settings = self._check_params()
         kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
+        parse_kernel(kernel)  # the kernel's type and structure, before anything else
         self.kernel_ = clone(kernel)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
                              reset=True)
