@@ -103,7 +103,7 @@ def exact_lml(op, theta, Y, alpha, eval_gradient=False):
     return lml, (0.5 * grad).cpu().numpy()
 
 
-def cholesky(op, params, alpha):
+def cholesky(op, params, alpha, kernel=None):
     """The lower Cholesky factor of K = outputscale k(X, X) + noise I + diag(alpha), float64.
 
     Raises
@@ -114,8 +114,9 @@ def cholesky(op, params, alpha):
     L, info = torch.linalg.cholesky_ex(dense_covariance(op, params, alpha))
     if int(info) != 0:
         raise np.linalg.LinAlgError(
-            "The kernel is not returning a positive definite matrix. Try gradually increasing "
-            "the 'alpha' parameter of your GaussianProcessRegressor estimator.")
+            f"The kernel, {kernel if kernel is not None else 'k'}, is not returning a positive "
+            f"definite matrix. Try gradually increasing the 'alpha' parameter of your "
+            f"GaussianProcessRegressor estimator.")
     return L
 
 

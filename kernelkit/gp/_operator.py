@@ -338,7 +338,10 @@ def theta_gradient(op, theta, contract, dtype=None):
             hi = min(lo + step, op.n)
             params = op.structure.params(leaf)
             Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
-            (g,) = torch.autograd.grad(contract(lo, hi, Kb), leaf, allow_unused=True)
+            value = contract(lo, hi, Kb)
+            if not value.requires_grad:  # a kernel part with no free hyperparameter
+                continue
+            (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
             if g is not None:
                 grad += g
     return grad
@@ -348,7 +351,7 @@ def bilinear(op, theta, A, B):
     r"""The scalar sum_j a_j^T K_theta b_j, differentiable with respect to ``theta``.
 
     .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j,\quad
-              K_\theta = \sigma_f^2 k_\theta(X, X) + (\sigma_n^2 + \text{jitter}) I
+              K_\theta = k_\theta(X, X) + (\text{noise} + \text{jitter}) I
 
     Parameters
     ----------

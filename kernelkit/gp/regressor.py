@@ -72,8 +72,8 @@ def _check_alpha(alpha, n):
     if values.shape == (1,):
         return _check_positive("alpha", float(values[0]), allow_zero=True)
     if values.shape != (n,):
-        raise ValueError(f"alpha must be a scalar or an array with one entry per sample; got "
-                         f"shape {values.shape} for {n} samples")
+        raise ValueError(f"alpha must be a scalar or an array with same number of entries as y "
+                         f"(one per sample); got shape {values.shape} for {n} samples")
     if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
         raise ValueError("alpha must be finite and >= 0")
     return values
@@ -390,17 +390,19 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             runs = [self._optimize(obj_func, self.kernel_.theta, bounds)]
             if self.n_restarts_optimizer > 0:
                 if not np.isfinite(bounds).all():
-                    raise ValueError("n_restarts_optimizer > 0 needs finite hyperparameter bounds")
+                    raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
+                                     "requires that all bounds are finite.")
                 for _ in range(self.n_restarts_optimizer):
                     start = rng.uniform(bounds[:, 0], bounds[:, 1])
                     runs.append(self._optimize(obj_func, start, bounds))
             best = min(range(len(runs)), key=lambda i: runs[i][1])
             self.kernel_.theta = runs[best][0]
+            self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
         theta = self.kernel_.theta
         if self._exact:
             params = op.structure.params(torch.as_tensor(theta, device=op.device))
-            L = cholesky(op, params, self._alpha_tensor(op))
-            self.log_marginal_likelihood_value_ = lml_at(theta, False)
+            L = cholesky(op, params, self._alpha_tensor(op), self.kernel_)
+            self.log_marginal_likelihood_value_ = np.float64(lml_at(theta, False))
             self.L_ = L.cpu().numpy()
             alpha = torch.cholesky_solve(self._targets(op), L)
         else:
@@ -410,7 +412,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
                 lml += value
                 columns.append(column)
-            self.log_marginal_likelihood_value_ = float(lml)
+            self.log_marginal_likelihood_value_ = np.float64(lml)
             alpha = torch.stack(columns, dim=1)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
         return self
@@ -443,7 +445,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             Also return the gradient with respect to ``theta`` (exact path: exact; iterative
             path: the stochastic estimate).
         clone_kernel : bool, default=True
-            Accepted for scikit-learn compatibility; ``kernel_`` is never modified here.
+            False sets ``kernel_.theta`` to ``theta``, as scikit-learn.
 
         Returns
         -------
@@ -464,7 +466,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                              f"got {theta.shape}")
         settings = self._check_params()
         op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
-        return self._lml_function(op, settings)(theta, eval_gradient)
+        if not clone_kernel:  # as scikit-learn: kernel_ takes theta
+            self.kernel_.theta = theta
+        out = self._lml_function(op, settings)(theta, eval_gradient)
+        return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance, at ``X``.
