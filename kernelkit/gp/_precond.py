@@ -49,7 +49,7 @@ def pivoted_cholesky_pivots(op, params, rank, rel_tol=1e-8):
     rank = min(int(rank), n)
     scale = float(params["outputscale"])
     with torch.no_grad():
-        residual = torch.full((n,), scale, dtype=torch.float64, device=X.device)
+        residual = op.kernel_diagonal(X, params)  # the kernel part's diagonal (any kernel)
         rows = torch.empty((rank, n), dtype=torch.float64, device=X.device)
         pivots = []
         for m in range(rank):
