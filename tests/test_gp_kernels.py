@@ -169,3 +169,50 @@ def test_fit_optimises_a_composite_kernel_like_sklearn():
     ours = kk.GaussianProcessRegressor(kernel, device="cpu").fit(X, y)
     ref = SklearnGPR(kernel).fit(X, y)
     assert ours.log_marginal_likelihood_value_ >= ref.log_marginal_likelihood_value_ - 1e-6
+
+
+U32 = 2.0**-24  # float32 unit round-off
+
+
+def _float32_case(name, offset):
+    """Data spread over [offset, 2 offset]^d and a kernel whose values are O(1) there."""
+    d = 1 if name == "periodic" else 3
+    X = offset + offset * np.random.default_rng(6).uniform(0.0, 1.0, (80, d))
+    dot_scale = 0.1 / (d * (2.0 * offset) ** 2)  # x.y up to d (2 offset)^2
+    args = {"exponential": dict(scale=dot_scale), "linear": {},
+            "polynomial": dict(degree=2, gamma=dot_scale, coef0=1.0),
+            "periodic": dict(length_scale=1.0, periodicity=0.05 * offset),
+            "cosine": {}}.get(name, dict(length_scale=0.3 * offset))
+    return X, KERNEL_CLASSES[name](**args)
+
+
+@pytest.mark.parametrize("offset", [1e3, 1e5], ids=lambda o: f"offset{o:g}")
+@pytest.mark.parametrize("name", GP_KERNELS)
+def test_float32_blocks_of_every_kernel_keep_their_digits(device, name, offset):
+    """Issue 18 A for every GP kernel: float32 blocks of data far from the origin.
+
+    Each operand is centred in float64 and rounded once (distances), or split into a float64
+    offset and a centred float32 part (dot products), so the block errs by a few float32
+    rounding errors of the kernel value, not of the data's magnitude: bound 16 u relative to the
+    largest value (measured <= 2.8 u, 2026-11-26). The periodic kernel is a function of r = ||x - y||,
+    rounded to float32 relative to the data's spread R: |dk| <= (2 pi / (p l^2)) 2 u R sqrt(d)
+    (measured 0.81 of it, with the 16 u term).
+    """
+    import torch
+
+    from kernelkit.gp._operator import CovarianceOperator
+
+    X, kernel = _float32_case(name, offset)
+    op = CovarianceOperator(X, parse_kernel(kernel, X.shape[1]), 0.0, device, torch.float32)
+    params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
+    K = torch.full((len(X), len(X)), float("nan"), dtype=torch.float32, device=op.device)
+    K[:] = op.block(op.X64, op.X64, params, diagonal_offset=0)  # poisoned: every entry written
+    K = K.double().cpu().numpy()
+    ref = kernel(X)
+    atol = 16 * U32 * np.abs(ref).max()
+    if name == "periodic":
+        spread = np.abs(X - X.mean(0)).max()
+        atol += 2 * np.pi / kernel.periodicity * 2 * U32 * spread * np.sqrt(X.shape[1])
+    np.testing.assert_allclose(K, ref, rtol=0, atol=atol)
+    if REGISTRY[name].normalized:
+        np.testing.assert_array_equal(np.diag(K), 1.0)
