@@ -83,10 +83,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     r"""Gaussian-process regression: exact for small n, with likelihood and gradients that
     scale to large n.
 
-    scikit-learn's :class:`sklearn.gaussian_process.GaussianProcessRegressor` interface for
-    kernels of the form ``[ConstantKernel *] base [+ WhiteKernel]`` (``base``:
-    :class:`kernelkit.RBF`, :class:`kernelkit.Matern` with nu in {0.5, 1.5, 2.5},
-    :class:`kernelkit.RationalQuadratic`, or scikit-learn's classes of the same names):
+    scikit-learn's :class:`sklearn.gaussian_process.GaussianProcessRegressor` interface for any
+    kernel of scikit-learn's kernel algebra (``Sum``, ``Product``, ``Exponentiation``,
+    ``ConstantKernel`` and ``WhiteKernel`` anywhere, ``DotProduct``) over the positive
+    semi-definite kernels of the kernelkit registry, as kernelkit's classes or scikit-learn's
+    classes of the same kernels (``RBF``, ``Matern`` with nu in {0.5, 1.5, 2.5},
+    ``RationalQuadratic``, ``ExpSineSquared`` on one feature); :mod:`kernelkit.gp._structure`
+    lists them:
 
     .. math::
 
@@ -95,8 +98,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     **Exact path** (n <= ``exact_max_n``): a float64 Cholesky factor of K on the fit device gives
     the log marginal likelihood, its exact gradient, ``alpha_``, ``L_`` and the predictions, as
-    scikit-learn computes them (agreement to float64 round-off of the kernel values). 2-D y and
-    per-sample ``alpha`` are supported here only.
+    scikit-learn computes them (agreement to float64 round-off of the kernel values).
+    Per-sample ``alpha`` is supported here only.
 
     **Iterative path** (n > ``exact_max_n``): preconditioned conjugate gradients and stochastic
     trace estimation (BBMM, Gardner et al. 2018), O(n) memory besides a chunk of kernel rows.
@@ -108,12 +111,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     of the stochastic log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
     << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
 
-    Differences from scikit-learn: the kernel structures above only; no ``copy_X_train`` (the
-    training data are always copied) and no ``n_targets`` (before ``fit``, ``predict`` and
-    ``sample_y`` use the prior of one target, as scikit-learn by default);
+    Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
     ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
     15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
-    2-D y and per-sample ``alpha`` raise ValueError on the iterative path.
+    per-sample ``alpha`` raises ValueError on the iterative path. scikit-learn's own
+    ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
+    registry (``benchmarks/sklearn_gpr_suite.py``).
 
     Parameters
     ----------
@@ -134,6 +137,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Extra optimiser runs from log-uniform draws within the bounds (finite bounds needed).
     normalize_y : bool, default=False
         Centre and scale each column of y before fitting, as scikit-learn.
+    copy_X_train : bool, default=True
+        As scikit-learn: False stores a reference to the (validated) training inputs.
+    n_targets : int or None, default=None
+        As scikit-learn: the number of targets of the prior (``predict`` and ``sample_y`` before
+        ``fit``); ``fit`` checks y against it.
     random_state : int, RandomState instance or None, default=None
         Draws the probe vectors and the restart points.
     device : {"auto", "cpu", "cuda"}, default="auto"
@@ -184,11 +192,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Raises
     ------
     TypeError
-        In ``fit``: an unsupported kernel structure (the message lists what is supported) or a
-        parameter of the wrong type.
+        In ``fit``: an unsupported kernel (outside the registry or not positive semi-definite;
+        the message names it and lists what is supported) or a parameter of the wrong type.
     ValueError
-        In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, or 2-D
-        y / per-sample alpha with n > ``exact_max_n``.
+        In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, y
+        whose number of targets differs from ``n_targets``, or per-sample alpha with
+        n > ``exact_max_n``.
 
     Notes
     -----
@@ -236,7 +245,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True  # 2-D y on the exact path
+        tags.target_tags.multi_output = True
         tags.requires_fit = False  # predict and sample_y use the prior before fit
         return tags
 
@@ -334,7 +343,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            2-D y: exact path only (n_samples <= ``exact_max_n``).
+            On the iterative path, one log-likelihood estimate per target (the same probes),
+            summed.
 
         Returns
         -------
