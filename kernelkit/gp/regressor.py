@@ -40,6 +40,8 @@ __all__ = ["GaussianProcessRegressor"]
 
 #: Test points per batch of predictive variances: n * batch <= this many values.
 VARIANCE_BATCH_ELEMENTS = 2**27
+#: Most Lanczos steps of the iterative path's predictive-variance cache (memory n x this).
+LOVE_MAX_RANK = 256
 
 _DTYPES = ("auto", "float32", "float64")
 
@@ -383,6 +385,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self._y_train_std = np.ones(y.shape[1:])
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
+        self._love = None  # the predictive-variance cache of the previous fit
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
 
@@ -526,7 +529,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         mean = self._drop_single_target(mean * y_std + np.reshape(self._y_train_mean, -1))
         if not (return_std or return_cov):
             return mean
-        solve = self._exact_columns if self._exact else self._solve_test_columns
+        solve = self._exact_columns if self._exact else self._love_columns
         solved = solve(op, params, Z, settings, keep=return_cov)
         scale2 = y_std**2
         if return_std:
@@ -572,6 +575,55 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             parts = [reduced(op, params, L, Z[lo:lo + batch]).square().sum(0)
                      for lo in range(0, Z.shape[0], batch)]
             return torch.cat(parts).cpu().numpy()
+
+    def _love_cache(self, op, params):
+        """The LOVE cache of this fit (built at the first variance request), or None when K has
+        no positive lower bound on its eigenvalues (no noise, no alpha)."""
+        import torch
+
+        from kernelkit.solvers._lanczos import LanczosCache
+
+        lambda_min = float(params["noise"]) + op.jitter
+        if lambda_min <= 0:
+            return None
+        if getattr(self, "_love", None) is None:
+            with torch.no_grad():
+                start = op.matmul(torch.ones((op.n, 1), dtype=op.dtype, device=op.device),
+                                  params)[:, 0]
+                self._love = LanczosCache(lambda V: op.matmul(V.to(op.dtype), params), start,
+                                          min(op.n, LOVE_MAX_RANK), lambda_min)
+        return self._love
+
+    def _love_columns(self, op, params, Z, settings, keep):
+        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*) from the LOVE cache
+        (:mod:`kernelkit.solvers._lanczos`), where its certified error bound is at most
+        ``cg_tol`` times the prior variance; by batched CG for the other test points."""
+        import torch
+
+        cache = self._love_cache(op, params)
+        if cache is None:
+            return self._solve_test_columns(op, params, Z, settings, keep)
+        with torch.no_grad():
+            batch = max(1, min(Z.shape[0], VARIANCE_BATCH_ELEMENTS // op.n))
+            quads, bounds = [], []
+            for lo in range(0, Z.shape[0], batch):
+                quad, bound = cache.quadratic(op.cross_block_T(Z[lo:lo + batch], params))
+                quads.append(quad)
+                bounds.append(bound)
+            quad, bound = torch.cat(quads), torch.cat(bounds)
+            prior = op.kernel_diagonal(Z, params) + params["noise"]
+            uncertified = bound > settings.cg_tol * prior.clamp_min(torch.finfo(torch.float64).tiny)
+            if keep:
+                if bool(uncertified.any()):
+                    return self._solve_test_columns(op, params, Z, settings, True)
+                full = cache.cross(op.cross_block_T(Z, params))
+                return (0.5 * (full + full.T)).cpu().numpy()
+            if bool(uncertified.any()):
+                index = torch.nonzero(uncertified)[:, 0]
+                quad[index] = torch.as_tensor(
+                    self._solve_test_columns(op, params, Z[index], settings, False),
+                    device=quad.device)
+            return quad.cpu().numpy()
 
     def _solve_test_columns(self, op, params, Z, settings, keep):
         """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), by batched CG."""
