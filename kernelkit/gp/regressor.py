@@ -203,10 +203,14 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Iterative path: predictive standard deviations and covariances are exact to ``cg_tol``: the
-    test columns K(X, X*) are solved in batches of ``VARIANCE_BATCH_ELEMENTS / n`` columns (one
-    batched CG per batch), so their cost grows linearly with the number of test points. Exact
-    path: one triangular solve per batch of test points.
+    Iterative path: predictive variances come from a LOVE cache (Pleiss et al. 2018): up to
+    ``LOVE_MAX_RANK`` Lanczos steps on K, built once per fit at the first variance request
+    (:mod:`kernelkit.solvers._lanczos`). Each test point gets a certified bound on the cache's
+    error (||r||^2 / (noise + alpha)); where it exceeds ``cg_tol`` times the prior variance, that
+    point's column K(X, x*) is solved by batched CG instead. So every variance is within
+    ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix by CG
+    unless every point is certified). The bound is pessimistic for rough kernels or tiny noise,
+    where most points go to CG. Exact path: one triangular solve per batch of test points.
 
     Examples
     --------
