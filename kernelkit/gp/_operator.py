@@ -211,6 +211,14 @@ class CovarianceOperator:
     def n(self):
         return self.X64.shape[0]
 
+    def with_dtype(self, dtype):
+        """The same operator with blocks (and products) in ``dtype``."""
+        if dtype == self.dtype:
+            return self
+        X = (self.X64 + self.center).cpu().numpy()
+        return CovarianceOperator(X, self.structure._structure, self.jitter, self.device, dtype,
+                                  self.block_elements)
+
     def chunk_rows(self, n_cols):
         """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
         return max(1, self.block_elements // max(1, n_cols))

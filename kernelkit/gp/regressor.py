@@ -204,7 +204,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Notes
     -----
     Iterative path: predictive variances come from a LOVE cache (Pleiss et al. 2018): up to
-    ``LOVE_MAX_RANK`` Lanczos steps on K, built once per fit at the first variance request
+    ``LOVE_MAX_RANK`` Lanczos steps on K (float64 products), built once per fit at the first
+    variance request
     (:mod:`kernelkit.solvers._lanczos`). Each test point gets a certified bound on the cache's
     error (||r||^2 / (noise + alpha)); where it exceeds ``cg_tol`` times the prior variance, that
     point's column K(X, x*) is solved by batched CG instead. So every variance is within
@@ -591,10 +592,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if lambda_min <= 0:
             return None
         if getattr(self, "_love", None) is None:
+            # float64 products: the error bound assumes the Lanczos relation holds to round-off
+            # of K, which float32 products (error ~ u ||K||, ||K|| ~ n) would not give at large n
+            op64 = op.with_dtype(torch.float64)
             with torch.no_grad():
-                start = op.matmul(torch.ones((op.n, 1), dtype=op.dtype, device=op.device),
-                                  params)[:, 0]
-                self._love = LanczosCache(lambda V: op.matmul(V.to(op.dtype), params), start,
+                start = op64.matmul(torch.ones((op.n, 1), dtype=torch.float64, device=op.device),
+                                    params)[:, 0]
+                self._love = LanczosCache(lambda V: op64.matmul(V, params), start,
                                           min(op.n, LOVE_MAX_RANK), lambda_min)
         return self._love
 
