@@ -324,7 +324,8 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     if distributed.active():  # a process group: row blocks shared out (kernelkit.distributed)
         from kernelkit.distributed import _gram
 
-        return _gram.gram(X, Y, kernel, out=out, block_size=block_size, device=device, **params)
+        return _gram.gram(sys.modules[__name__], X, Y, kernel, out=out, block_size=block_size,
+                          progress=progress, device=device, **params)
     spec, X, Y, resolved, where, block_size, dtype, path = _validated(
         X, Y, kernel, out, block_size, device, params)
     progress = _check_progress(progress)

@@ -25,7 +25,7 @@ import torch
 
 __all__ = [
     "active", "local", "world", "shard", "agree", "check_same", "all_reduce", "all_gather_rows",
-    "broadcast", "broadcast_text", "kernel_matvec", "kernel_matvec_streamed", "DistributedError",
+    "broadcast", "broadcast_text", "sharded_rows", "DistributedError",
 ]
 
 _state = threading.local()
@@ -184,13 +184,12 @@ def check_same(name, *values):
             "arguments")
 
 
-def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params):
-    """:func:`kernelkit_gpu.kernel_matvec` over the process group: every rank passes the same
-    full x, y, v; rank r computes its :func:`shard` of the output rows with the single-GPU
-    kernel against the whole of y and v, and the rows are all-gathered, so every rank returns
-    the full result."""
-    from kernelkit_gpu.pairwise.matvec_fused import kernel_matvec as single
-
+def sharded_rows(single, x, y, v, kernel="rbf", *, transpose=False, precision="accurate",
+                 **params):
+    """``single(x, y, v, ...)`` (:func:`kernelkit_gpu.kernel_matvec` on one rank) over the
+    process group: every rank passes the same full x, y, v; rank r computes its :func:`shard`
+    of the output rows against the whole of the other operand, and the rows are all-gathered,
+    so every rank returns the full result. ``single`` is passed in to keep imports one-way."""
     shapes = [t.shape for t in (x, y, v) if isinstance(t, torch.Tensor)]
     check_same("kernel_matvec", *[s for shape in shapes for s in (len(shape), *shape)])
     rows = y if transpose else x  # the operand whose rows are the output's rows
@@ -206,40 +205,3 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
 
     out = agree(mine)
     return all_gather_rows(out, n)
-
-
-def kernel_matvec_streamed(x_local, y_local, v_local, kernel="rbf", *, precision="accurate",
-                           **params):
-    """The local rows of K(X, Y) @ V when each rank holds only its rows of X, Y and V.
-
-    Rank r passes its row blocks ``x_local`` (N_r, D), ``y_local`` (M_r, D) and ``v_local``
-    (M_r,) or (M_r, R). The blocks of Y and V travel one owner at a time (a broadcast from each
-    rank in turn: at most one other block is held at once), and each rank adds
-    K(x_local, Y_j) @ V_j in float64. Returns this rank's rows of K @ V, float64 for float32 x
-    summed over blocks. For Y too large to be held whole by every rank.
-    """
-    from kernelkit_gpu.pairwise.matvec_fused import kernel_matvec as single
-
-    rank, size = world()
-    squeeze = v_local.ndim == 1
-    v2 = v_local[:, None] if squeeze else v_local
-    sizes = all_gather_rows(torch.tensor([[float(y_local.shape[0])]]), size)[:, 0].long().tolist()
-    check_same("kernel_matvec_streamed", x_local.shape[1], v2.shape[1], y_local.shape[1])
-    out = torch.zeros((x_local.shape[0], v2.shape[1]), dtype=torch.float64, device=x_local.device)
-    for owner in range(size):
-        m = sizes[owner]
-        if m == 0:
-            continue
-        yb = y_local if owner == rank else torch.empty((m, y_local.shape[1]), dtype=y_local.dtype,
-                                                       device=y_local.device)
-        vb = v2 if owner == rank else torch.empty((m, v2.shape[1]), dtype=v2.dtype,
-                                                  device=v2.device)
-        yb, vb = broadcast(yb, owner).to(x_local.device), broadcast(vb, owner).to(x_local.device)
-
-        def part():
-            with local():
-                return single(x_local, yb, vb, kernel, precision=precision, **params)
-
-        out += agree(part).to(torch.float64)
-    return out[:, 0] if squeeze else out
-

@@ -22,7 +22,6 @@ import sys
 
 import numpy as np
 
-from kernelkit import blocked_gram as B
 
 __all__ = ["gram"]
 
@@ -31,11 +30,12 @@ def _blocks(n_rows, block_size):
     return [(i0, min(i0 + block_size, n_rows)) for i0 in range(0, n_rows, block_size)]
 
 
-def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, device="auto",
-         **params):
+def gram(B, X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None,
+         device="auto", **params):
     """:func:`kernelkit.gram` with the row blocks shared out over the process group (module
-    docstring); same arguments, same result on every rank (``progress`` is accepted and not
-    shown)."""
+    docstring); same arguments, same result on every rank (``progress`` is checked, not shown).
+    ``B`` is the module :mod:`kernelkit.blocked_gram`, whose checks and block loops run here
+    (passed in, so that imports go one way)."""
     import torch
 
     from kernelkit_gpu import distributed as D

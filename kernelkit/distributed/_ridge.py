@@ -93,9 +93,10 @@ class ShardedFalkonSystem(FalkonSystem):
             self.data, self.exact, self.weights, self.sw = sharded
 
 
-def fit_nystrom(op, data, exact, idx, Y, alphas, weights, tol, max_iter, callback):
+def fit_nystrom(warn_lstsq, op, data, exact, idx, Y, alphas, weights, tol, max_iter, callback):
     """``KernelRidge._fit_nystrom`` with :class:`ShardedFalkonSystem`: ``(result, beta, dense
-    solve)``. Kernel products inside run on this rank alone (``local()``)."""
+    solve)``; ``warn_lstsq`` is ``KernelRidge._warn_lstsq``. Kernel products inside run on this
+    rank alone (``local()``)."""
     from kernelkit.solvers._cg import conjugate_gradient
     from kernelkit.solvers._dense import shifted_solve
     from kernelkit_gpu import distributed as D
@@ -106,11 +107,9 @@ def fit_nystrom(op, data, exact, idx, Y, alphas, weights, tol, max_iter, callbac
                                     exact_matvec=system.exact_matvec, callback=callback)
 
     def dense():
-        from kernelkit.solvers.kernel_ridge import KernelRidge
-
         with D.local():
             x, used_lstsq = shifted_solve(*system.dense_system(Y), alphas)
-        KernelRidge._warn_lstsq(used_lstsq)
+        warn_lstsq(used_lstsq)
         return system.dense_beta(x)
 
     return result, system.to_beta(result.x), dense

@@ -7,6 +7,7 @@ This module imports NumPy and scikit-learn only; torch and the solvers
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import warnings
 
@@ -384,7 +385,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         wt = None if weights is None else op.vectors(weights)
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
         if sharded and solver == "nystrom":
-            fit = _ridge.fit_nystrom
+            fit = functools.partial(_ridge.fit_nystrom, self._warn_lstsq)
         with self._progress(solver, max_iter) as callback:
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)

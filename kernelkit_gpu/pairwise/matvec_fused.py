@@ -283,7 +283,7 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
 
     Under an initialised ``torch.distributed`` process group of several ranks every rank passes
     the same full x, y, v and gets the full result; each computes its block of output rows
-    (:func:`kernelkit_gpu.distributed.kernel_matvec`; :func:`kernelkit_gpu.distributed.local`
+    (:func:`kernelkit_gpu.distributed.sharded_rows`; :func:`kernelkit_gpu.distributed.local`
     turns this off).
 
     Examples
@@ -296,8 +296,8 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     torch.Size([6])
     """
     if distributed.active():  # a process group: rows sharded over the ranks (kernelkit_gpu.distributed)
-        return distributed.kernel_matvec(x, y, v, kernel, transpose=transpose,
-                                         precision=precision, **params)
+        return distributed.sharded_rows(kernel_matvec, x, y, v, kernel, transpose=transpose,
+                                        precision=precision, **params)
     xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
