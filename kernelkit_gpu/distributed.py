@@ -84,14 +84,14 @@ def all_reduce(t, op="sum"):
     """The float64 sum (or "min" / "max") of tensor ``t`` over the ranks, on ``t``'s device."""
     ops = {"sum": torch.distributed.ReduceOp.SUM, "min": torch.distributed.ReduceOp.MIN,
            "max": torch.distributed.ReduceOp.MAX}
-    buf = t.to(device=_comm_device(), dtype=torch.float64).contiguous()
+    buf = t.to(device=_comm_device(), dtype=torch.float64, copy=True).contiguous()
     torch.distributed.all_reduce(buf, op=ops[op])
     return buf.to(t.device)
 
 
 def broadcast(t, src=0):
     """Rank ``src``'s tensor ``t`` on every rank (same shape and dtype on every rank)."""
-    buf = t.to(_comm_device()).contiguous()
+    buf = t.to(_comm_device(), copy=True).contiguous()  # never the caller's tensor
     torch.distributed.broadcast(buf, src=src)
     return buf.to(t.device)
 
@@ -173,15 +173,15 @@ def agree(fn, *args, **kwargs):
 
 
 def check_same(name, *values):
-    """Raise ValueError on every rank unless the integers ``values`` (shapes, sizes) are equal on
+    """Raise ValueError on every rank unless ``values`` (shapes, sizes, checksums) are equal on
     every rank: every rank must pass the same full arguments."""
-    mine = torch.tensor([float(v) for v in values])
+    mine = torch.nan_to_num(torch.tensor([float(v) for v in values], dtype=torch.float64))
     low, high = all_reduce(mine, "min"), all_reduce(mine, "max")
     if not torch.equal(low, high):
         raise ValueError(
-            f"{name}: the ranks passed different shapes or sizes ({[int(v) for v in low]} to "
-            f"{[int(v) for v in high]}); under a process group every rank passes the same full "
-            "arguments")
+            f"{name}: the ranks passed different arguments (shapes, sizes and checksums "
+            f"{low.tolist()} to {high.tolist()}); under a process group every rank passes the "
+            "same full arguments")
 
 
 def sharded_rows(single, x, y, v, kernel="rbf", *, transpose=False, precision="accurate",
@@ -190,8 +190,10 @@ def sharded_rows(single, x, y, v, kernel="rbf", *, transpose=False, precision="a
     process group: every rank passes the same full x, y, v; rank r computes its :func:`shard`
     of the output rows against the whole of the other operand, and the rows are all-gathered,
     so every rank returns the full result. ``single`` is passed in to keep imports one-way."""
-    shapes = [t.shape for t in (x, y, v) if isinstance(t, torch.Tensor)]
-    check_same("kernel_matvec", *[s for shape in shapes for s in (len(shape), *shape)])
+    tensors = [t for t in (x, y, v) if isinstance(t, torch.Tensor)]
+    shapes = [s for t in tensors for s in (t.ndim, *t.shape)]
+    sums = [float(torch.sum(t, dtype=torch.float64)) for t in tensors if t.is_floating_point()]
+    check_same("kernel_matvec", *shapes, *sums)  # the same data on every rank
     rows = y if transpose else x  # the operand whose rows are the output's rows
     n = rows.shape[0] if isinstance(rows, torch.Tensor) and rows.ndim == 2 else 0
     lo, hi = shard(n)

@@ -104,6 +104,8 @@ def _checks(data, outdir, rank, size):
             t(np.vstack([X[:-1], [[np.nan] * 3]])), t(Y), t(V), "rbf").numpy(),
         "error_shapes": lambda: kernelkit_gpu.kernel_matvec(
             t(X[:5 + rank]), t(Y), t(V), "rbf").numpy(),
+        "error_values": lambda: kernelkit_gpu.kernel_matvec(  # e.g. unseeded random probes
+            t(X), t(Y), t(V + rank), "rbf").numpy(),
         "error_write": lambda: _failing_write(X, outdir, rank, size),
         "local": lambda: _local(X, Y, V),
     }

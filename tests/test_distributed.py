@@ -189,7 +189,9 @@ def test_kernel_matvec_errors_are_shared(ranks):
     for e in errors:
         assert e["error_nan_rows"][0] == want[0] and e["error_nan_rows"][1].startswith(want[1])
         assert e["error_shapes"][0] == "ValueError"
-        assert "the ranks passed different shapes" in e["error_shapes"][1]
+        assert "the ranks passed different arguments" in e["error_shapes"][1]
+        assert e["error_values"][0] == "ValueError"
+        assert "the ranks passed different arguments" in e["error_values"][1]
     assert len({tuple(e["error_shapes"]) for e in errors}) == 1
 
 

@@ -49,7 +49,8 @@ def gram(B, X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None
     spec, Xc, Yc, resolved, where, bs, dtype, path = D.agree(validate)
     n_rows = Xc.shape[0]
     n_cols = n_rows if Yc is None else Yc.shape[0]
-    D.check_same("gram", n_rows, n_cols, Xc.shape[1], path is None)
+    sums = [float(np.sum(A, dtype=np.float64)) for A in (Xc, Yc) if A is not None]
+    D.check_same("gram", n_rows, n_cols, Xc.shape[1], path is None, *sums)  # same data everywhere
     bs = min(bs, -(-n_rows // size))  # every rank gets rows
     bs = int(D.all_reduce(torch.tensor([float(bs)]), "min")[0])  # one block layout everywhere
     blocks = _blocks(n_rows, bs)
