@@ -244,6 +244,11 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     data, the accurate float32 mode otherwise), then comes back to the host, so N is limited by
     disk, not GPU memory.
 
+    Under an initialised ``torch.distributed`` process group of several ranks, every rank passes
+    the same arguments and gets the same result; each computes its share of the row blocks
+    (:mod:`kernelkit.distributed._gram`; to a file: rank 0 creates and renames it, so ``out``
+    must be on storage every rank sees). docs/distributed.md.
+
     Parameters
     ----------
     X : array-like of shape (n_X, n_features)

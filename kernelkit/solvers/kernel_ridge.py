@@ -229,6 +229,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     memory, at most 4 GiB; 256 MiB on the CPU). n x n is formed only by the dense fallback,
     which checks first that four float64 n x n arrays fit.
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
+    ``fit(X, y)`` with the whole data and gets the same fitted attributes (rank 0's landmarks
+    and coefficients); ``solver="nystrom"`` shards the rows of K_nM over the ranks
+    (:mod:`kernelkit.distributed._ridge`), ``solver="cg"`` its GPU products. docs/distributed.md.
+
     Examples
     --------
     >>> import numpy as np
