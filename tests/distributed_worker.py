@@ -173,6 +173,39 @@ def _die(X, outdir, rank, size):
     kernelkit.gram(X, out=os.path.join(outdir, "died", "K.npy"), block_size=1, device="cpu")
 
 
+#: Work this rank did in the current check: Gram entries (kernelkit.gram's block function),
+#: output rows of the Triton K @ V launcher (in all, and the most in one call), the most rows of
+#: one call of the solvers' kernel row blocks.
+WORK = np.zeros(4, dtype=np.int64)
+
+
+def _install_spies():
+    """Count the work each rank does, to prove that the ranks shared it out."""
+    from kernelkit import blocked_gram
+    from kernelkit.solvers import _kernel_op
+    from kernelkit_gpu.pairwise import matvec_fused
+
+    block_value, matvec_fwd = blocked_gram._block_value, matvec_fused.matvec_fwd
+    row_blocks = _kernel_op.KernelOperator.row_blocks
+
+    def counted_block(spec, A, B, *args, **kwargs):
+        WORK[0] += A.shape[0] * (A.shape[0] if B is None else B.shape[0])
+        return block_value(spec, A, B, *args, **kwargs)
+
+    def counted_matvec(ops, plan, v2, out, *args, **kwargs):
+        WORK[1] += out.shape[0]
+        WORK[2] = max(WORK[2], out.shape[0])
+        return matvec_fwd(ops, plan, v2, out, *args, **kwargs)
+
+    def counted_rows(self, A, B):
+        WORK[3] = max(WORK[3], A.shape[0])
+        return row_blocks(self, A, B)
+
+    blocked_gram._block_value = counted_block
+    matvec_fused.matvec_fwd = counted_matvec
+    _kernel_op.KernelOperator.row_blocks = counted_rows
+
+
 def main(outdir, scenario="checks"):
     import torch
 
@@ -182,14 +215,17 @@ def main(outdir, scenario="checks"):
     import kernelkit
 
     assert kernelkit.distributed.active()
+    _install_spies()
     results, errors = {}, {}
     data = inputs()
     checks = (_checks(data, outdir, rank, size) if scenario == "checks" else
               {"die": lambda: _die(data["X"], outdir, rank, size)})
     for name, check in checks.items():
         start = time.perf_counter()
+        WORK[:] = 0
         try:
             results[name] = np.asarray(check())
+            results[f"{name}:work"] = WORK.copy()
         except Exception as exc:  # noqa: BLE001 - recorded for the test
             errors[name] = [type(exc).__name__, str(exc)]
         print(f"{name}: {time.perf_counter() - start:.2f} s")

@@ -90,6 +90,17 @@ def _result(ranks, name):
     return first
 
 
+def _work(ranks, name):
+    """Per rank: [Gram entries, K @ V launcher rows, most rows in one launch, most rows of one
+    solver row-block call] (tests/distributed_worker.py's spies)."""
+    _, found, _ = ranks
+    return np.array([results[f"{name}:work"] for results, _ in found])
+
+
+def _shares(world, n):
+    return [n * (r + 1) // world - n * r // world for r in range(world)]
+
+
 @pytest.fixture(scope="module")
 def data():
     return inputs()
@@ -111,6 +122,11 @@ def test_gram_in_memory_equals_one_process(ranks, data):
     # 2 rows over 2 or 3 ranks: some ranks own none
     np.testing.assert_allclose(_result(ranks, "gram_small"),
                                kernelkit.gram(data["X2"], device="cpu"), **TOL["float64"])
+    # the ranks shared the entries out: every entry computed once, by one rank
+    for name, n_cols in [("gram_xx", 7), ("gram_xy", 5), ("gram_small", 2)]:
+        entries = _work(ranks, name)[:, 0]
+        n_rows = 2 if name == "gram_small" else 7
+        assert entries.sum() == n_rows * n_cols and entries.max() < n_rows * n_cols, name
 
 
 def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
@@ -125,6 +141,7 @@ def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
     small = np.load(kernelkit.gram(data["X2"], out=tmp_path / "K2.npy", block_size=1,
                                    device="cpu"))
     np.testing.assert_array_equal(_result(ranks, "gram_file_small"), small)
+    assert _work(ranks, "gram_file_xx")[:, 0].max() < 49 == _work(ranks, "gram_file_xx")[:, 0].sum()
 
 
 def test_cli_gram_under_a_process_group(ranks, data, tmp_path):
@@ -170,6 +187,10 @@ def test_kernel_matvec_equals_one_process(ranks, data):
     # float32 sums of 5 products of size ~3e6 carry ~4 ulps of 3e6 * 5 (1e-6 relative)
     single = kernelkit_gpu.kernel_matvec(t(X).float(), t(Y).float(), t(V[:, 0]).float(), "linear")
     np.testing.assert_allclose(_result(ranks, "matvec32"), single.numpy(), rtol=2e-6, atol=0)
+    # each rank launched the Triton product on its own rows only
+    world = ranks[0]
+    for name, n in [("matvec64", 7), ("matvec32", 7), ("matvec_t", 5), ("matvec_small", 2)]:
+        assert _work(ranks, name)[:, 1].tolist() == _shares(world, n), name
 
 
 @pytest.mark.usefixtures("triton_can_run")
@@ -221,6 +242,9 @@ def test_kernel_ridge_nystrom_equals_one_process(ranks, data):
     np.testing.assert_allclose(_result(ranks, "ridge_nystrom_coef"), coef, rtol=1e-6, atol=1e-8)
     # random_state=None: rank 0's landmarks on every rank, so the coefficients are equal
     assert _result(ranks, "ridge_unseeded").shape == (12,)
+    # K_nM was streamed by rank over its own rows (40 in all)
+    for name in ("ridge_nystrom", "ridge_nystrom_coef", "ridge_unseeded"):
+        assert _work(ranks, name)[:, 3].tolist() == _shares(ranks[0], 40), name
 
 
 def test_kernel_ridge_cg_equals_one_process(ranks, data):
@@ -238,6 +262,8 @@ def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
     model = ridge(solver="cg", n_components=10, random_state=0)
     coef = model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
     np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), coef, rtol=1e-6, atol=1e-8)
+    # every product K @ P ran on the rank's own rows of the 10
+    assert _work(ranks, "ridge_cg_triton")[:, 2].tolist() == _shares(ranks[0], 10)
 
 
 # ---------------------------------------------------------------------------- a rank that dies
