@@ -107,6 +107,7 @@ def data():
 
 
 # ---------------------------------------------------------------------------- kernelkit.gram
+@pytest.mark.subprocess
 def test_gram_in_memory_equals_one_process(ranks, data):
     import kernelkit
 
@@ -129,6 +130,7 @@ def test_gram_in_memory_equals_one_process(ranks, data):
         assert entries.sum() == n_rows * n_cols and entries.max() < n_rows * n_cols, name
 
 
+@pytest.mark.subprocess
 def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
     import kernelkit
 
@@ -144,6 +146,7 @@ def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
     assert _work(ranks, "gram_file_xx")[:, 0].max() < 49 == _work(ranks, "gram_file_xx")[:, 0].sum()
 
 
+@pytest.mark.subprocess
 def test_cli_gram_under_a_process_group(ranks, data, tmp_path):
     import kernelkit
 
@@ -152,6 +155,7 @@ def test_cli_gram_under_a_process_group(ranks, data, tmp_path):
     np.testing.assert_array_equal(_result(ranks, "cli_gram"), single)
 
 
+@pytest.mark.subprocess
 def test_failed_rank_fails_every_rank_and_leaves_no_file(ranks):
     world, found, outdir = ranks
     for _, errors in found:
@@ -162,6 +166,7 @@ def test_failed_rank_fails_every_rank_and_leaves_no_file(ranks):
 
 
 # -------------------------------------------------------------------- kernelkit_gpu.kernel_matvec
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_equals_one_process(ranks, data):
     import torch
@@ -193,6 +198,7 @@ def test_kernel_matvec_equals_one_process(ranks, data):
         assert _work(ranks, name)[:, 1].tolist() == _shares(world, n), name
 
 
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_streamed_blocks(ranks, data):
     """Each rank holds only its rows of X, Y and V; Y and V travel owner by owner."""
@@ -201,6 +207,7 @@ def test_kernel_matvec_streamed_blocks(ranks, data):
                                get_kernel("rbf").value(X, Y, gamma=0.5) @ V, **TOL["float64"])
 
 
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_errors_are_shared(ranks):
     world, found, _ = ranks
@@ -216,6 +223,7 @@ def test_kernel_matvec_errors_are_shared(ranks):
     assert len({tuple(e["error_shapes"]) for e in errors}) == 1
 
 
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("triton_can_run")
 def test_local_turns_the_group_off(ranks, data):
     """Inside local() each rank computed its own row alone (different on every rank)."""
@@ -232,6 +240,7 @@ def test_local_turns_the_group_off(ranks, data):
 
 
 # ---------------------------------------------------------------------------- KernelRidge
+@pytest.mark.subprocess
 def test_kernel_ridge_nystrom_equals_one_process(ranks, data):
     Xr, yr = data["Xr"], data["yr"]
     model = ridge(solver="nystrom", n_components=12, random_state=0)
@@ -247,12 +256,14 @@ def test_kernel_ridge_nystrom_equals_one_process(ranks, data):
         assert _work(ranks, name)[:, 3].tolist() == _shares(ranks[0], 40), name
 
 
+@pytest.mark.subprocess
 def test_kernel_ridge_cg_equals_one_process(ranks, data):
     Xr, yr = data["Xr"], data["yr"]
     coef = ridge(solver="cg", n_components=8, random_state=0).fit(Xr, yr[:, 0]).dual_coef_
     np.testing.assert_allclose(_result(ranks, "ridge_cg"), coef, rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.subprocess
 @pytest.mark.usefixtures("triton_can_run")
 def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
     """solver="cg" with the Triton products: K @ P sharded by kernel_matvec over the ranks."""
@@ -267,6 +278,7 @@ def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
 
 
 # ---------------------------------------------------------------------------- a rank that dies
+@pytest.mark.subprocess
 def test_dead_rank_fails_the_others_and_leaves_no_file(tmp_path):
     """The last of 2 ranks exits mid-write: rank 0 fails (no hang), removing the temp file."""
     codes, outputs = spawn(2, tmp_path, "die")
@@ -279,6 +291,7 @@ def test_dead_rank_fails_the_others_and_leaves_no_file(tmp_path):
 
 
 # ---------------------------------------------------------------------------- torchrun
+@pytest.mark.subprocess
 def test_torchrun_kernelkit_gram(tmp_path, data):
     """``torchrun --standalone --nproc_per_node 2 -m kernelkit gram``: the CLI sets up its own
     process group (env://, gloo on the CPU); the file equals the single-process one."""
