@@ -336,7 +336,6 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     progress = _check_progress(progress)
     n_rows = X.shape[0]
     n_cols = n_rows if Y is None else Y.shape[0]
-    sequential = out is not None and Y is None
     if where == "cuda":  # move the data once; blocks come back to the host one at a time
         import torch
 

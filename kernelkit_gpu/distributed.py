@@ -33,7 +33,8 @@ _state = threading.local()
 _MESSAGE_BYTES = 4096
 #: Bytes per rank of one all-gather in :func:`all_gather_rows`.
 GATHER_BYTES = 256 * 2**20
-#: Exception types :func:`agree` raises again as themselves on every rank (others: DistributedError).
+#: Exception types :func:`agree` raises again as themselves on every rank (others:
+#: DistributedError).
 _SHARED_TYPES = (ValueError, TypeError, MemoryError, OSError, ImportError, ArithmeticError,
                  IndexError, KeyError, NotImplementedError)
 

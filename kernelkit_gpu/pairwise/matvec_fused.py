@@ -295,7 +295,7 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     >>> kernelkit_gpu.kernel_matvec(x, y, v, "rbf", gamma=0.5).shape
     torch.Size([6])
     """
-    if distributed.active():  # a process group: rows sharded over the ranks (kernelkit_gpu.distributed)
+    if distributed.active():  # a process group: rows shared out (kernelkit_gpu.distributed)
         return distributed.sharded_rows(kernel_matvec, x, y, v, kernel, transpose=transpose,
                                         precision=precision, **params)
     xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)

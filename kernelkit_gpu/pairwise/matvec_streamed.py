@@ -39,7 +39,8 @@ def kernel_matvec_streamed(x_local, y_local, v_local, kernel="rbf", *, precision
                                                        device=y_local.device)
         vb = v2 if owner == rank else torch.empty((m, v2.shape[1]), dtype=v2.dtype,
                                                   device=v2.device)
-        yb, vb = D.broadcast(yb, owner).to(x_local.device), D.broadcast(vb, owner).to(x_local.device)
+        yb = D.broadcast(yb, owner).to(x_local.device)
+        vb = D.broadcast(vb, owner).to(x_local.device)
 
         def part():
             with D.local():
