@@ -34,6 +34,8 @@ def same_on_all_ranks(array):
     """Rank 0's NumPy ``array`` on every rank (same shape and dtype everywhere)."""
     from kernelkit_gpu import distributed as D
 
+    if array.size == 0:  # the same on every rank already (no landmarks)
+        return array
     t = D.broadcast(torch.from_numpy(np.ascontiguousarray(array)))
     return t.numpy()
 
