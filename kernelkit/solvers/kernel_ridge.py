@@ -7,6 +7,7 @@ This module imports NumPy and scikit-learn only; torch and the solvers
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import warnings
 
@@ -16,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from kernelkit import distributed
 from kernelkit._device import check_device, resolve_device
 from kernelkit.kernels import _RegistryKernel
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
@@ -227,6 +229,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     memory, at most 4 GiB; 256 MiB on the CPU). n x n is formed only by the dense fallback,
     which checks first that four float64 n x n arrays fit.
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
+    ``fit(X, y)`` with the whole data and gets the same fitted attributes (rank 0's landmarks
+    and coefficients); ``solver="nystrom"`` shards the rows of K_nM over the ranks
+    (:mod:`kernelkit.distributed._ridge`), ``solver="cg"`` its GPU products. docs/distributed.md.
+
     Examples
     --------
     >>> import numpy as np
@@ -371,12 +378,19 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
                                              n_alphas=np.unique(alpha).size)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
+        sharded = distributed.active()  # a process group (kernelkit.distributed)
+        if sharded:
+            from kernelkit.distributed import _ridge
+
+            idx = _ridge.same_on_all_ranks(idx)
         Xo, Xe = op.data(X), op.exact_data(X)
         data, exact = (Xo, op.take(Xo, idx)), (Xe, op.take(Xe, idx))
         Yt = op.vectors(Y)
         alphas = op.vectors(np.broadcast_to(alpha, (k,)))
         wt = None if weights is None else op.vectors(weights)
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
+        if sharded and solver == "nystrom":
+            fit = functools.partial(_ridge.fit_nystrom, self._warn_lstsq)
         with self._progress(solver, max_iter) as callback:
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
@@ -399,6 +413,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                 "for the dense float64 fallback. Increase max_iter or n_components, or increase "
                 "alpha.", ConvergenceWarning, stacklevel=2)
         coef = coef.cpu().numpy()
+        if sharded:  # rank 0's coefficients on every rank, bit for bit
+            coef = _ridge.same_on_all_ranks(coef)
         self.dual_coef_ = coef[:, 0] if y.ndim == 1 else coef
         self.X_fit_ = X if solver == "cg" else X[idx]
         self.solver_ = solver
