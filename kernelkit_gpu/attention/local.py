@@ -55,14 +55,18 @@ def _online_step(acc, l_i, m_i, s, valid):
 
 
 @triton.jit
-def _summary_tile(acc, l_i, m_i, q, kb_base, vb_base, bias_base, gs, g_end, offs_d, offs_dv,
-                  D, DV, qk_scale, stride_gn, stride_gd, stride_wn, stride_wd,
-                  PREC: tl.constexpr, UPCAST: tl.constexpr):
+def _summary_tile(acc, l_i, m_i, q, kb_base, kl_base, vb_base, bias_base, gs, g_end, offs_d,
+                  offs_dv, D, DV, qk_scale, stride_gn, stride_gd, stride_wn, stride_wd,
+                  SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr):
     """Fold the summaries ``gs`` (those < g_end; bias in the log2 domain) into the running
     softmax of the query block."""
     kbT = _load_cols(kb_base, offs_d, gs, stride_gd, stride_gn, D, g_end, True, True)
     bias = tl.load(bias_base + gs, mask=gs < g_end, other=0.0)
-    s = _mm(q, kbT, None, PREC, UPCAST) * qk_scale + bias[None, :]
+    s = _mm(q, kbT, None, PREC, UPCAST)
+    if SPLIT:  # kbar = hi + lo, both in q's dtype: float32-like accuracy on tensor cores
+        klT = _load_cols(kl_base, offs_d, gs, stride_gd, stride_gn, D, g_end, True, True)
+        s = _mm(q, klT, s, PREC, UPCAST)
+    s = s * qk_scale + bias[None, :]
     acc, l_i, m_i, p = _online_step(acc, l_i, m_i, s, gs[None, :] < g_end)
     vb = _load_rows(vb_base, gs, offs_dv, stride_wn, stride_wd, g_end, DV, True, True)
     acc = _mm(p.to(vb.dtype), vb, acc, PREC, UPCAST)
@@ -71,7 +75,7 @@ def _summary_tile(acc, l_i, m_i, q, kb_base, vb_base, bias_base, gs, g_end, offs
 
 @triton.jit(do_not_specialize=["H", "T", "G", "WINDOW"])
 def _local_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, kb_ptr, vb_ptr, bias_ptr, o_ptr,
+    q_ptr, k_ptr, v_ptr, kb_ptr, kl_ptr, vb_ptr, bias_ptr, o_ptr,
     H, T, G, D, DV, WINDOW, qk_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -80,7 +84,7 @@ def _local_fwd_kernel(
     stride_wb, stride_wh, stride_wn, stride_wd,
     stride_ob, stride_oh, stride_ot, stride_od,
     BLOCK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    CAUSAL: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+    CAUSAL: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """out[b, h, block pid_m]: window keys exactly, then the summaries outside the window."""
     pid_m = tl.program_id(0)
@@ -91,6 +95,7 @@ def _local_fwd_kernel(
     k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
     kb_base = kb_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh
+    kl_base = kl_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh
     vb_base = vb_ptr + b.to(tl.int64) * stride_wb + h.to(tl.int64) * stride_wh
     bias_base = bias_ptr + bh.to(tl.int64) * G
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
@@ -124,15 +129,16 @@ def _local_fwd_kernel(
         acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
 
     for g0 in range(0, lo_b, BLOCK_G):
-        acc, l_i, m_i = _summary_tile(acc, l_i, m_i, q, kb_base, vb_base, bias_base, g0 + offs_g,
-                                      lo_b, offs_d, offs_dv, D, DV, qk_scale, stride_gn,
-                                      stride_gd, stride_wn, stride_wd, PREC, UPCAST)
+        acc, l_i, m_i = _summary_tile(acc, l_i, m_i, q, kb_base, kl_base, vb_base, bias_base,
+                                      g0 + offs_g, lo_b, offs_d, offs_dv, D, DV, qk_scale,
+                                      stride_gn, stride_gd, stride_wn, stride_wd, SPLIT, PREC,
+                                      UPCAST)
     if not CAUSAL:
         for g0 in range(hi_b, G, BLOCK_G):
-            acc, l_i, m_i = _summary_tile(acc, l_i, m_i, q, kb_base, vb_base, bias_base,
+            acc, l_i, m_i = _summary_tile(acc, l_i, m_i, q, kb_base, kl_base, vb_base, bias_base,
                                           g0 + offs_g, G, offs_d, offs_dv, D, DV, qk_scale,
-                                          stride_gn, stride_gd, stride_wn, stride_wd, PREC,
-                                          UPCAST)
+                                          stride_gn, stride_gd, stride_wn, stride_wd, SPLIT,
+                                          PREC, UPCAST)
 
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # l_i > 0 on every row < T
     rows = offs_m.to(tl.int64)
@@ -151,19 +157,24 @@ def local_fwd(q, k, v, *, block, window, is_causal, scale):
     if B * H * T == 0:
         return out
     kbar, vbar, bias = block_summaries(q, k, v, block, scale)
-    kbar, vbar = kbar.to(q.dtype), vbar.to(q.dtype)  # tl.dot operands share q's dtype
+    # tl.dot operands share q's dtype; 16-bit: kbar as hi + lo (two products), so that a key
+    # offset (k + 1000) loses no more digits in the summaries than in the keys themselves
+    split = q.dtype != torch.float32
+    kb_hi = kbar.to(q.dtype).contiguous()
+    kb_lo = (kbar - kb_hi.to(kbar.dtype)).to(q.dtype).contiguous() if split else kb_hi
+    vbar = vbar.to(q.dtype).contiguous()
     bias = (bias * LOG2E).contiguous()  # log2 domain, as the scores
-    G = kbar.shape[2]
+    G = kb_hi.shape[2]
     block_g = min(64, _launch.block_size(G))
     grid = (triton.cdiv(T, block), B * H)
     # 16-bit: 4 warps up to block 64, 8 at 128; float32 (CUDA cores): 4.
     warps = 8 if block == 128 and q.dtype != torch.float32 else 4
     _local_fwd_kernel[grid](
-        q, k, v, kbar, vbar, bias, out,
+        q, k, v, kb_hi, kb_lo, vbar, bias, out,
         H, T, G, D, DV, window, scale * LOG2E,
-        *q.stride(), *k.stride(), *v.stride(), *kbar.stride(), *vbar.stride(), *out.stride(),
+        *q.stride(), *k.stride(), *v.stride(), *kb_hi.stride(), *vbar.stride(), *out.stride(),
         BLOCK=block, BLOCK_G=block_g, BLOCK_D=_launch.block_size(D),
-        BLOCK_DV=_launch.block_size(DV), CAUSAL=is_causal,
+        BLOCK_DV=_launch.block_size(DV), CAUSAL=is_causal, SPLIT=split,
         PREC=_attn_configs.dot_precision(q.dtype), UPCAST=_attn_configs.upcast(q.dtype),
         num_warps=warps, num_stages=2,
     )
