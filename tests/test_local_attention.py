@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from kernelkit.compare.methods import method_names, parse_method
 from kernelkit_gpu.attention.local_naive import block_summaries, local_attention_naive
 from kernelkit_math.attention import softmax_attention
 from kernelkit_math.attention_local import (check_local_args, keys_per_row, local_attention,
@@ -226,3 +227,26 @@ def test_real_heads_error_floor():
     A, den = local_weights(q[0, :2], k[0, :2], block=32, window=1, scale=scale)
     assert (A >= 0).all() and (den >= 1).all()
     np.testing.assert_allclose(A.sum(-1), 1.0, rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------ compare tool
+def test_compare_method_parses_and_agrees_with_the_reference(rng):
+    m = parse_method(" local:16 ", d=5)
+    assert (m.spec, m.family, m.block, m.window, m.random) == ("local:16:1", "local", 16, 1, False)
+    assert parse_method("local:8:0", d=5).window == 0
+    assert "local:B:W" in method_names()
+    q, k, v = _qkv(rng, 40)
+    want = local_attention(q, k, v, block=16, window=1, is_causal=True, scale=0.4)
+    np.testing.assert_allclose(m.output(q, k, v, is_causal=True, scale=0.4), want,
+                               rtol=1e-12, atol=1e-12)  # float64
+    A, den = m.weights(q, k, is_causal=True, scale=0.4)
+    np.testing.assert_allclose(A @ v, want, rtol=1e-12, atol=1e-12)
+    got = m.run(*(torch.from_numpy(t)[None] for t in (q, k, v)), is_causal=True, scale=0.4)
+    np.testing.assert_allclose(got[0].numpy(), want, rtol=1e-12, atol=1e-12)  # float64 twin
+
+
+@pytest.mark.parametrize("spec", ["local", "local:", "local:x", "local:0", "local:8:-1",
+                                  "local:8:1:2", "local:+8", "local:8.0"])
+def test_compare_method_rejects_bad_specs(spec):
+    with pytest.raises(ValueError, match="local:B:W"):
+        parse_method(spec, d=4)

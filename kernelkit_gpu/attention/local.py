@@ -31,13 +31,10 @@ from kernelkit_gpu import _launch
 from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu.attention.local_naive import (block_summaries, check_local_qkv,
-                                                 local_attention_naive)
+from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, block_summaries,
+                                                 check_local_qkv, local_attention_naive)
 
 __all__ = ["local_attention", "local_fwd", "LocalAttentionFunction", "TRITON_BLOCKS"]
-
-#: The block sizes the Triton kernel takes (one query tile = one key block; tl.dot needs >= 16).
-TRITON_BLOCKS = (16, 32, 64, 128)
 
 
 @triton.jit

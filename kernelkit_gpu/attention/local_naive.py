@@ -19,7 +19,10 @@ import torch.nn.functional as F
 from kernelkit_gpu import _checks
 from kernelkit_math.attention_local import check_local_args
 
-__all__ = ["local_attention_naive", "block_summaries", "check_local_qkv"]
+__all__ = ["local_attention_naive", "block_summaries", "check_local_qkv", "TRITON_BLOCKS"]
+
+#: The block sizes the Triton forward takes (one query tile = one key block; tl.dot needs >= 16).
+TRITON_BLOCKS = (16, 32, 64, 128)
 
 
 def check_local_qkv(q, k, v, block, window, is_causal, scale, dtypes):
