@@ -158,3 +158,8 @@ def test_bad_tensors(device):
     with pytest.raises(ValueError, match="at most 256"):
         y = torch.zeros(1, 1, 8, 300, device=device)
         la.local_attention(y, y, y)
+
+
+def test_empty_length(device):
+    x = torch.zeros(2, 3, 0, 16, device=device)
+    assert la.local_attention(x, x, x).shape == (2, 3, 0, 16)
