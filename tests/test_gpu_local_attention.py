@@ -163,3 +163,21 @@ def test_bad_tensors(device):
 def test_empty_length(device):
     x = torch.zeros(2, 3, 0, 16, device=device)
     assert la.local_attention(x, x, x).shape == (2, 3, 0, 16)
+
+
+def test_public_function_dispatch(device, monkeypatch):
+    """kernelkit.attention.local_attention: the Triton forward for 16/32-bit tensors and a
+    Triton block size; the twin for float64 or another block size (same values)."""
+    from kernelkit.attention import local_attention
+
+    case = (40, 16, 16, 16, 1, True, "float32")
+    q, k, v = _qkv(case, device)
+    calls = spy_calls(monkeypatch, [(la, "local_fwd", "fwd")])
+    _check(local_attention(q, k, v, block=16, window=1, is_causal=True), q, k, v, case)
+    assert calls == ["fwd"]
+    out = local_attention(q, k, v, block=10, window=1, is_causal=True)
+    ref = local_reference(to_numpy64(q), to_numpy64(k), to_numpy64(v), block=10, window=1,
+                          is_causal=True)
+    np.testing.assert_allclose(to_numpy64(out), ref, **TOL["float32"])
+    out64 = local_attention(q.double(), k.double(), v.double(), block=16, is_causal=True)
+    assert calls == ["fwd"] and out64.dtype == torch.float64

@@ -283,21 +283,9 @@ class _Local(Method):
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        """The Triton forward where it runs (16- and 32-bit tensors on CUDA, or under the
-        interpreter; a block of :data:`~kernelkit_gpu.attention.local_naive.TRITON_BLOCKS`),
-        else the plain-PyTorch twin."""
-        import torch
+        from kernelkit.attention import local_attention
 
-        from kernelkit_gpu import _launch
-        from kernelkit_gpu.attention.local_naive import TRITON_BLOCKS, local_attention_naive
-
-        settings = self._settings(is_causal, scale)
-        if (_launch.HAS_TRITON and q.dtype != torch.float64 and self.block in TRITON_BLOCKS
-                and (q.is_cuda or _launch.INTERPRET)):
-            from kernelkit_gpu.attention.local import local_attention
-
-            return local_attention(q, k, v, **settings)
-        return local_attention_naive(q, k, v, **settings)
+        return local_attention(q, k, v, **self._settings(is_causal, scale))
 
 
 # ---------------------------------------------------------------------------------- parsing
