@@ -283,7 +283,7 @@ class _Local(Method):
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.attention import local_attention
+        from kernelkit._attention_local import local_attention
 
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 
