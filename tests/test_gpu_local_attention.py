@@ -94,15 +94,19 @@ def test_matches_the_float64_reference(case, device, monkeypatch):
         assert torch.equal(x, c)  # inputs are not modified
 
 
-@pytest.mark.parametrize("which", ["k", "v"])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
 def test_offset_data(device, dt, which):
-    """k + 1000 shifts every score of a row by q·1000 (the method ignores it in exact
+    """q + 1000 (keys scaled to keep the scores of size ~1): every block's mean query is
+    ~1000; k + 1000 shifts every score of a row by q·1000 (the method ignores it in exact
     arithmetic; 16-bit summaries keep their digits through the hi + lo split of kbar);
     v + 1000 moves the output to ~1000."""
     case = (63, 16, 16, 16, 0, False, dt)  # window 0: 3 summaries of 4 blocks per row
     q, k, v = _qkv(case, device)
-    if which == "k":
+    if which == "q":
+        q = (q.float() + 1000.0).to(q.dtype)
+        k = k * 0.05
+    elif which == "k":
         q = q * 0.05  # scores of size ~1 around the row's shift: the summaries carry weight
         k = (k.float() + 1000.0).to(k.dtype)
     else:
