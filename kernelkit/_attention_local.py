@@ -26,6 +26,9 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
         Triton forward (CUDA, or the CPU under ``TRITON_INTERPRET=1``) when ``block`` is 16, 32,
         64 or 128; otherwise, and for float64, the plain-PyTorch twin (it materialises the (T, T)
         scores). Gradients: through the twin (its forward recomputed), on either path.
+        Inputs must be finite: unlike the other attention functions, no path leaves masked
+        keys out of its sums (a NaN in a later key of the query's own block reaches it with
+        ``is_causal``), and nothing is checked.
     block : int, default 32
         Positions per block.
     window : int, default 1

@@ -33,7 +33,9 @@ uniform attention (NOTES.md); the summaries are the one-query (rank-one in the q
 each far block, so heads whose queries spread widely within a block are the hard case.
 
 Shapes: q, k (..., T, D), v (..., T, Dv) (self-attention: one length T; leading dims
-broadcast). Inputs are converted to float64 and never modified.
+broadcast). Inputs are converted to float64 and never modified. They must be finite: masked
+pairs get weight 0 in full-matrix products here, so unlike :mod:`kernelkit_math.attention`
+a NaN in a masked (causally later) key of the same block reaches the row (0 * NaN).
 """
 
 from __future__ import annotations

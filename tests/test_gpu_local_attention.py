@@ -185,3 +185,15 @@ def test_public_function_dispatch(device, monkeypatch):
     np.testing.assert_allclose(to_numpy64(out), ref, **TOL["float32"])
     out64 = local_attention(q.double(), k.double(), v.double(), block=16, is_causal=True)
     assert calls == ["fwd"] and out64.dtype == torch.float64
+
+
+def test_a_window_wider_than_the_sequence_is_softmax(device):
+    """window 2**40 (clamped before the launch: no int32 overflow) is exact softmax."""
+    from kernelkit_gpu.attention.softmax import softmax_attention
+
+    case = (63, 16, 16, 16, 0, True, "float32")
+    q, k, v = _qkv(case, device)
+    for causal in (False, True):
+        out = la.local_attention(q, k, v, block=16, window=2**40, is_causal=causal)
+        want = softmax_attention(q, k, v, is_causal=causal)
+        np.testing.assert_allclose(to_numpy64(out), to_numpy64(want), **TOL["float32"])
