@@ -17,7 +17,7 @@ In one process, so that every ratio compares numbers of the same run:
 2. timings (``triton.testing.do_bench``, median, first call compiled in the warm-up): forward
    only, B = 4, H = 16, T = 16384, D = 64, bfloat16, causal and not: kernelkit softmax, SDPA
    (default backend choice), and local attention for (block, window) in ``--variants``, with
-   the summaries pass (torch) timed alone; ratio local / kernelkit softmax (the floor: <= 0.5).
+   the summaries pass (``local_summaries``, a Triton kernel) timed alone; ratio local / kernelkit softmax (the floor: <= 0.5).
 
 The JSON goes to ``--out`` (default ``benchmarks/results/attention_local-<gpu>-<date>.json``),
 written atomically; a short table is printed last. ``--smoke`` runs tiny shapes on the CPU under
@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from _common import (ROOT, check_mode, default_out, device_facts, log, median_ms, now, peak_mib,
                      versions, write_json_atomic)
 
-from kernelkit_gpu.attention.local_naive import block_summaries, local_attention_naive  # noqa: E402
+from kernelkit_gpu.attention.local_naive import local_attention_naive  # noqa: E402
 from kernelkit_math.attention_local import keys_per_row  # noqa: E402
 
 la = importlib.import_module("kernelkit_gpu.attention.local")
@@ -124,7 +124,7 @@ def timings(dev, variants, smoke, b, heads, t, d):
                 lambda c=causal, bl=block, w=window: la.local_attention(
                     q, k, v, block=bl, window=w, is_causal=c))
             impls[f"summaries:{block}"] = (
-                lambda bl=block: block_summaries(q, k, v, bl, d ** -0.5))
+                lambda bl=block: la.local_summaries(q, k, v, block=bl, scale=d ** -0.5))
         base = None
         for name, fn in impls.items():
             if smoke and name == "sdpa":

@@ -197,3 +197,24 @@ def test_a_window_wider_than_the_sequence_is_softmax(device):
         out = la.local_attention(q, k, v, block=16, window=2**40, is_causal=causal)
         want = softmax_attention(q, k, v, is_causal=causal)
         np.testing.assert_allclose(to_numpy64(out), to_numpy64(want), **TOL["float32"])
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_summaries_match_the_float64_reference(device, dt):
+    """The Triton summaries (hi + lo parts of kbar, vbar, log2-domain bias) against
+    kernelkit_math.attention_local.block_summaries on the same inputs, with a ragged last block
+    and k far from the origin."""
+    from kernelkit_math.attention_local import block_summaries
+
+    case = (37, 20, 12, 16, 0, False, dt)
+    q, k, v = _qkv(case, device)
+    k = (k.float() + 100.0).to(k.dtype)
+    kb_hi, kb_lo, vbar, bias2 = la.local_summaries(q, k, v, block=16, scale=0.3)
+    kbar = to_numpy64(kb_hi) + (to_numpy64(kb_lo) if kb_lo is not kb_hi else 0.0)
+    want_k, want_v, want_bias, _ = block_summaries(to_numpy64(q), to_numpy64(k), to_numpy64(v),
+                                                   block=16, scale=0.3)
+    # float32 arithmetic throughout; kbar in two 16-bit parts keeps ~16 bits (2^-16 of 100);
+    # vbar is rounded to the input dtype once
+    np.testing.assert_allclose(kbar, want_k, rtol=2e-5 if dt == "float32" else 2.0**-15)
+    np.testing.assert_allclose(to_numpy64(vbar), want_v, **TOL[dt])
+    np.testing.assert_allclose(to_numpy64(bias2) * np.log(2.0), want_bias, rtol=1e-4, atol=1e-4)

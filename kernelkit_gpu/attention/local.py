@@ -3,8 +3,9 @@ one calibrated summary key per other block (forward); backward through the plain
 
 Layers (see ARCHITECTURE.md):
 
-* :func:`kernelkit_gpu.attention.local_naive.block_summaries`: the summaries (kbar, vbar, bias)
-  of the G = ceil(T / block) key blocks, a few O(T D) torch ops before the kernel.
+* ``_local_summary_kernel`` (launcher ``local_summaries``): the summaries (kbar, vbar, bias)
+  of the G = ceil(T / block) key blocks, one program per block and head, one pass over q, k, v
+  (the torch version, for the twin: :func:`kernelkit_gpu.attention.local_naive.block_summaries`).
 * ``_local_fwd_kernel``: one program per (query block, batch-head), BLOCK_M = ``block`` queries.
   Its loop bounds are computed up front from the block index: first the window key tiles
   (BLOCK_N = ``block``, masked at T and, with CAUSAL, at the diagonal), then the summary tiles
@@ -31,10 +32,11 @@ from kernelkit_gpu import _launch
 from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, block_summaries,
-                                                 check_local_qkv, local_attention_naive)
+from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, check_local_qkv,
+                                                 local_attention_naive)
 
-__all__ = ["local_attention", "local_fwd", "LocalAttentionFunction", "TRITON_BLOCKS"]
+__all__ = ["local_attention", "local_fwd", "local_summaries", "LocalAttentionFunction",
+           "TRITON_BLOCKS"]
 
 
 @triton.jit
@@ -144,7 +146,80 @@ def _local_fwd_kernel(
              mask=(offs_m[:, None] < T) & (offs_dv[None, :] < DV))
 
 
+@triton.jit(do_not_specialize=["H", "T"])
+def _local_summary_kernel(
+    q_ptr, k_ptr, v_ptr, kb_ptr, kl_ptr, vb_ptr, bias_ptr,
+    H, T, D, DV, qk_scale,
+    stride_qb, stride_qh, stride_qt, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, SPLIT: tl.constexpr,
+):
+    """The summary of key block g (program 0) of head bh (program 1), in float32 and the log2
+    domain: w = softmax_j(qk_scale qbar·k_j) (base 2), kbar = w k, vbar = w v,
+    bias2 = log2 sum_j 2^(qk_scale qbar·k_j) - qk_scale qbar·kbar. Outputs are contiguous
+    (B, H, G, D), (B, H, G, Dv) and (B, H, G); kbar as hi (+ lo with SPLIT) in k's dtype."""
+    g = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    G = tl.cdiv(T, BLOCK)
+    rows = g * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    q = _load_rows(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, rows,
+                   offs_d, stride_qt, stride_qd, T, D, True, True).to(tl.float32)
+    k = _load_rows(k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh, rows,
+                   offs_d, stride_kn, stride_kd, T, D, True, True).to(tl.float32)
+    v = _load_rows(v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh, rows,
+                   offs_dv, stride_vn, stride_vd, T, DV, True, True).to(tl.float32)
+    count = tl.minimum(T - g * BLOCK, BLOCK).to(tl.float32)
+    qbar = tl.sum(q, 0) / count
+    z = tl.where(rows < T, tl.sum(k * qbar[None, :], 1) * qk_scale, float("-inf"))
+    z_max = tl.max(z, 0)
+    e = tl.exp2(z - z_max)  # 0 on the rows past T
+    total = tl.sum(e, 0)
+    w = e / total
+    kbar = tl.sum(w[:, None] * k, 0)
+    vbar = tl.sum(w[:, None] * v, 0)
+    bias2 = tl.log2(total) + z_max - qk_scale * tl.sum(qbar * kbar, 0)
+    out = bh.to(tl.int64) * G + g
+    hi = kbar.to(kb_ptr.dtype.element_ty)
+    tl.store(kb_ptr + out * D + offs_d, hi, mask=offs_d < D)
+    if SPLIT:
+        lo = (kbar - hi.to(tl.float32)).to(kl_ptr.dtype.element_ty)
+        tl.store(kl_ptr + out * D + offs_d, lo, mask=offs_d < D)
+    tl.store(vb_ptr + out * DV + offs_dv, vbar.to(vb_ptr.dtype.element_ty), mask=offs_dv < DV)
+    tl.store(bias_ptr + out, bias2)
+
+
 # ---------------------------------------------------------------------------------- launcher
+def local_summaries(q, k, v, *, block, scale):
+    """The block summaries for the Triton forward, one pass over q, k, v (one program per key
+    block and head; float32 arithmetic): ``(kb_hi, kb_lo, vbar, bias2)``, kbar = kb_hi + kb_lo
+    in k's dtype (kb_lo is kb_hi for float32: one part suffices), vbar in v's dtype, bias2
+    float32 in the log2 domain; shapes (B, H, G, D), (B, H, G, Dv), (B, H, G). Equal to
+    :func:`kernelkit_gpu.attention.local_naive.block_summaries` up to float32 rounding."""
+    B, H, T, D = q.shape
+    DV = v.shape[-1]
+    G = triton.cdiv(T, block)
+    split = q.dtype != torch.float32
+    kb_hi = _launch.alloc((B, H, G, D), q.dtype, q.device)
+    kb_lo = _launch.alloc((B, H, G, D), q.dtype, q.device) if split else kb_hi
+    vbar = _launch.alloc((B, H, G, DV), q.dtype, q.device)
+    bias2 = _launch.alloc((B, H, G), torch.float32, q.device)
+    if B * H * G == 0:
+        return kb_hi, kb_lo, vbar, bias2
+    block_d, block_dv = _launch.block_size(D), _launch.block_size(DV)
+    _local_summary_kernel[(G, B * H)](
+        q, k, v, kb_hi, kb_lo, vbar, bias2, H, T, D, DV, scale * LOG2E,
+        *q.stride(), *k.stride(), *v.stride(),
+        BLOCK=block, BLOCK_D=block_d, BLOCK_DV=block_dv, SPLIT=split,
+        num_warps=4 if block * max(block_d, block_dv) <= 8192 else 8,
+    )
+    return kb_hi, kb_lo, vbar, bias2
+
+
 def local_fwd(q, k, v, *, block, window, is_causal, scale):
     """Summaries, then the forward kernel, on validated (B, H, T, D) tensors with unit last
     stride; returns out (B, H, T, Dv) in q's dtype."""
@@ -153,14 +228,10 @@ def local_fwd(q, k, v, *, block, window, is_causal, scale):
     out = _launch.alloc((B, H, T, DV), q.dtype, q.device)
     if B * H * T == 0:
         return out
-    kbar, vbar, bias = block_summaries(q, k, v, block, scale)
     # tl.dot operands share q's dtype; 16-bit: kbar as hi + lo (two products), so that a key
     # offset (k + 1000) loses no more digits in the summaries than in the keys themselves
-    split = q.dtype != torch.float32
-    kb_hi = kbar.to(q.dtype).contiguous()
-    kb_lo = (kbar - kb_hi.to(kbar.dtype)).to(q.dtype).contiguous() if split else kb_hi
-    vbar = vbar.to(q.dtype).contiguous()
-    bias = (bias * LOG2E).contiguous()  # log2 domain, as the scores
+    kb_hi, kb_lo, vbar, bias = local_summaries(q, k, v, block=block, scale=scale)
+    split = kb_lo is not kb_hi
     G = kb_hi.shape[2]
     block_g = min(64, _launch.block_size(G))
     grid = (triton.cdiv(T, block), B * H)
