@@ -17,7 +17,8 @@ In one process, so that every ratio compares numbers of the same run:
 2. timings (``triton.testing.do_bench``, median, first call compiled in the warm-up): forward
    only, B = 4, H = 16, T = 16384, D = 64, bfloat16, causal and not: kernelkit softmax, SDPA
    (default backend choice), and local attention for (block, window) in ``--variants``, with
-   the summaries pass (``local_summaries``, a Triton kernel) timed alone; ratio local / kernelkit softmax (the floor: <= 0.5).
+   the summaries pass (``local_summaries``, a Triton kernel) timed alone; ratio local /
+   kernelkit softmax (the floor: <= 0.5).
 
 The JSON goes to ``--out`` (default ``benchmarks/results/attention_local-<gpu>-<date>.json``),
 written atomically; a short table is printed last. ``--smoke`` runs tiny shapes on the CPU under
