@@ -324,10 +324,13 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
 
     Notes
     -----
-    Numerics: summaries in float32 (rounded to the input dtype for the tensor-core products),
-    scores and accumulators float32, probabilities rounded to v's dtype before P @ V (as
-    :func:`kernelkit_gpu.softmax_attention`). The tests hold the error against the float64
-    reference within twice the twin's error in the same dtype.
+    Numerics: summaries computed in float32, then stored for the tensor-core products as kbar
+    = hi + lo in the input dtype (16-bit: two products, ~16 significant bits, so keys far from
+    the origin keep their digits) and vbar in the input dtype; scores and accumulators float32;
+    probabilities rounded to v's dtype before P @ V (as :func:`kernelkit_gpu.softmax_attention`).
+    Measured against the float64 reference (tests): float32 within 2e-5, float16 / bfloat16
+    within 8 units of the dtype, relative to max(1, max |out|); on the real heads the bfloat16
+    forward's error against exact softmax equals the float64 method's (0.245 vs 0.246).
     Accuracy on all-MiniLM-L6-v2 heads and speed against softmax attention: NOTES.md,
     ``benchmarks/attention_local.py``.
 
