@@ -28,9 +28,11 @@ and out = A v.
 
 Cost per query row: (2 window + 1) block exact keys plus ceil(T / block) - 2 window - 1
 summaries (causal: window + 1 blocks and the past summaries); e.g. T = 512, block 32, window 1:
-96 + 13 = 109 keys. On all-MiniLM-L6-v2 heads (T = 512, D = 32) this halves the error of
-uniform attention (NOTES.md); the summaries are the one-query (rank-one in the query) view of
-each far block, so heads whose queries spread widely within a block are the hard case.
+96 + 13 = 109 keys. On the all-MiniLM-L6-v2 heads of tests/data/real_heads.npz (2 x 12 heads,
+T = 512, D = 32) its mean output error against softmax is 0.246 (worst head 0.40), against
+0.757 for uniform attention and 0.373 with plain-mean summaries (bias log n); the summaries are
+exact only for queries near their block's mean query, so heads whose queries spread widely are
+the hard case.
 
 Shapes: q, k (..., T, D), v (..., T, Dv) (self-attention: one length T; leading dims
 broadcast). Inputs are converted to float64 and never modified. They must be finite: masked
