@@ -38,6 +38,10 @@ _CPU = [
     (100, 32, 24, 32, 0, True, "float16"),
     (100, 16, 16, 16, 2, False, "bfloat16"),
     (70, 16, 16, 16, 1, True, "bfloat16"),
+    # tiles smaller than the block: float32 32 x 16 in blocks of 64, 16-bit 64 x 64 in 128
+    (150, 16, 16, 64, 1, True, "float32"),
+    (150, 16, 16, 128, 0, True, "float16"),
+    (150, 16, 16, 128, 0, False, "bfloat16"),
 ]
 _CUDA = _CPU + [
     (t, d, d, block, window, causal, dt)

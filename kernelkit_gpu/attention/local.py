@@ -6,13 +6,14 @@ Layers (see ARCHITECTURE.md):
 * ``_local_summary_kernel`` (launcher ``local_summaries``): the summaries (kbar, vbar, bias)
   of the G = ceil(T / block) key blocks, one program per block and head, one pass over q, k, v
   (the torch version, for the twin: :func:`kernelkit_gpu.attention.local_naive.block_summaries`).
-* ``_local_fwd_kernel``: one program per (query block, batch-head), BLOCK_M = ``block`` queries.
-  Its loop bounds are computed up front from the block index: first the window key tiles
-  (BLOCK_N = ``block``, masked at T and, with CAUSAL, at the diagonal), then the summary tiles
-  of BLOCK_G summaries in at most two ranges, [0, lo) and, without CAUSAL, [hi, G), where
-  lo = b - window and hi = b + window + 1 (no summary of a window block is visited). One online
-  softmax (running max and sum in the log2 domain, float32 accumulators) runs through both;
-  masks are ``tl.where`` on scores, no data-dependent branch.
+* ``_local_fwd_kernel``: one program per (query tile, batch-head), BLOCK_M queries of one
+  block (BLOCK_M divides ``block``). Its loop bounds are computed up front from the block index:
+  first the window key tiles (BLOCK_N keys, masked at the window's end and, with CAUSAL, at the
+  diagonal), then the summary tiles of BLOCK_G summaries in at most two ranges, [0, lo) and,
+  without CAUSAL, [hi, G), where lo = b - window and hi = b + window + 1 (no summary of a
+  window block is visited). One online softmax (running max and sum in the log2 domain,
+  float32 accumulators) runs through both; masks are ``tl.where`` on scores, no data-dependent
+  branch.
 * ``local_fwd``: the launcher; ``LocalAttentionFunction``: forward in Triton, backward by
   recomputing the twin under autograd (documented cost: the twin's O(T^2) memory);
   ``local_attention``: the public function.
@@ -82,10 +83,12 @@ def _local_fwd_kernel(
     stride_gb, stride_gh, stride_gn, stride_gd,
     stride_wb, stride_wh, stride_wn, stride_wd,
     stride_ob, stride_oh, stride_ot, stride_od,
-    BLOCK: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    CAUSAL: tl.constexpr, SPLIT: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr, SPLIT: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """out[b, h, block pid_m]: window keys exactly, then the summaries outside the window."""
+    """out[b, h, rows of tile pid_m]: window keys exactly, then the summaries outside the
+    window. BLOCK_M divides BLOCK, so the tile lies in one block, qb."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -99,32 +102,36 @@ def _local_fwd_kernel(
     bias_base = bias_ptr + bh.to(tl.int64) * G
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
 
-    offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
-    offs_n = tl.arange(0, BLOCK)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
     q = _load_rows(q_base, offs_m, offs_d, stride_qt, stride_qd, T, D, True, True)
 
-    m_i = tl.full((BLOCK,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK,), tl.float32)
-    acc = tl.zeros((BLOCK, BLOCK_DV), tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_DV), tl.float32)
 
-    # Window: key blocks lo_b .. hi_b - 1; summaries: [0, lo_b) and (not causal) [hi_b, G).
-    lo_b = tl.maximum(pid_m - WINDOW, 0)
+    # Window: key blocks lo_b .. hi_b - 1, keys [lo_b BLOCK, end); causal: none after the
+    # tile's last row. Summaries: [0, lo_b) and (not causal) [hi_b, G).
+    qb = (pid_m * BLOCK_M) // BLOCK
+    lo_b = tl.maximum(qb - WINDOW, 0)
     if CAUSAL:
-        hi_b = pid_m + 1
+        hi_b = qb + 1
+        end = tl.minimum((pid_m + 1) * BLOCK_M, T)
     else:
-        hi_b = tl.minimum(pid_m + WINDOW + 1, G)
-    for n0 in range(lo_b * BLOCK, tl.minimum(hi_b * BLOCK, T), BLOCK):
+        hi_b = tl.minimum(qb + WINDOW + 1, G)
+        end = tl.minimum(hi_b * BLOCK, T)
+    for n0 in range(lo_b * BLOCK, end, BLOCK_N):
         cols = n0 + offs_n
-        kT = _load_cols(k_base, offs_d, cols, stride_kd, stride_kn, D, T, True, True)
+        kT = _load_cols(k_base, offs_d, cols, stride_kd, stride_kn, D, end, True, True)
         s = _mm(q, kT, None, PREC, UPCAST) * qk_scale
-        valid = cols[None, :] < T
+        valid = cols[None, :] < end
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None])
         acc, l_i, m_i, p = _online_step(acc, l_i, m_i, s, valid)
-        v = _load_rows(v_base, cols, offs_dv, stride_vn, stride_vd, T, DV, True, True)
+        v = _load_rows(v_base, cols, offs_dv, stride_vn, stride_vd, end, DV, True, True)
         acc = _mm(p.to(v.dtype), v, acc, PREC, UPCAST)
 
     for g0 in range(0, lo_b, BLOCK_G):
@@ -233,18 +240,23 @@ def local_fwd(q, k, v, *, block, window, is_causal, scale):
     kb_hi, kb_lo, vbar, bias = local_summaries(q, k, v, block=block, scale=scale)
     split = kb_lo is not kb_hi
     G = kb_hi.shape[2]
-    block_g = min(64, _launch.block_size(G))
-    grid = (triton.cdiv(T, block), B * H)
-    # 16-bit: 4 warps up to block 64, 8 at 128; float32 (CUDA cores): 4.
-    warps = 8 if block == 128 and q.dtype != torch.float32 else 4
+    # Tiles (BLOCK_M queries x BLOCK_N keys or BLOCK_G summaries) no larger than the block;
+    # 16-bit: 64 (tensor cores; k and v tiles of 64 x D pipelined in 2 stages); float32: the
+    # small FMA-friendly tiles of the softmax kernels (larger ones spill registers).
+    if q.dtype == torch.float32:
+        block_m, block_n, block_g = min(block, 32), 16, 16
+    else:
+        block_m, block_n, block_g = min(block, 64), min(block, 64), 64
+    block_g = min(block_g, _launch.block_size(G))
+    grid = (triton.cdiv(T, block_m), B * H)
     _local_fwd_kernel[grid](
         q, k, v, kb_hi, kb_lo, vbar, bias, out,
         H, T, G, D, DV, min(window, G), scale * LOG2E,  # a wider window changes nothing
         *q.stride(), *k.stride(), *v.stride(), *kb_hi.stride(), *vbar.stride(), *out.stride(),
-        BLOCK=block, BLOCK_G=block_g, BLOCK_D=_launch.block_size(D),
-        BLOCK_DV=_launch.block_size(DV), CAUSAL=is_causal, SPLIT=split,
-        PREC=_attn_configs.dot_precision(q.dtype), UPCAST=_attn_configs.upcast(q.dtype),
-        num_warps=warps, num_stages=2,
+        BLOCK=block, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g,
+        BLOCK_D=_launch.block_size(D), BLOCK_DV=_launch.block_size(DV), CAUSAL=is_causal,
+        SPLIT=split, PREC=_attn_configs.dot_precision(q.dtype),
+        UPCAST=_attn_configs.upcast(q.dtype), num_warps=4, num_stages=2,
     )
     return out
 
