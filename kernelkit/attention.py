@@ -69,3 +69,9 @@ def sweep(*args, **kwargs):
     from kernelkit.compare import sweep as impl
 
     return impl(*args, **kwargs)
+
+
+# ----------------------------------------------------------------- local + summary attention
+from kernelkit._attention_local import local_attention  # noqa: E402 - a block of its own
+
+__all__ += ["local_attention"]
