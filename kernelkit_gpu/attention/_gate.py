@@ -20,12 +20,11 @@ from __future__ import annotations
 import torch
 
 
-class PendingCheck:
-    """The finiteness flag of some tensors, set on their device and read by :meth:`finite`."""
+class PendingFlag:
+    """A boolean flag computed on its device, copied to pinned host memory behind an event, and
+    read by :meth:`finite` (the wait is for that copy only)."""
 
-    def __init__(self, xs):
-        with torch.no_grad():
-            flag = torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all()
+    def __init__(self, flag):
         self._event = None
         if flag.is_cuda:
             self._flag = torch.empty((), dtype=torch.bool, pin_memory=True)
@@ -35,11 +34,24 @@ class PendingCheck:
         else:
             self._flag = flag
 
-    def finite(self):
-        """True if every tensor was finite (waits for the flag's copy only)."""
+    def value(self):
+        """The flag as a bool."""
         if self._event is not None:
             self._event.synchronize()
         return bool(self._flag)
+
+
+class PendingCheck(PendingFlag):
+    """The finiteness flag of some tensors, set on their device and read by :meth:`finite`."""
+
+    def __init__(self, xs):
+        with torch.no_grad():
+            flag = torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all()
+        super().__init__(flag)
+
+    def finite(self):
+        """True if every tensor was finite (waits for the flag's copy only)."""
+        return self.value()
 
 
 def start(*tensors):
