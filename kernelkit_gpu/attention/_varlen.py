@@ -15,8 +15,9 @@ Rows are ordered heaviest first (longest sequences; with ``causal``, the latest 
 tail balance the dense causal kernels get from reversing the query-block order.
 
 The table is safe for any ``cu_seqlens`` (starts and lengths are clamped into [0, total]): the
-values are checked on the device by :func:`start_check` and the flag is read after the kernels
-are queued, as the finiteness gate does (:mod:`kernelkit_gpu.attention._gate`).
+values are checked on the device by :func:`kernelkit_gpu.attention.varlen_naive.start_check`
+and the flag is read after the kernels are queued, as the finiteness gate does
+(:mod:`kernelkit_gpu.attention._gate`).
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu.attention import _gate
 
-__all__ = ["TABLE_BLOCKS", "tile_table", "check_cu_seqlens", "start_check", "lengths"]
+__all__ = ["TABLE_BLOCKS", "table_rows", "tile_table"]
 
 #: Block sizes with a table (every BLOCK_M / BLOCK_N1 / BLOCK_M2 of the configs is one of them).
 TABLE_BLOCKS = (128, 64, 32, 16)
@@ -52,12 +52,6 @@ def _table_row(tab_ptr, pid, TOTAL, NSEQ, BLOCK: tl.constexpr):
     return tl.load(row), tl.load(row + 1), tl.load(row + 2)
 
 
-def lengths(cu_seqlens):
-    """Sequence lengths (int64) of a validated ``cu_seqlens``."""
-    cu = cu_seqlens.to(torch.int64)
-    return cu[1:] - cu[:-1]
-
-
 def tile_table(cu_seqlens, total, causal):
     """int32 (rows, 3) table of every block size in :data:`TABLE_BLOCKS`, concatenated."""
     cu = cu_seqlens.to(torch.int64).clamp(0, total)
@@ -79,53 +73,3 @@ def tile_table(cu_seqlens, total, causal):
         weight = torch.where(real, offset if causal else lens[seq], -1)
         parts.append(rows[torch.argsort(weight, descending=True, stable=True)])
     return torch.cat(parts).to(torch.int32).contiguous()
-
-
-def check_cu_seqlens(cu_seqlens, device, max_seqlen=None):
-    """Type, dtype, shape and device of ``cu_seqlens`` (the values: :func:`start_check`);
-    returns the number of sequences."""
-    if not isinstance(cu_seqlens, torch.Tensor):
-        raise TypeError("cu_seqlens must be a torch.Tensor of int32 or int64 cumulative sequence "
-                        f"lengths, shape (n_seqs + 1,); got {type(cu_seqlens).__name__}")
-    if cu_seqlens.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"cu_seqlens must be int32 or int64; got {cu_seqlens.dtype}")
-    if cu_seqlens.ndim != 1 or cu_seqlens.numel() < 2:
-        raise ValueError("cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1; got shape "
-                         f"{tuple(cu_seqlens.shape)}")
-    if cu_seqlens.device != device:
-        raise ValueError(f"cu_seqlens must be on q's device {device}; got {cu_seqlens.device}")
-    if max_seqlen is not None and (isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int)
-                                   or max_seqlen < 0):
-        raise TypeError(f"max_seqlen must be an int >= 0 or None; got {max_seqlen!r}")
-    return cu_seqlens.numel() - 1
-
-
-def _valid_flag(cu_seqlens, total, max_seqlen):
-    cu = cu_seqlens.to(torch.int64)
-    diff = cu[1:] - cu[:-1]
-    ok = (cu[0] == 0) & (cu[-1] == total) & (diff >= 0).all()
-    if max_seqlen is not None:
-        ok = ok & (diff <= max_seqlen).all()
-    return ok
-
-
-def start_check(cu_seqlens, total, max_seqlen=None):
-    """Queue the check of the values of ``cu_seqlens`` (starts at 0, non-decreasing, ends at
-    ``total``, no length above ``max_seqlen``); :func:`raise_if_invalid` reads it."""
-    return _gate.PendingFlag(_valid_flag(cu_seqlens, total, max_seqlen))
-
-
-def raise_if_invalid(check, cu_seqlens, total, max_seqlen):
-    """ValueError naming what is wrong with ``cu_seqlens`` if the queued check failed."""
-    if check.value():
-        return
-    cu = cu_seqlens.to(torch.int64).cpu()
-    if int(cu[0]) != 0:
-        why = f"must start at 0; got {int(cu[0])}"
-    elif int(cu[-1]) != total:
-        why = f"must end at the number of packed tokens q.shape[0] = {total}; got {int(cu[-1])}"
-    elif bool((cu[1:] < cu[:-1]).any()):
-        why = "must be non-decreasing (sequence lengths >= 0)"
-    else:
-        why = f"has a sequence longer than max_seqlen = {max_seqlen}"
-    raise ValueError(f"cu_seqlens {why}")

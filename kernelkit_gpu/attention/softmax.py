@@ -22,6 +22,7 @@ The float64 reference is ``kernelkit_math.attention.softmax_attention``; the pla
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -202,14 +203,16 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable.
 
     A causal backward whose incoming gradients are not all finite computes that call's
-    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`).
+    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`):
+    ``twin(q, k, v)`` returns the exact twin's (out, lse) of the call; ``varlen`` is None or
+    ``(table, n_seqs)`` (:func:`attn_fwd`).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, shift, scale, alignment):
-        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale)
+    def forward(ctx, q, k, v, shift, scale, twin, varlen):
+        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale, varlen=varlen)
         ctx.save_for_backward(q, k, v, out, lse2)
-        ctx.shift, ctx.scale, ctx.alignment = shift, scale, alignment
+        ctx.shift, ctx.scale, ctx.twin, ctx.varlen = shift, scale, twin, varlen
         ctx.set_materialize_grads(False)
         return out, lse2 * LN2
 
@@ -217,20 +220,19 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse2 = ctx.saved_tensors
         if ctx.shift is not None and not _gate.all_finite(dout, dlse):
-            return (*_twin_gradients(q, k, v, dout, dlse, ctx.alignment, ctx.scale), None, None,
-                    None)
+            return (*_twin_gradients(q, k, v, dout, dlse, ctx.twin), None, None, None, None)
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale,
+                              varlen=ctx.varlen)
+        return dq, dk, dv, None, None, None, None
 
 
-def _twin_gradients(q, k, v, dout, dlse, alignment, scale):
+def _twin_gradients(q, k, v, dout, dlse, twin):
     """(dq, dk, dv) of a causal call through the plain-PyTorch twin (its forward recomputed)."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     with torch.enable_grad():
-        out, lse = softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=alignment,
-                                           scale=scale, enable_gqa=True, return_lse=True)
+        out, lse = twin(q, k, v)
     pairs = [(o, g) for o, g in ((out, dout), (lse, dlse)) if g is not None]
     grads = torch.autograd.grad([o for o, _ in pairs], (q, k, v), [g for _, g in pairs],
                                 allow_unused=True)
@@ -351,7 +353,10 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     check = _gate.start(q, k, v) if shift is not None else None  # read after the launch
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, shift, scale, causal_alignment)
+    twin = functools.partial(softmax_attention_naive, is_causal=True,
+                             causal_alignment=causal_alignment, scale=scale, enable_gqa=True,
+                             return_lse=True)
+    out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, shift, scale, twin, None)
     if check is not None and not check.finite():  # the exact twin (Notes)
         return softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=causal_alignment,
                                        scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
