@@ -305,3 +305,25 @@ def test_linear_varlen_initial_state_per_sequence(device):
     s0, z0 = torch.zeros(1, 2, 16, 16, device=device), torch.zeros(1, 2, 16, device=device)
     with pytest.raises(ValueError, match="one state per sequence"):
         linear_attention(q, q, q, cu_seqlens=_cu([3, 5], device), initial_state=(s0, z0))
+
+
+@pytest.mark.parametrize("lengths", [[0, 1, 37, 0, 63, 5, 0], [300], [1] * 40 + [129]],
+                         ids=["mixed", "one", "many"])
+def test_tile_table_covers_every_tile_once(lengths, device):
+    """For every block size, the table's real rows are exactly the tiles of the packing (each
+    once, inside its sequence), the rest (0, 0, 0); the validity flag is set."""
+    from kernelkit_gpu.attention import _varlen
+
+    total = sum(lengths)
+    table, ok = _varlen.tile_table(_cu(lengths, device), total)
+    assert int(ok) == 1
+    table = table.cpu().numpy()
+    n, at = len(lengths), 0
+    for block in _varlen.TABLE_BLOCKS:
+        rows = table[at:at + _varlen.table_rows(total, n, block)]
+        at += len(rows)
+        want = sorted((s, e - s, m0) for s, e in _bounds(lengths) for m0 in range(0, e - s, block))
+        real = [tuple(r) for r in rows if r[1] > 0]
+        assert sorted(real) == want
+        assert all(tuple(r) == (0, 0, 0) for r in rows if r[1] == 0)
+    assert at == len(table)

@@ -11,13 +11,13 @@ size in :data:`TABLE_BLOCKS`, so that whichever config the autotuner picks finds
 kernels locate their part with :func:`_table_row` from the constexpr block size. A table of block
 size b has ``cdiv(total, b) + n_seqs`` rows (each sequence adds at most one partial tile); rows past
 the real tiles are ``(0, 0, 0)``: length 0, so their loops are empty and their stores masked.
-Rows are ordered heaviest first (longest sequences; with ``causal``, the latest tiles), for the
-tail balance the dense causal kernels get from reversing the query-block order.
+Rows run in reverse order of the packing (each sequence's last tiles first), the order the dense
+causal kernels get from reversing the query blocks, for the tail balance of causal calls. Built
+by one small Triton launch (a few microseconds; a version in torch ops took ~100 small kernels).
 
 The table is safe for any ``cu_seqlens`` (starts and lengths are clamped into [0, total]): the
-values are checked on the device by :func:`kernelkit_gpu.attention.varlen_naive.start_check`
-and the flag is read after the kernels are queued, as the finiteness gate does
-(:mod:`kernelkit_gpu.attention._gate`).
+same launch checks the values and sets a flag that the caller reads after the attention kernels
+are queued, as the finiteness gate does (:mod:`kernelkit_gpu.attention._gate`).
 """
 
 from __future__ import annotations
@@ -52,24 +52,75 @@ def _table_row(tab_ptr, pid, TOTAL, NSEQ, BLOCK: tl.constexpr):
     return tl.load(row), tl.load(row + 1), tl.load(row + 2)
 
 
-def tile_table(cu_seqlens, total, causal):
-    """int32 (rows, 3) table of every block size in :data:`TABLE_BLOCKS`, concatenated."""
-    cu = cu_seqlens.to(torch.int64).clamp(0, total)
-    n = cu.numel() - 1
-    starts = cu[:-1]
-    lens = (cu[1:] - starts).clamp(min=0)
-    lens = torch.minimum(lens, total - starts)
-    parts = []
-    for block in TABLE_BLOCKS:
-        tiles = (lens + block - 1) // block
-        ends = torch.cumsum(tiles, 0)
-        pid = torch.arange(table_rows(total, n, block), device=cu.device)
-        seq = torch.searchsorted(ends, pid, right=True)
-        real = seq < n
-        seq = seq.clamp(max=n - 1)
-        offset = (pid - (ends[seq] - tiles[seq])) * block
-        rows = torch.stack([starts[seq], lens[seq], offset], 1)
-        rows = torch.where(real[:, None], rows, 0)
-        weight = torch.where(real, offset if causal else lens[seq], -1)
-        parts.append(rows[torch.argsort(weight, descending=True, stable=True)])
-    return torch.cat(parts).to(torch.int32).contiguous()
+@triton.jit
+def _tile_table_kernel(cu_ptr, tab_ptr, ok_ptr, TOTAL, NSEQ, MAXLEN, BLOCK_R: tl.constexpr,
+                       BLOCK_S: tl.constexpr):
+    """Rows [pid * BLOCK_R, +BLOCK_R) of the table of block size 128 >> program_id(1).
+
+    Tile p of that table is tile p' = n_tiles - 1 - p of the packing in sequence order (the
+    last tiles first: the longest causal rows of each sequence before its short ones); its
+    sequence s is the one whose tiles [excl_s, incl_s) contain p'. The sequences are scanned in
+    chunks of BLOCK_S (a prefix sum per chunk), twice: once for n_tiles, once to match.
+    Program (0, 0) also writes ok: cu_seqlens starts at 0, ends at TOTAL, never decreases and
+    has no length above MAXLEN (1, else 0)."""
+    pid = tl.program_id(0)
+    j = tl.program_id(1)
+    b = 128 >> j
+    off = tl.where(j > 0, tl.cdiv(TOTAL, 128) + NSEQ, 0)
+    off += tl.where(j > 1, tl.cdiv(TOTAL, 64) + NSEQ, 0)
+    off += tl.where(j > 2, tl.cdiv(TOTAL, 32) + NSEQ, 0)
+    cap = tl.cdiv(TOTAL, b) + NSEQ
+    p = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    n_tiles = tl.full([], 0, tl.int64)
+    bad = tl.full([], 0, tl.int32)
+    for s0 in range(0, NSEQ, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        raw_lo = tl.load(cu_ptr + s, mask=s < NSEQ, other=0).to(tl.int64)
+        raw_hi = tl.load(cu_ptr + s + 1, mask=s < NSEQ, other=0).to(tl.int64)
+        bad += tl.sum(((raw_hi < raw_lo) | (raw_hi - raw_lo > MAXLEN)).to(tl.int32), 0)
+        lo = tl.minimum(tl.maximum(raw_lo, 0), TOTAL)
+        hi = tl.minimum(tl.maximum(raw_hi, lo), TOTAL)
+        n_tiles += tl.sum((hi - lo + b - 1) // b, 0)
+    first_cu = tl.load(cu_ptr).to(tl.int64)
+    last_cu = tl.load(cu_ptr + NSEQ).to(tl.int64)
+    ok = (bad == 0) & (first_cu == 0) & (last_cu == TOTAL)
+    tl.store(ok_ptr, ok.to(tl.int32), mask=(pid == 0) & (j == 0))
+    target = n_tiles - 1 - p  # < 0 past the real tiles: matches nothing, the row stays (0, 0, 0)
+    start = tl.zeros((BLOCK_R,), tl.int64)
+    length = tl.zeros((BLOCK_R,), tl.int64)
+    first = tl.zeros((BLOCK_R,), tl.int64)
+    before = tl.full([], 0, tl.int64)
+    for s0 in range(0, NSEQ, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        lo = tl.minimum(tl.maximum(tl.load(cu_ptr + s, mask=s < NSEQ, other=0).to(tl.int64), 0), TOTAL)
+        hi = tl.minimum(tl.maximum(tl.load(cu_ptr + s + 1, mask=s < NSEQ, other=0).to(tl.int64), lo), TOTAL)
+        t = (hi - lo + b - 1) // b
+        incl = tl.cumsum(t, 0) + before
+        excl = incl - t
+        hit = (excl[None, :] <= target[:, None]) & (target[:, None] < incl[None, :])
+        start += tl.sum(tl.where(hit, lo[None, :], 0), 1)
+        length += tl.sum(tl.where(hit, (hi - lo)[None, :], 0), 1)
+        first += tl.sum(tl.where(hit, (target[:, None] - excl[None, :]) * b, 0), 1)
+        before += tl.sum(t, 0)
+    row = tab_ptr + (off + p.to(tl.int64)) * 3
+    keep = p < cap
+    tl.store(row, start.to(tl.int32), mask=keep)
+    tl.store(row + 1, length.to(tl.int32), mask=keep)
+    tl.store(row + 2, first.to(tl.int32), mask=keep)
+
+
+def tile_table(cu_seqlens, total, max_seqlen=None):
+    """``(table, ok)``: the int32 (rows, 3) table of every block size in :data:`TABLE_BLOCKS`,
+    concatenated, and an int32 () flag, 1 if ``cu_seqlens`` is valid (starts at 0, ends at
+    ``total``, non-decreasing, no length above ``max_seqlen``). One launch of
+    ``_tile_table_kernel``; nothing is read on the host."""
+    n = cu_seqlens.numel() - 1
+    rows = sum(table_rows(total, n, b) for b in TABLE_BLOCKS)
+    table = torch.empty((rows, 3), dtype=torch.int32, device=cu_seqlens.device)
+    ok = torch.empty((), dtype=torch.int32, device=cu_seqlens.device)
+    block_r = 64
+    grid = (triton.cdiv(table_rows(total, n, TABLE_BLOCKS[-1]), block_r), len(TABLE_BLOCKS))
+    _tile_table_kernel[grid](cu_seqlens, table, ok, total, n,
+                             total if max_seqlen is None else min(max_seqlen, total + 1),
+                             BLOCK_R=block_r, BLOCK_S=32)
+    return table, ok

@@ -49,7 +49,10 @@ def softmax_attention_varlen(q, k, v, cu_seqlens, *, max_seqlen=None, is_causal=
         strides with a unit last stride (else one copy).
     cu_seqlens : torch.Tensor, shape (n_seqs + 1,), int32 or int64, on q's device
         0, then non-decreasing, ending at total; empty sequences are allowed. Its values are
-        checked on the device and read after the kernels are queued (ValueError if wrong).
+        checked on the device by the launch that builds the tile table, and the flag read after
+        the kernels are queued (ValueError if wrong; under CUDA graph capture or torch.compile
+        tracing not read: the kernels clamp every sequence into [0, total], so a wrong
+        cu_seqlens gives wrong rows, never an access out of bounds).
     max_seqlen : int, optional
         Not needed (the grid comes from total and n_seqs); checked as a bound when given.
     is_causal, scale, enable_gqa, return_lse
@@ -77,13 +80,14 @@ def softmax_attention_varlen(q, k, v, cu_seqlens, *, max_seqlen=None, is_causal=
     scale = _checks.check_scale(scale, D)
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.varlen_naive")
     n_seqs = VN.check_cu_seqlens(cu_seqlens, q.device, max_seqlen)
-    valid = VN.start_check(cu_seqlens, total, max_seqlen)
     gate = _gate.start(q, k, v) if is_causal else None  # read after the launch
-    table = _varlen.tile_table(cu_seqlens, total, is_causal)
+    table, ok = _varlen.tile_table(cu_seqlens, total, max_seqlen)
+    valid = None if _gate.host_read_impossible(q) else _gate.PendingFlag(ok)
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (qb, kb, vb))
     out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, 0 if is_causal else None, scale,
                                               _twin(cu_seqlens, scale), (table, n_seqs))
-    VN.raise_if_invalid(valid, cu_seqlens, total, max_seqlen)
+    if valid is not None:
+        VN.raise_if_invalid(valid, cu_seqlens, total, max_seqlen)
     if gate is not None and not gate.finite():  # the exact twin, as the dense causal path
         return VN.softmax_attention_varlen_naive(q, k, v, cu_seqlens, max_seqlen=max_seqlen,
                                                  is_causal=True, scale=scale,
