@@ -17,9 +17,6 @@ from kernelkit.attention import kernel_attention, linear_attention, softmax_atte
 from kernelkit_math import attention as ref_attn
 from tests.gpu_cases import spy_calls, to_numpy64
 
-sa = importlib.import_module("kernelkit_gpu.attention.softmax")
-la = importlib.import_module("kernelkit_gpu.attention.linear")
-
 pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 
 FUNCS = {
@@ -51,6 +48,8 @@ def test_bthd_is_the_transposed_bhtd(name, dtype, device, poisoned_outputs):
 def test_bthd_runs_in_place(device, monkeypatch):
     """The Triton softmax and linear launchers get views of the caller's (B, T, H, D) memory (no
     copy), and softmax writes its output contiguous in that layout."""
+    sa = importlib.import_module("kernelkit_gpu.attention.softmax")  # Triton: imported here
+    la = importlib.import_module("kernelkit_gpu.attention.linear")
     q = torch.randn(1, 40, 2, 16, device=device)
     seen = []
 
