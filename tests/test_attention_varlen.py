@@ -327,3 +327,20 @@ def test_tile_table_covers_every_tile_once(lengths, device):
         assert sorted(real) == want
         assert all(tuple(r) == (0, 0, 0) for r in rows if r[1] == 0)
     assert at == len(table)
+
+
+def test_every_config_has_a_tile_table(monkeypatch):
+    """Every query / key block size of the GPU config sets (and of the float32 and interpreter
+    ones) has a table: the varlen kernels locate their rows from it."""
+    from kernelkit_gpu import _launch
+    from kernelkit_gpu.attention import _configs, _varlen
+
+    sets = [_configs.fwd_configs(), _configs.dkdv_configs(), _configs.dq_configs()]
+    monkeypatch.setattr(_launch, "INTERPRET", False)
+    sets += [_configs.fwd_configs(), _configs.dkdv_configs(), _configs.dq_configs(),
+             list(_configs._FP32_CONFIGS.values())]
+    for c in (c for s in sets for c in s):
+        block = c.kwargs.get("BLOCK_M", c.kwargs.get("BLOCK_N1", c.kwargs.get("BLOCK_M2")))
+        assert block in _varlen.TABLE_BLOCKS, c
+    with pytest.raises(RuntimeError, match="no tile table"):
+        _varlen.table_rows(100, 3, 256)

@@ -35,6 +35,9 @@ TABLE_BLOCKS = (128, 64, 32, 16)
 
 def table_rows(total, n_seqs, block):
     """Rows of the table of one block size: an upper bound on the tiles of any packing."""
+    if block not in TABLE_BLOCKS:  # a config outside the table's sizes (a new config set)
+        raise RuntimeError(f"varlen attention: block size {block} has no tile table "
+                           f"(sizes {TABLE_BLOCKS}); add it to _varlen.TABLE_BLOCKS")
     return triton.cdiv(total, block) + n_seqs
 
 
@@ -55,7 +58,7 @@ def _table_row(tab_ptr, pid, TOTAL, NSEQ, BLOCK: tl.constexpr):
 @triton.jit
 def _tile_table_kernel(cu_ptr, tab_ptr, ok_ptr, TOTAL, NSEQ, MAXLEN, BLOCK_R: tl.constexpr,
                        BLOCK_S: tl.constexpr):
-    """Rows [pid * BLOCK_R, +BLOCK_R) of the table of block size 128 >> program_id(1).
+    """Rows [pid * BLOCK_R, +BLOCK_R) of the table of block size TABLE_BLOCKS[program_id(1)].
 
     Tile p of that table is tile p' = n_tiles - 1 - p of the packing in sequence order (the
     last tiles first: the longest causal rows of each sequence before its short ones); its
@@ -65,7 +68,7 @@ def _tile_table_kernel(cu_ptr, tab_ptr, ok_ptr, TOTAL, NSEQ, MAXLEN, BLOCK_R: tl
     has no length above MAXLEN (1, else 0)."""
     pid = tl.program_id(0)
     j = tl.program_id(1)
-    b = 128 >> j
+    b = tl.where(j == 0, 128, tl.where(j == 1, 64, tl.where(j == 2, 32, 16)))  # TABLE_BLOCKS[j]
     off = tl.where(j > 0, tl.cdiv(TOTAL, 128) + NSEQ, 0)
     off += tl.where(j > 1, tl.cdiv(TOTAL, 64) + NSEQ, 0)
     off += tl.where(j > 2, tl.cdiv(TOTAL, 32) + NSEQ, 0)
