@@ -344,3 +344,53 @@ def test_every_config_has_a_tile_table(monkeypatch):
         assert block in _varlen.TABLE_BLOCKS, c
     with pytest.raises(RuntimeError, match="no tile table"):
         _varlen.table_rows(100, 3, 256)
+
+
+def pytest_generate_tests(metafunc):
+    """test_varlen_every_config: the GPU's config sets differ per dtype and head dim; the
+    interpreter has one config, so one case covers it."""
+    if "config_case" in metafunc.fixturenames:
+        if metafunc.config.getoption("--device") == "cuda":
+            cases = [(dt, d, c) for dt, d in [("bfloat16", 64), ("bfloat16", 128), ("float16", 64),
+                                              ("float32", 64)] for c in (False, True)]
+        else:
+            cases = [("float32", 32, True)]
+        metafunc.parametrize("config_case", cases,
+                             ids=[f"{dt}-D{d}-{'causal' if c else 'full'}" for dt, d, c in cases])
+
+
+def test_varlen_every_config(config_case, device, rng):
+    """Each config the autotuner may pick (after pruning), forced through the varlen launchers:
+    every block size reads its own tile table."""
+    dt, d, causal = config_case
+    from kernelkit_gpu.attention import _configs, _varlen
+    from kernelkit_gpu.attention.varlen_naive import to_batch
+
+    sa = importlib.import_module("kernelkit_gpu.attention.softmax")
+    lengths = LENGTHS[device]
+    total = int(sum(lengths))
+    dtype = ATTN_DTYPES[dt]
+    q, k, v = (_packed(rng, total, 2, d, dtype, device).detach() for _ in range(3))
+    cu = _cu(lengths, device)
+    table, _ = _varlen.tile_table(cu, total)
+    varlen = (table, len(lengths))
+    q64, k64, v64 = (f64(t).requires_grad_(True) for t in (q, k, v))
+    o64, _ = _naive_loop(q64, k64, v64, lengths, causal, None)
+    g = torch.from_numpy(rng.standard_normal(o64.shape)).to(device)
+    ref_grads = torch.autograd.grad(o64, (q64, k64, v64), g)
+    qn, kn, vn = (t.clone().requires_grad_(True) for t in (q, k, v))
+    n_out, _ = _naive_loop(qn, kn, vn, lengths, causal, None)
+    n_grads = torch.autograd.grad(n_out, (qn, kn, vn), g.to(dtype))
+    qb, kb, vb, gb = (to_batch(t) for t in (q, k, v, g.to(dtype)))
+    shift = 0 if causal else None
+    cands = _configs.candidate_configs(dtype, d, d)
+    for c in cands["fwd"]:
+        out, lse2 = sa.attn_fwd(qb, kb, vb, shift=shift, scale=d ** -0.5, config=c, varlen=varlen)
+        check_rule(out[0].transpose(0, 1), n_out, o64, dt, f"out with {c}")
+    for i in range(max(len(cands["dkdv"]), len(cands["dq"]))):
+        ckv = cands["dkdv"][min(i, len(cands["dkdv"]) - 1)]
+        cq = cands["dq"][min(i, len(cands["dq"]) - 1)]
+        grads = sa.attn_bwd(gb, qb, kb, vb, out, lse2, None, shift=shift, scale=d ** -0.5,
+                            configs=(ckv, cq), varlen=varlen)
+        for name, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
+            check_rule(a[0].transpose(0, 1), b, r, dt, f"{name} with {ckv} / {cq}", FLOOR_GRAD)
