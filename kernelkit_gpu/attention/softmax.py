@@ -300,7 +300,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
 
     Returns
     -------
-    out : torch.Tensor, shape (B, H, T, Dv), q's dtype
+    out : torch.Tensor, shape (B, H, T, Dv), q's dtype; laid out as q: a (B, T, H, D) tensor
+        passed as ``x.transpose(1, 2)`` gets an output that is ``y.transpose(1, 2)`` of a
+        contiguous (B, T, H, Dv) tensor (so are dq, dk, dv of k and v)
     lse : torch.Tensor, shape (B, H, T), float32; only with ``return_lse``. Rows with no visible
         key (S = 0, or bottom-right with T > S) have out 0 and lse -inf.
 
