@@ -15,7 +15,7 @@ import torch
 import kernelkit
 from kernelkit.attention import kernel_attention, linear_attention, softmax_attention
 from kernelkit_math import attention as ref_attn
-from tests.gpu_cases import spy_calls, to_numpy64
+from tests.gpu_cases import to_numpy64
 
 pytestmark = pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 

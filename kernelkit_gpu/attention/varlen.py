@@ -7,7 +7,6 @@ backward; the twin is :func:`kernelkit_gpu.attention.varlen_naive.softmax_attent
 
 from __future__ import annotations
 
-import torch
 
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
