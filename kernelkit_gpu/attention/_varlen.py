@@ -123,7 +123,7 @@ def tile_table(cu_seqlens, total, max_seqlen=None):
     ok = torch.empty((), dtype=torch.int32, device=cu_seqlens.device)
     block_r = 64
     grid = (triton.cdiv(table_rows(total, n, TABLE_BLOCKS[-1]), block_r), len(TABLE_BLOCKS))
-    _tile_table_kernel[grid](cu_seqlens, table, ok, total, n,
+    _tile_table_kernel[grid](cu_seqlens.contiguous(), table, ok, total, n,
                              total if max_seqlen is None else min(max_seqlen, total + 1),
                              BLOCK_R=block_r, BLOCK_S=32)
     return table, ok
