@@ -394,3 +394,20 @@ def test_varlen_every_config(config_case, device, rng):
                             configs=(ckv, cq), varlen=varlen)
         for name, a, b, r in zip(("dq", "dk", "dv"), grads, n_grads, ref_grads):
             check_rule(a[0].transpose(0, 1), b, r, dt, f"{name} with {ckv} / {cq}", FLOOR_GRAD)
+
+
+def test_softmax_varlen_causal_non_finite_gradient_is_the_twin(device):
+    """A NaN in the incoming gradient of a causal varlen call (the backward's gate, twin by
+    sequence): it reaches dq of its row and dk, dv of the keys that row sees, nothing else."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(40, 2, 16, generator=gen).to(device).requires_grad_(True)
+               for _ in range(3))
+    out = softmax_attention(q, k, v, cu_seqlens=_cu([10, 30], device), is_causal=True)
+    g = torch.randn(out.shape, generator=gen).to(device)
+    g[15, 0, 0] = float("nan")
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
+    assert all(torch.isfinite(t[:10]).all() for t in (dq, dk, dv))  # the other sequence
+    assert torch.isfinite(dq[10:15]).all() and torch.isnan(dq[15]).any()
+    assert torch.isfinite(dq[16:]).all()
+    assert torch.isfinite(dk[16:]).all() and torch.isfinite(dv[16:]).all()
+    assert torch.isnan(dk[10:16]).any() and torch.isnan(dv[10:16]).any()
