@@ -273,7 +273,7 @@ def nystrom_weights(q, k, m, *, is_causal=False, seed=0, scale=None, eps=1e-6, c
     >>> A, den = nystrom_weights(q, k, 6)  # every query and every key is a landmark
     >>> s = q @ k.transpose(0, 2, 1) / 2.0
     >>> exact = np.exp(s - s.max(-1, keepdims=True))
-    >>> bool(np.allclose(A, exact / exact.sum(-1, keepdims=True), atol=1e-2))
+    >>> bool(np.abs(A - exact / exact.sum(-1, keepdims=True)).max() < 0.02)  # 64 fit steps
     True
     >>> bool(A.min() >= 0 and np.allclose(A.sum(-1), 1.0))
     True
