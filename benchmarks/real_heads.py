@@ -194,6 +194,97 @@ def write_fixture(path, share, check):
         print(f"copied to {share}")
 
 
+#: The methods of the table: every family of the comparison tool at a budget of 128 features
+#: or landmarks per query row where it has a size (hyp-favor+:64 has 128 features), plus
+#: favor+:1024 (the issue's column) and the exact kernel smoothers.
+METHODS = ("elu+1", "relu", "taylor2", "identity", "favor+:128", "favor+:1024",
+           "favor+orth:128", "hyp-favor+:64", "rff:128", "kernel:rbf", "kernel:laplacian",
+           "nystrom:64", "nystrom:128")
+RANK = 128
+
+
+def fixture_heads(path):
+    """q, k, v (layers, 12, 512, 32) and the metadata of a fixture file."""
+    from kernelkit.compare.qkv import load_qkv
+
+    q, k, v = load_qkv(path)
+    with np.load(path, allow_pickle=False) as f:
+        meta = {name: f[name].tolist() for name in f.files
+                if name not in ("q", "k", "v", "token_ids")}
+    return q, k, v, meta
+
+
+def all_layer_heads():
+    directory = model_dir()
+    ids = token_ids(directory)
+    q, k, v, _ = encode(ids, directory)
+    meta = {"model": MODEL, "package": f"{PACKAGE}=={PACKAGE_VERSION}",
+            "layers": list(range(LAYERS)), "heads": list(range(HEADS)),
+            "scale": 1.0 / math.sqrt(HEAD_DIM), "causal": False, "tokens": T,
+            "text_source": TEXT_SOURCE}
+    return (*(a.astype(np.float32) for a in (q, k, v)), meta)
+
+
+def table(report, seeds):
+    """README-ready markdown: one row per method, then uniform attention and the SVD floor."""
+    lines = ["| method | features per row | output rel. error | TV mean / max | "
+             "rows with KL = inf | rows with den <= 0 |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in report.rows:
+        if r["method"] == "softmax":
+            continue
+        m = r["n_features"] if r["n_features"] is not None else "all (exact kernel)"
+        err = f"{r['output_rel_error']:.3g}"
+        if r["output_rel_error_std"] > 0:
+            err += f" ± {r['output_rel_error_std']:.2g}"
+        lines.append(f"| {r['label']} | {m} | {err} | {r['tv_mean']:.3g} / {r['tv_max']:.3g} "
+                     f"| {r['kl_inf_rows']} of {r['n_rows']} "
+                     f"| {r['nonpositive_denominators']} of {r['n_rows']} |")
+    u = report.context["uniform"]
+    lines.append(f"| uniform attention (context) | – | {u['output_rel_error']:.3g} | "
+                 f"{u['tv_mean']:.3g} / {u['tv_max']:.3g} | | |")
+    for f in report.context["svd_floor"]:
+        lines.append(f"| truncated SVD, rank {f['rank']} (floor) | {f['rank']} | "
+                     f"{f['output_rel_error']:.3g} | | | |")
+    lines.append("")
+    lines.append(f"Rows pool {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) of the random "
+                 "methods; ± is the spread of the per-seed means.")
+    return "\n".join(lines)
+
+
+def run_table(args):
+    from kernelkit.compare import compare
+    from kernelkit.compare.report import _encode
+
+    if args.all_layers:
+        q, k, v, meta = all_layer_heads()
+        source = f"{PACKAGE} {PACKAGE_VERSION}, all {LAYERS} layers, extracted on the fly"
+    else:
+        q, k, v, meta = fixture_heads(args.fixture)
+        source = os.path.relpath(args.fixture, ROOT)
+    methods = list(dict.fromkeys(["softmax", *METHODS, *args.method]))
+    seeds = list(range(args.seeds))
+    print(f"heads: {source}, q {q.shape}, scale {meta['scale']:.6g}, methods {methods[1:]}, "
+          f"seeds {seeds}", flush=True)
+    # scale=None is 1/sqrt(D), the model's own scale (checked against the fixture's record)
+    if not math.isclose(meta["scale"], 1.0 / math.sqrt(q.shape[-1]), rel_tol=1e-12):
+        raise SystemExit(f"the heads were scaled by {meta['scale']}, not 1/sqrt(D)")
+    report = compare(q, k, v, methods, is_causal=False, scale=None, seeds=seeds,
+                     measure=False, ranks=[RANK], plot_index=(0, 0))
+    md = table(report, seeds)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    out = args.json or os.path.join(ROOT, "benchmarks", "results",
+                                    f"real-heads-{now:%Y-%m-%d}.json")
+    doc = {"kind": "kernelkit.benchmarks.real_heads", "date": now.isoformat(timespec="seconds"),
+           "command": " ".join(["python", "benchmarks/real_heads.py", *sys.argv[1:]]),
+           "heads": source, "fixture_meta": meta, "shape": list(q.shape),
+           "rows": report.rows, "context": report.context, "meta": report.meta,
+           "markdown": md}
+    write_text_atomic(out, json.dumps(_encode(doc), allow_nan=False, indent=1))
+    print(f"wrote {out}\n")
+    print(md)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write-fixture", action="store_true",
@@ -202,11 +293,20 @@ def main(argv=None):
                    help="with --write-fixture: compare the forward with transformers' BertModel")
     p.add_argument("--fixture", default=FIXTURE)
     p.add_argument("--share", default=None, help="also copy the fixture to this path")
+    p.add_argument("--all-layers", action="store_true",
+                   help="table on all 6 layers, extracted from the installed model package")
+    p.add_argument("--method", action="append", default=[],
+                   help="a further method spec for the table (repeatable)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds of the random methods")
+    p.add_argument("--json", default=None, help="output JSON (default "
+                   "benchmarks/results/real-heads-<date>.json)")
     args = p.parse_args(argv)
     if args.write_fixture:
         write_fixture(args.fixture, args.share, args.check)
         return
-    raise SystemExit("table: not written yet")
+    if args.seeds < 1:
+        p.error("--seeds must be >= 1")
+    run_table(args)
 
 
 if __name__ == "__main__":
