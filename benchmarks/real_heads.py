@@ -33,7 +33,12 @@ Commands::
 
     PYTHONPATH=. python benchmarks/real_heads.py --write-fixture --check
     PYTHONPATH=. python benchmarks/real_heads.py            # table on the fixture
+    PYTHONPATH=. python benchmarks/real_heads.py --device cuda --json "$OUT/real-heads.json"
     PYTHONPATH=. python benchmarks/real_heads.py --all-layers --json "$OUT/real-heads.json"
+
+``--device cuda`` also runs each method's fast path (``Method.run``, Triton on CUDA) in float32
+on the heads and records its error against float64 softmax and against its own float64
+reference (keys ``fast_rel_error``, ``fast_vs_float64``).
 """
 
 from __future__ import annotations
@@ -227,9 +232,11 @@ def all_layer_heads():
 
 def table(report, seeds):
     """README-ready markdown: one row per method, then uniform attention and the SVD floor."""
+    fast = [r.get("fast_device") for r in report.rows if r.get("fast_device")]
+    extra = f" fast path on {fast[0]}, float32: output rel. error |" if fast else ""
     lines = ["| method | features per row | output rel. error | TV mean / max | "
-             "rows with KL = inf | rows with den <= 0 |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "rows with KL = inf | rows with den <= 0 |" + extra,
+             "|---|---:|---:|---:|---:|---:|" + ("---:|" if fast else "")]
     for r in report.rows:
         if r["method"] == "softmax":
             continue
@@ -239,17 +246,45 @@ def table(report, seeds):
             err += f" ± {r['output_rel_error_std']:.2g}"
         lines.append(f"| {r['label']} | {m} | {err} | {r['tv_mean']:.3g} / {r['tv_max']:.3g} "
                      f"| {r['kl_inf_rows']} of {r['n_rows']} "
-                     f"| {r['nonpositive_denominators']} of {r['n_rows']} |")
+                     f"| {r['nonpositive_denominators']} of {r['n_rows']} |"
+                     + (f" {r['fast_rel_error']:.3g} |" if fast else ""))
     u = report.context["uniform"]
+    blank = " |" if fast else ""
     lines.append(f"| uniform attention (context) | – | {u['output_rel_error']:.3g} | "
-                 f"{u['tv_mean']:.3g} / {u['tv_max']:.3g} | | |")
+                 f"{u['tv_mean']:.3g} / {u['tv_max']:.3g} | | |" + blank)
     for f in report.context["svd_floor"]:
         lines.append(f"| truncated SVD, rank {f['rank']} (floor) | {f['rank']} | "
-                     f"{f['output_rel_error']:.3g} | | | |")
+                     f"{f['output_rel_error']:.3g} | | | |" + blank)
     lines.append("")
     lines.append(f"Rows pool {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) of the random "
                  "methods; ± is the spread of the per-seed means.")
     return "\n".join(lines)
+
+
+def fast_paths(report, q, k, v, device):
+    """Run every method's fast path (``Method.run``: Triton on CUDA) in float32 on ``device``
+    with seed 0 and record its output error against float64 softmax and against the method's
+    own float64 output (``fast_rel_error`` / ``fast_vs_float64``): the check that the GPU path
+    is as sane as the reference on real heads."""
+    import torch
+
+    from kernelkit.compare import metrics
+    from kernelkit.compare.methods import parse_method
+
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    o_ref = parse_method("softmax", q.shape[-1]).output(q64, k64, v64)
+    t = [torch.as_tensor(a, dtype=torch.float32, device=device) for a in (q, k, v)]
+    for row in report.rows:
+        spec = row["method"]
+        method = parse_method(spec, q.shape[-1])
+        out = method.run(*t, seed=0).double().cpu().numpy()
+        own = method.output(q64, k64, v64, seed=0)
+        row["fast_device"] = device
+        row["fast_finite"] = bool(np.all(np.isfinite(out)))
+        row["fast_rel_error"] = float(np.mean(metrics.relative_error(out, o_ref)))
+        row["fast_vs_float64"] = float(np.mean(metrics.relative_error(out, own)))
+        print(f"fast path {spec} on {device}: output rel. error {row['fast_rel_error']:.3g}, "
+              f"against its float64 reference {row['fast_vs_float64']:.2g}", flush=True)
 
 
 def run_table(args):
@@ -271,6 +306,8 @@ def run_table(args):
         raise SystemExit(f"the heads were scaled by {meta['scale']}, not 1/sqrt(D)")
     report = compare(q, k, v, methods, is_causal=False, scale=None, seeds=seeds,
                      measure=False, ranks=[RANK], plot_index=(0, 0))
+    if args.device:
+        fast_paths(report, q, k, v, args.device)
     md = table(report, seeds)
     now = datetime.datetime.now(datetime.timezone.utc)
     out = args.json or os.path.join(ROOT, "benchmarks", "results",
@@ -298,6 +335,8 @@ def main(argv=None):
     p.add_argument("--method", action="append", default=[],
                    help="a further method spec for the table (repeatable)")
     p.add_argument("--seeds", type=int, default=3, help="seeds of the random methods")
+    p.add_argument("--device", default=None,
+                   help="also run every method's fast path in float32 on this device (cuda)")
     p.add_argument("--json", default=None, help="output JSON (default "
                    "benchmarks/results/real-heads-<date>.json)")
     args = p.parse_args(argv)
