@@ -342,21 +342,22 @@ def _landmarks_torch(k, w, uniforms):
 
 
 def _nonnegative_fit_torch(C, U, iterations):
-    """:func:`_nonnegative_fit_np` on tensors: ``iterations`` FISTA steps (run without autograd
-    by the caller), then the plain projected step, differentiable in C and U."""
+    """:func:`_nonnegative_fit_np` on tensors: ``iterations`` FISTA steps without autograd,
+    then the plain projected step, differentiable in C and U."""
     import torch
 
     Ut = U.transpose(-1, -2)
     UU, CU = U @ Ut, C @ Ut
     lip = UU.sum(dim=-1).amax(dim=-1)[:, None, None]  # 0 only if every entry of U underflowed
     step = torch.where(lip > 0, 1.0 / torch.where(lip > 0, lip, 1.0), 0.0)
-    with torch.no_grad():
+    with torch.no_grad():  # few passes over the (n, T, r) iterates: one fused product each
+        UU_s, CU_s = UU * step, CU * step
         a = y = torch.zeros_like(CU)
         t = 1.0
         for _ in range(iterations):
-            a_next = (y - (y @ UU - CU) * step).clamp_(min=0.0)
+            a_next = torch.baddbmm(CU_s, y, UU_s, alpha=-1.0).add_(y).clamp_(min=0.0)
             t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-            y = a_next + ((t - 1.0) / t_next) * (a_next - a)
+            y = torch.lerp(a, a_next, 1.0 + (t - 1.0) / t_next)  # a_next + mom (a_next - a)
             a, t = a_next, t_next
     a = (a - (a @ UU - CU) * step).clamp(min=0.0)
     return a + FLOOR / U.shape[-2]
