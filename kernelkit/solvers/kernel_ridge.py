@@ -430,11 +430,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """CG on (S K S + alpha_j I) c = S y, a = S c; ``(result, a, dense solve)``."""
         from kernelkit.solvers._cg import conjugate_gradient
         from kernelkit.solvers._dense import shifted_solve
-        from kernelkit.solvers._nystrom import NystromPreconditioner
+        from kernelkit.solvers._nystrom import nystrom_preconditioner
 
         sw = None if weights is None else weights.sqrt()[:, None]
         scale = (lambda V: V) if sw is None else (lambda V: sw * V)
-        precond = None if not len(idx) else NystromPreconditioner(op, data, exact[1], alphas, sw)
+        precond = None if not len(idx) else nystrom_preconditioner(op, exact, alphas, sw)
 
         def product(X):
             return lambda P: scale(op.product(X, X, scale(P))) + alphas * P
@@ -458,7 +458,6 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     def _fit_nystrom(cls, op, data, exact, idx, Y, alphas, weights, tol, max_iter, callback):
         """CG on the Falkon system; ``(result, beta, dense solve)``."""
         from kernelkit.solvers._cg import conjugate_gradient
-        from kernelkit.solvers._dense import shifted_solve
         from kernelkit.solvers._nystrom import FalkonSystem
 
         system = FalkonSystem(op, data, exact, alphas, weights, idx)
@@ -466,9 +465,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                                     exact_matvec=system.exact_matvec, callback=callback)
 
         def dense():
-            x, used_lstsq = shifted_solve(*system.dense_system(Y), alphas)
+            beta, used_lstsq = system.dense_solve(Y)
             cls._warn_lstsq(used_lstsq)
-            return system.dense_beta(x)
+            return beta
 
         return result, system.to_beta(result.x), dense
 
