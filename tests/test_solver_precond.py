@@ -74,9 +74,7 @@ def test_per_column_shift(K):
 @pytest.mark.parametrize("mu", [1e-6, 1e-10, 1e-13])
 def test_solve_is_backward_stable_for_a_tiny_shift(K, mu):
     """mu far below ||K|| (~60): the eigen form's solve x satisfies P x = v to a backward error
-    of a few eps ||P|| ||x|| (measured <= 3e-16 relative). The Woodbury form
-    (v - B (mu I + B^T B)^{-1} B^T v) / mu, computed here for contrast, loses about
-    cond(mu I + B^T B) eps: 1e-3 relative backward error at mu = 1e-13."""
+    of a few eps ||P|| ||x|| (measured 5.2e-17 to 5.4e-17 relative at these mu; bound 1e-14)."""
     pre, _ = _build(K, 40, mu)
     n = K.shape[0]
     Pd = (pre.U * pre.lam) @ pre.U.T + mu * torch.eye(n, dtype=torch.float64)
