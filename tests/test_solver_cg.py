@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor, pivoted_cholesky_pivots
+from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
+                                        pivoted_cholesky_pivots)
 from kernelkit.solvers._slq import lanczos_quadrature
 
 
@@ -75,7 +76,8 @@ def test_cg_refuses_float32_vectors():
 
 
 def test_lanczos_logdet_is_exact_with_unit_probes():
-    """sum_i e_i^T log(A) e_i = tr log A = log det A; full Lanczos (n steps) makes each term exact."""
+    """sum_i e_i^T log(A) e_i = tr log A = log det A; full Lanczos (n steps) makes each term
+    exact."""
     A = _spd(40, cond=50.0)
     res = conjugate_gradient(lambda V: torch.as_tensor(A) @ V, torch.eye(40, dtype=torch.float64),
                              tol=1e-13, max_iter=200, lanczos=True)

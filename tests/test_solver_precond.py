@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor, pivoted_cholesky_pivots
+from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
+                                        pivoted_cholesky_pivots)
 
 
 def _rbf(X, length_scale=0.9, scale=1.5):

@@ -13,8 +13,8 @@ residual that stops it is the true one, from float64 products (:func:`exact_matm
 - Quadratic term: y^T alpha, to the CG tolerance (exact up to it).
 - log det K = log det P (exact) + log det(P^{-1/2} K P^{-1/2}); the second term by stochastic
   Lanczos quadrature, (1/t) sum_j (z_j^T P^{-1} z_j) e_1^T log(T_j) e_1, with T_j from the CG
-  coefficients of column z_j (:mod:`kernelkit.solvers._slq`). Stochastic: its standard deviation is about
-  sqrt(2 / t) ||log(P^{-1/2} K P^{-1/2})||_F, zero when P = K.
+  coefficients of column z_j (:mod:`kernelkit.solvers._slq`). Stochastic: its standard
+  deviation is about sqrt(2 / t) ||log(P^{-1/2} K P^{-1/2})||_F, zero when P = K.
 - Gradient: with w_j = P^{-1} z_j,
 
   .. math::
@@ -45,7 +45,8 @@ from sklearn.exceptions import ConvergenceWarning
 
 from kernelkit.gp._operator import bilinear
 from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor, pivoted_cholesky_pivots
+from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
+                                        pivoted_cholesky_pivots)
 from kernelkit.solvers._slq import lanczos_quadrature
 
 __all__ = ["SolverSettings", "log_marginal_likelihood", "make_probes", "preconditioner", "solve"]

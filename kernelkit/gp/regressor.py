@@ -6,7 +6,8 @@ The estimator mirrors :class:`sklearn.gaussian_process.GaussianProcessRegressor`
 what scikit-learn computes, with a float64 Cholesky factor on the fit device (:mod:`._exact`).
 Above it, it never factorises K and never builds the (n, n, n_theta) gradient tensor:
 
-- K^{-1} y by preconditioned conjugate gradients (:mod:`kernelkit.solvers._cg`), exact to ``cg_tol``;
+- K^{-1} y by preconditioned conjugate gradients (:mod:`kernelkit.solvers._cg`), exact to
+  ``cg_tol``;
 - log det K by stochastic Lanczos quadrature on the CG coefficients of ``n_probes`` probe vectors,
   corrected by the exact log determinant of a rank-``preconditioner_rank`` pivoted-Cholesky
   preconditioner (:mod:`kernelkit.solvers._precond`);

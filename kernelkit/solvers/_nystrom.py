@@ -120,7 +120,8 @@ def _shifted_factors(S, alphas):
     """``[(Cholesky factor of S + alpha I, columns with that alpha)]`` for each distinct alpha
     (:func:`~kernelkit.solvers._dense.shifted_solve` is the dense solve of the same shifts)."""
     eye = torch.eye(S.shape[0], dtype=S.dtype, device=S.device)
-    return [(cholesky_jitter(S + alpha * eye, 0.0)[0], cols) for alpha, cols in alpha_groups(alphas)]
+    return [(cholesky_jitter(S + alpha * eye, 0.0)[0], cols)
+            for alpha, cols in alpha_groups(alphas)]
 
 
 def nystrom_preconditioner(op, exact, alphas, sw=None):

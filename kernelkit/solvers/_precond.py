@@ -25,7 +25,8 @@ Then, all in float64,
 with the projection onto the complement of U applied twice (classical Gram-Schmidt twice), so
 that the part divided by a tiny mu carries no O(eps ||v||) leftover of range(U): the solve is
 backward stable when the ridge or noise mu is far below ||A|| (measured backward error 5e-17
-relative at mu = 1e-13 ||A||, tests/test_solver_precond.py). Also exact: log det P = sum log(lambda_i + mu) + (n - k) log mu;
+relative at mu = 1e-13 ||A||, tests/test_solver_precond.py). Also exact:
+log det P = sum log(lambda_i + mu) + (n - k) log mu;
 z = U Lambda^{1/2} e_1 + sqrt(mu) e_2 ~ N(0, P); and w^T P w, differentiable (through B and
 Sigma, never through U, whose derivative is unstable for close singular values; the part left
 out, nu w^T d(U U^T) w, has zero expectation over the probes because tr(P^{-1} d(U U^T)) = 0).

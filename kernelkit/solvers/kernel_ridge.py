@@ -138,7 +138,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         iteration costs n M kernel values. The jitter s is the machine epsilon of the kernel
         products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM); the
         preconditioner factors K_MM with M times that. With M = n it is the exact solution up
-        to that jitter (the predictions move by at most about s / alpha times |y|). "auto": "cg" up to 100,000 samples on the GPU (20,000 on
+        to that jitter (the predictions move by at most about s / alpha times |y|). "auto":
+        "cg" up to 100,000 samples on the GPU (20,000 on
         the CPU), "nystrom" beyond.
     n_components : "auto" or int, default="auto"
         Number M of Nyström landmarks (at most n_samples). "auto": ceil(sqrt(n) ln n) (Rudi,
