@@ -166,12 +166,13 @@ class LowRankPreconditioner:
                 self.U = Q @ W
                 self._Vh = Vh
                 self.lam = (self.sigma2 - self.unshift).clamp_min(0.0)
-            self._B = B
+            # kept only for the gradient of quad (the GP); KernelRidge frees its n x k factor
+            self._B = B if B.requires_grad else None
         else:
             self.U = torch.zeros((n, 0), dtype=torch.float64, device=B.device)
             self.lam = self.sigma2 = torch.zeros(0, dtype=torch.float64, device=B.device)
             self._Vh = torch.zeros((0, 0), dtype=torch.float64, device=B.device)
-            self._B = B
+            self._B = None
 
     @property
     def logdet(self):
@@ -206,6 +207,8 @@ class LowRankPreconditioner:
         W = W.detach().to(torch.float64)
         with torch.no_grad():
             UtW = self.U.T @ W
+            if self._B is None:  # no gradient to carry: w^T U Lambda U^T w directly
+                return (self.lam[:, None] * UtW.square()).sum() + self.shift * W.square().sum()
             kept_out = self.sigma2.detach().clamp_max(self.unshift)  # sigma^2 - lambda
             removed = (kept_out[:, None] * UtW.square()).sum()
         return (self._B.T @ W).square().sum() - removed + self.shift * W.square().sum()
