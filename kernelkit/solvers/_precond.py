@@ -207,8 +207,9 @@ class LowRankPreconditioner:
         W = W.detach().to(torch.float64)
         with torch.no_grad():
             UtW = self.U.T @ W
-            if self._B is None:  # no gradient to carry: w^T U Lambda U^T w directly
-                return (self.lam[:, None] * UtW.square()).sum() + self.shift * W.square().sum()
             kept_out = self.sigma2.detach().clamp_max(self.unshift)  # sigma^2 - lambda
             removed = (kept_out[:, None] * UtW.square()).sum()
-        return (self._B.T @ W).square().sum() - removed + self.shift * W.square().sum()
+            low_rank = (self.lam[:, None] * UtW.square()).sum()
+        if self._B is not None:  # the factor carries the gradient: w^T B B^T w - unshift part
+            low_rank = (self._B.T @ W).square().sum() - removed
+        return low_rank + self.shift * W.square().sum()
