@@ -69,28 +69,19 @@ class ShardedFalkonSystem(FalkonSystem):
         partial = D.agree(kmn_product, self.op, X, Z, WY)
         return self._left(D.all_reduce(partial))
 
-    def _matvec(self, G, X, Z):
+    def _data_term(self, u, X, Z):
+        """This rank's rows of K_Mn W K_nM u, all-reduced (float64)."""
         from kernelkit_gpu import distributed as D
 
-        u = self.to_beta(G)
+        return D.all_reduce(D.agree(super()._data_term, u, X, Z))
 
-        def partial():
-            h = torch.zeros_like(u)
-            for lo, hi, Bk in self.op.row_blocks(X, Z):
-                Bs = Bk if self.sw is None else self.sw[lo:hi] * Bk
-                h += Bs.T @ (Bs @ u)
-            return h
-
-        h = D.all_reduce(D.agree(partial))
-        return self._left(h + self.alphas * (self.Kmm @ u + self.shift * u))
-
-    def dense_system(self, Y):
+    def dense_solve(self, Y):
         """The dense M x M normal equations from the whole data on this rank alone (the dense
         fallback runs on each rank without collectives; the coefficients are rank 0's)."""
         sharded = (self.data, self.exact, self.weights, self.sw)
         self.data, self.exact, self.weights, self.sw = self.full
         try:
-            return super().dense_system(Y)
+            return super().dense_solve(Y)
         finally:
             self.data, self.exact, self.weights, self.sw = sharded
 
@@ -100,7 +91,6 @@ def fit_nystrom(warn_lstsq, op, data, exact, idx, Y, alphas, weights, tol, max_i
     solve)``; ``warn_lstsq`` is ``KernelRidge._warn_lstsq``. Kernel products inside run on this
     rank alone (``local()``)."""
     from kernelkit.solvers._cg import conjugate_gradient
-    from kernelkit.solvers._dense import shifted_solve
     from kernelkit_gpu import distributed as D
 
     with D.local():
@@ -110,8 +100,8 @@ def fit_nystrom(warn_lstsq, op, data, exact, idx, Y, alphas, weights, tol, max_i
 
     def dense():
         with D.local():
-            x, used_lstsq = shifted_solve(*system.dense_system(Y), alphas)
+            beta, used_lstsq = system.dense_solve(Y)
         warn_lstsq(used_lstsq)
-        return system.dense_beta(x)
+        return beta
 
     return result, system.to_beta(result.x), dense

@@ -204,13 +204,18 @@ class FalkonSystem:
             used = used or lstsq
         return _tri(self.L.T, x, upper=True), used
 
-    def _matvec(self, G, X, Z):
-        u = self.to_beta(G)
-        h = self.alphas * (self.Kmm @ u + self.system_shift * u)
+    def _data_term(self, u, X, Z):
+        """K_Mn W K_nM u over the rows of X."""
+        h = torch.zeros_like(u)
         for lo, hi, B in self.op.row_blocks(X, Z):
             Bs = _scaled(B, self.sw, lo, hi)
             h += Bs.T @ (Bs @ u)
-        return self._left(h)
+        return h
+
+    def _matvec(self, G, X, Z):
+        u = self.to_beta(G)
+        return self._left(self._data_term(u, X, Z)
+                          + self.alphas * (self.Kmm @ u + self.system_shift * u))
 
     def matvec(self, G):
         """W gamma = A^{-1} L^{-1} (K_Mn W K_nM u + alpha (K_MM + s_sys I) u), u = beta(gamma), with
