@@ -10,6 +10,10 @@ Parts (``--parts``, comma-separated):
   ("cg": exact system, Nyström preconditioner on ``--m-cg`` landmarks; "nystrom": Falkon-style on
   ``--m-nystrom`` landmarks). Fit time (after a warm-up fit that compiles the Triton kernels),
   CG iterations, test RMSE.
+- ``defaults``: issue 17's floor: KernelRidge with default settings (``n_components="auto"``,
+  ``solver="auto"``) against ``solver="nystrom"`` with each M of ``--m-list`` (5e3, 1e4, 2e4)
+  at every size; records the default's test RMSE over the best manual one and whether the
+  floor (within 1%, fit <= 10 s at n = 1e6) is met.
 - ``sklearn``: scikit-learn's KernelRidge on the CPU (all cores) at ``--sklearn-sizes``; a size
   whose estimated peak (3 n^2 float64: K, its Cholesky copy, temporaries) exceeds 60% of RAM is
   skipped and the reason recorded; kernelkit (cg) runs at the same sizes for the ratio.
@@ -28,6 +32,8 @@ Run on the GPU machine, one part per command (each well under 10 minutes; the RE
     python benchmarks/kernel_ridge.py --parts exact --out benchmarks/results/krr-exact.json
     python benchmarks/kernel_ridge.py --parts ours --sizes 100000,1000000 \
         --out benchmarks/results/krr-ours.json
+    python benchmarks/kernel_ridge.py --parts defaults --sizes 100000,1000000 --repeats 1 \
+        --out benchmarks/results/krr-defaults.json
     python benchmarks/kernel_ridge.py --parts sklearn --sklearn-sizes 10000,20000,40000,50000 \
         --out benchmarks/results/krr-sklearn.json
 
@@ -47,7 +53,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import log, now, write_json_atomic  # noqa: E402
 
-PARTS = ("ours", "sklearn", "exact")
+PARTS = ("ours", "defaults", "sklearn", "exact")
 
 
 def dataset(n, n_test, d, seed=0):
@@ -71,48 +77,89 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def run_ours(args, device, rows, save):
+def _warm_up(args, device, X, y, Xt):
+    """Compile the Triton kernels once (gram, kernel_matvec; D = features); seconds taken."""
+    from kernelkit import KernelRidge
+
+    t = time.perf_counter()
+    KernelRidge(alpha=1.0, gamma=args.gamma, solver="cg", n_components=64,
+                device=device).fit(X[:2000], y[:2000]).predict(Xt[:100])
+    warm = time.perf_counter() - t
+    log(f"warm-up fit (compiles the kernels): {warm:.1f} s")
+    return warm
+
+
+def _measure(model, X, y, Xt, yt, repeats, **extra):
+    """Fit ``repeats`` times (stop after a fit over 20 s), predict once: one result row."""
     import warnings
 
+    fits = []
+    for _ in range(repeats):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _sync()
+            t = time.perf_counter()
+            model.fit(X, y)
+            _sync()
+            fits.append(time.perf_counter() - t)
+        if fits[-1] > 20:  # long fits compile nothing new worth measuring twice
+            break
+    t = time.perf_counter()
+    pred = model.predict(Xt)
+    _sync()
+    return dict(extra, n=len(X), solver=model.solver_, M=model.n_components_, fit_s=min(fits),
+                fit_s_each=fits, predict_s=time.perf_counter() - t, n_iter=model.n_iter_,
+                final_residual=float(model.residuals_[-1]), test_rmse=rmse(pred, yt),
+                alpha=model.alpha, warnings=[str(w.message) for w in caught])
+
+
+def run_ours(args, device, rows, save):
     from kernelkit import KernelRidge
 
     warm = None
     for n in args.sizes:
         X, y, Xt, yt = dataset(n, args.n_test, args.features)
+        if warm is None:
+            warm = _warm_up(args, device, X, y, Xt)
         for solver in args.solvers:
             m = args.m_cg if solver == "cg" else args.m_nystrom
             model = KernelRidge(alpha=args.lam * n, gamma=args.gamma, solver=solver,
                                 n_components=m, tol=args.tol, max_iter=args.max_iter,
                                 device=device, random_state=0, verbose=args.verbose)
-            if warm is None:  # compile the Triton kernels once (gram, kernel_matvec; D = 20)
-                t = time.perf_counter()
-                KernelRidge(alpha=1.0, gamma=args.gamma, solver="cg", n_components=64,
-                            device=device).fit(X[:2000], y[:2000]).predict(Xt[:100])
-                warm = time.perf_counter() - t
-                log(f"warm-up fit (compiles the kernels): {warm:.1f} s")
-            fits = []
-            for _ in range(args.repeats):
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    _sync()
-                    t = time.perf_counter()
-                    model.fit(X, y)
-                    _sync()
-                    fits.append(time.perf_counter() - t)
-                if fits[-1] > 20:  # long fits compile nothing new worth measuring twice
-                    break
-            t = time.perf_counter()
-            pred = model.predict(Xt)
-            _sync()
-            row = dict(part="ours", n=n, solver=solver, M=model.n_components_, fit_s=min(fits),
-                       fit_s_each=fits,
-                       predict_s=time.perf_counter() - t, n_iter=model.n_iter_,
-                       final_residual=float(model.residuals_[-1]), test_rmse=rmse(pred, yt),
-                       alpha=args.lam * n, warnings=[str(w.message) for w in caught],
-                       warmup_s=warm)
-            rows.append(row)
-            log(row)
+            rows.append(_measure(model, X, y, Xt, yt, args.repeats, part="ours", warmup_s=warm))
+            log(rows[-1])
             save()
+
+
+def run_defaults(args, device, rows, save):
+    """Issue 17's KernelRidge floor: default settings (solver="auto", n_components="auto", tol
+    and max_iter at their defaults; only alpha and gamma given) against solver="nystrom" with
+    each M of ``--m-list``, at every n of ``--sizes``. The default must reach a test RMSE within
+    1% of the best of those M, in <= 10 s at n = 1e6 (d = 20)."""
+    from kernelkit import KernelRidge
+
+    warm = None
+    for n in args.sizes:
+        X, y, Xt, yt = dataset(n, args.n_test, args.features)
+        if warm is None:
+            warm = _warm_up(args, device, X, y, Xt)
+        common = dict(alpha=args.lam * n, gamma=args.gamma, device=device, random_state=0)
+        runs = [("defaults", KernelRidge(**common))]
+        runs += [(f"nystrom M={m}", KernelRidge(solver="nystrom", n_components=m, **common))
+                 for m in args.m_list]
+        got = []
+        for label, model in runs:
+            got.append(_measure(model, X, y, Xt, yt, args.repeats, part=label, warmup_s=warm))
+            rows.append(got[-1])
+            log(rows[-1])
+            save()
+        best = min(r["test_rmse"] for r in got[1:]) if len(got) > 1 else got[0]["test_rmse"]
+        got[0]["rmse_over_best_manual_M"] = got[0]["test_rmse"] / best
+        got[0]["floor_met"] = bool(got[0]["test_rmse"] <= 1.01 * best
+                                   and (n < 1_000_000 or got[0]["fit_s"] <= 10.0))
+        log(f"n = {n}: default / best manual M test RMSE = "
+            f"{got[0]['rmse_over_best_manual_M']:.4f}, fit {got[0]['fit_s']:.2f} s")
+        save()
 
 
 def run_sklearn(args, device, rows, save):
@@ -236,6 +283,11 @@ def table(rows):
         fit = r.get("fit_s", r.get("fit_predict_s"))
         lines.append(f"{r['part']:<22}{r['n']:>9}{r.get('solver', '-'):>9}{r.get('M', '-')!s:>7}"
                      f"{fit:>9.2f}{r.get('n_iter', '-')!s:>7}{r['test_rmse']:>11.4f}")
+    for r in rows:
+        if "rmse_over_best_manual_M" in r:
+            lines.append(f"n = {r['n']}: defaults (M = {r['M']}) test RMSE / best manual M = "
+                         f"{r['rmse_over_best_manual_M']:.4f}, fit {r['fit_s']:.2f} s, "
+                         f"floor {'met' if r['floor_met'] else 'NOT met'}")
     return "\n".join(lines)
 
 
@@ -249,6 +301,8 @@ def main(argv=None):
     p.add_argument("--exact-n", type=int, default=100_000)
     p.add_argument("--m-cg", type=int, default=5_000, help="landmarks of the cg preconditioner")
     p.add_argument("--m-nystrom", type=int, default=10_000, help="landmarks of the nystrom solver")
+    p.add_argument("--m-list", type=ints, default=[5_000, 10_000, 20_000],
+                   help="landmarks of the nystrom fits the defaults part compares with")
     p.add_argument("--features", type=int, default=20, help="d (5 of them informative)")
     p.add_argument("--gamma", type=float, default=0.1)
     p.add_argument("--lam", type=float, default=1e-6, help="alpha = lam * n")
@@ -265,6 +319,7 @@ def main(argv=None):
     if args.quick:
         args.sizes, args.sklearn_sizes = [2000, 4000], [2000]
         args.exact_n, args.m_cg, args.m_nystrom, args.n_test = 2000, 200, 400, 1000
+        args.m_list = [100, 200]
     args.solvers = args.solvers.split(",")
     if args.features < 5:
         p.error("--features must be >= 5 (make_friedman1)")
@@ -286,7 +341,8 @@ def main(argv=None):
     def save():  # after every row: a run cut short (timeout, a crash in scipy) keeps what it has
         write_json_atomic(out, dict(info, rows=rows))
 
-    for part, fn in (("exact", run_exact), ("sklearn", run_sklearn), ("ours", run_ours)):
+    for part, fn in (("exact", run_exact), ("sklearn", run_sklearn), ("ours", run_ours),
+                     ("defaults", run_defaults)):
         if part in parts:
             fn(args, device, rows, save)
     save()

@@ -32,8 +32,55 @@ def use_triton(t):
     return (t.is_cuda and _launch.HAS_TRITON) or _launch.INTERPRET
 
 
+LAYOUTS = ("bhtd", "bthd")
+
+
+def _check_layout(layout):
+    if not isinstance(layout, str):
+        raise TypeError(f"layout must be 'bhtd' or 'bthd'; got {layout!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be 'bhtd' (B, H, T, D) or 'bthd' (B, T, H, D); got {layout!r}")
+    return layout
+
+
+def _to_bhtd(layout, *tensors):
+    """The (B, H, T, D) views of (B, T, H, D) operands (no copy); as given for "bhtd"."""
+    if layout == "bhtd":
+        return tensors
+    import torch
+
+    names = ("q", "k", "v")
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of shape (B, T, H, D); got "
+                            f"{type(t).__name__}")
+        if t.ndim != 4:
+            raise ValueError(f"{name} must have shape (B, T, H, D) with layout='bthd'; got "
+                             f"{t.ndim} dimensions")
+    return tuple(t.transpose(1, 2) for t in tensors)
+
+
+def _from_bhtd(layout, out):
+    return out if layout == "bhtd" else out.transpose(1, 2)
+
+
+def _check_q_scale(scale):
+    """None, or a finite number > 0 (float): the multiplier of q before a feature map / kernel."""
+    if scale is None:
+        return None
+    import math
+    import numbers
+
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale must be a positive number or None; got {scale!r}")
+    if not math.isfinite(float(scale)) or float(scale) <= 0:
+        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
+    return float(scale)
+
+
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
-                      enable_gqa=False, return_lse=False):
+                      enable_gqa=False, return_lse=False, layout="bhtd", cu_seqlens=None,
+                      max_seqlen=None):
     r"""Softmax attention, ``scaled_dot_product_attention``'s signature where they overlap.
 
     .. math::
@@ -48,7 +95,8 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         One dtype, one device; H_kv == H, or divides H with ``enable_gqa``. float16, bfloat16
         and float32 run the FlashAttention-style Triton kernels (CUDA, or the CPU under
         ``TRITON_INTERPRET=1``; else the plain-PyTorch path); float64 runs the plain-PyTorch path
-        in float64 on any device (it materialises the (T, S) scores).
+        in float64 on any device (it materialises the (T, S) scores). (B, T, H, D) shapes with
+        ``layout="bthd"``; packed (total, H, D) shapes with ``cu_seqlens``.
     is_causal : bool
         Causal mask, aligned by ``causal_alignment``.
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
@@ -64,18 +112,39 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         Grouped-query attention: each group of H / H_kv query heads shares one k/v head.
     return_lse : bool
         Also return the natural-log log-sum-exp of the scaled scores, (B, H, T) float32.
+    layout : {"bhtd", "bthd"}, default "bhtd"
+        Memory order of q, k, v and out: (B, H, T, D) as ``scaled_dot_product_attention``, or
+        (B, T, H, D) as FlashAttention and flash-linear-attention. The Triton kernels take
+        strides, so neither layout is copied, and out is allocated contiguous in the input's
+        layout. lse is (B, H, T) in both (as FlashAttention's). Not read with ``cu_seqlens``.
+    cu_seqlens : torch.Tensor of shape (n_seqs + 1,), int32 or int64, optional
+        Variable-length packed batch, as FlashAttention's varlen functions and
+        flash-linear-attention: q (total, H, D), k (total, H_kv, D), v (total, H_kv, Dv) hold
+        the sequences one after another; sequence i is the tokens
+        ``cu_seqlens[i]:cu_seqlens[i + 1]`` (0 first, non-decreasing, total last; on q's
+        device). Each token attends to the keys of its own sequence only (causal: the keys at or
+        before its position in the sequence). Empty sequences are allowed (as in
+        FlashAttention). The Triton path never reads cu_seqlens on the host before launching
+        (its values are checked on the device, the flag read after the launch); the
+        plain-PyTorch path loops over the sequences. One packing for queries and keys
+        (self-attention), so ``causal_alignment`` makes no difference.
+    max_seqlen : int, optional
+        Only with ``cu_seqlens``: checked as an upper bound of the lengths; not needed.
 
     Returns
     -------
-    out : torch.Tensor of shape (B, H, T, Dv), the dtype of q
-    lse : torch.Tensor of shape (B, H, T), only with ``return_lse``; float32 (float64 for
-        float64 input)
+    out : torch.Tensor of shape (B, H, T, Dv) (layout "bthd": (B, T, H, Dv); packed:
+        (total, H, Dv)), the dtype of q
+    lse : torch.Tensor of shape (B, H, T) (packed: (H, total)), only with ``return_lse``;
+        float32 (float64 for float64 input)
 
     Raises
     ------
     ValueError, TypeError
         For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H,
-        ``scale <= 0``, or a ``causal_alignment`` other than "top_left" / "bottom_right".
+        ``scale <= 0``, a ``causal_alignment`` other than "top_left" / "bottom_right", a
+        ``layout`` other than "bhtd" / "bthd", or a bad ``cu_seqlens`` (dtype, shape, device,
+        not starting at 0, decreasing, not ending at total) or ``max_seqlen``.
 
     Notes
     -----
@@ -90,13 +159,34 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     >>> q = k = v = torch.randn(1, 2, 5, 16)
     >>> softmax_attention(q, k, v, is_causal=True).shape
     torch.Size([1, 2, 5, 16])
+    >>> packed = torch.randn(9, 2, 16)  # sequences of 4 and 5 tokens
+    >>> cu = torch.tensor([0, 4, 9], dtype=torch.int32)
+    >>> softmax_attention(packed, packed, packed, cu_seqlens=cu, is_causal=True).shape
+    torch.Size([9, 2, 16])
     """
+    _check_layout(layout)
+    if cu_seqlens is not None:
+        from kernelkit_math.attention import causal_shift
+
+        causal_shift(is_causal, causal_alignment, 0, 0)  # validates both
+        if use_triton(q):
+            from kernelkit_gpu.attention.varlen import softmax_attention_varlen as vimpl
+        else:
+            from kernelkit_gpu.attention.varlen_naive import softmax_attention_varlen_naive as vimpl
+        return vimpl(q, k, v, cu_seqlens, max_seqlen=max_seqlen, is_causal=is_causal,
+                     scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+    if max_seqlen is not None:
+        raise ValueError("max_seqlen is only read with cu_seqlens")
+    q, k, v = _to_bhtd(layout, q, k, v)
     if use_triton(q):
         from kernelkit_gpu.attention.softmax import softmax_attention as impl
     else:
         from kernelkit_gpu.attention.naive import softmax_attention_naive as impl
-    return impl(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment, scale=scale,
-                enable_gqa=enable_gqa, return_lse=return_lse)
+    res = impl(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment, scale=scale,
+               enable_gqa=enable_gqa, return_lse=return_lse)
+    if return_lse:
+        return _from_bhtd(layout, res[0]), res[1]
+    return _from_bhtd(layout, res)
 
 
 def _feature_map(feature_map, d, seed):
@@ -123,7 +213,7 @@ def _triton_max_dim():
 
 def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left",
                      normalize=True, eps=1e-6, initial_state=None, return_state=False, seed=0,
-                     causal=None):
+                     causal=None, scale=None, layout="bhtd", cu_seqlens=None, max_seqlen=None):
     r"""Linear attention with the feature-map kernel phi(q)·phi(k).
 
     .. math::
@@ -133,7 +223,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         z_t = z_0 + \sum_{s \in V(t)} \phi(k_s)
 
     with V(t) = {s <= t + shift} when causal (shift 0 top-left, S - T bottom-right:
-    ``causal_alignment``), every key otherwise.
+    ``causal_alignment``), every key otherwise, and q_t multiplied by ``scale`` first when it is
+    given.
 
     Parameters
     ----------
@@ -171,17 +262,38 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         continue.
     seed : int
         Seed of a random feature map given by name.
+    scale : float or None
+        q is multiplied by ``scale`` before the feature map: phi(scale q_t). None (the default)
+        multiplies by nothing, the behaviour before ``scale`` existed. flash-linear-attention's
+        ops take q already mapped and multiply *that* by ``scale`` (default 1 / sqrt(D)); with
+        the ``"identity"`` map the two agree for the same ``scale``, and with ``normalize=True``
+        a scale on phi(q) cancels between numerator and denominator (up to ``eps``), so fla's
+        default changes nothing there. With a non-linear map (elu+1, favor+...) the scale
+        changes the kernel itself, as in softmax attention.
+    layout : {"bhtd", "bthd"}, default "bhtd"
+        (B, H, T, D) or (B, T, H, D) operands and output, as :func:`softmax_attention`; states
+        are (B, H, M, Dv) and (B, H, M) in both. The Triton kernels take strides (no copy).
+        Not read with ``cu_seqlens``.
+    cu_seqlens : torch.Tensor of shape (n_seqs + 1,), int32 or int64, optional
+        Packed batch, as :func:`softmax_attention`: q (total, H, D), k (total, H, D), v
+        (total, H, Dv); each sequence starts from its own state (``initial_state`` then holds one
+        per sequence, (n_seqs, H, M, Dv) and (n_seqs, H, M), and so does the returned state).
+        Empty sequences are allowed (their output has no row; their final state is their
+        initial state). Runs one dense call per sequence (a host read of cu_seqlens; see Notes).
+    max_seqlen : int, optional
+        Only with ``cu_seqlens``: checked as an upper bound of the lengths; not needed.
 
     Returns
     -------
-    out : torch.Tensor of shape (B, H, T, Dv)
+    out : torch.Tensor of shape (B, H, T, Dv) (layout "bthd": (B, T, H, Dv); packed:
+        (total, H, Dv))
     (S, z) : the final state, only with ``return_state``
 
     Raises
     ------
     ValueError, TypeError
         For an unknown feature map, mismatched shapes, dtypes or devices, a bad
-        ``causal_alignment``.
+        ``causal_alignment``, ``scale``, ``layout``, ``cu_seqlens`` or ``max_seqlen``.
 
     Notes
     -----
@@ -191,6 +303,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     :func:`kernelkit_math.attention.linear_attention`. Rows that see no key read the initial
     state alone (0 without one, whatever q_t holds).
 
+    With ``cu_seqlens`` the sequences run one after another, each as a dense call on its rows
+    (views, no copies of q, k, v; one host read of ``cu_seqlens``): correct forward and
+    backward, but not one fused launch, so many short sequences cost one launch each.
+
     Examples
     --------
     >>> import torch
@@ -198,10 +314,21 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     >>> q = k = v = torch.randn(1, 2, 7, 16)
     >>> linear_attention(q, k, v, "favor+:32", is_causal=True).shape
     torch.Size([1, 2, 7, 16])
+    >>> linear_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=0.25,
+    ...                  layout="bthd").shape
+    torch.Size([1, 7, 2, 16])
     """
     causal = resolve_is_causal(is_causal, causal, "linear_attention")
+    _check_layout(layout)
+    scale = _check_q_scale(scale)
+    if cu_seqlens is None:
+        if max_seqlen is not None:
+            raise ValueError("max_seqlen is only read with cu_seqlens")
+        q, k, v = _to_bhtd(layout, q, k, v)
     fused, fmap = _feature_map(feature_map, q.shape[-1] if hasattr(q, "shape") else None, seed)
     triton = use_triton(q)
+    if scale is not None:
+        q = q * scale
     if fmap is not None:
         from kernelkit_gpu.feature_maps import apply_feature_map
 
@@ -210,18 +337,53 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         from kernelkit_gpu.attention.linear import linear_attention as impl
     else:  # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
         from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
-    return impl(q, k, v, feature_map=fused, is_causal=causal, causal_alignment=causal_alignment,
-                normalize=normalize, eps=eps, initial_state=initial_state,
-                return_state=return_state)
+    kwargs = dict(feature_map=fused, is_causal=causal, causal_alignment=causal_alignment,
+                  normalize=normalize, eps=eps)
+    if cu_seqlens is not None:
+        return _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_state,
+                              kwargs)
+    res = impl(q, k, v, initial_state=initial_state, return_state=return_state, **kwargs)
+    if return_state:
+        return _from_bhtd(layout, res[0]), res[1]
+    return _from_bhtd(layout, res)
+
+
+def _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_state, kwargs):
+    """Packed linear attention: ``impl`` (a dense linear attention) on each sequence's rows."""
+    import torch
+    from kernelkit_gpu.attention import varlen_naive as VN
+    from kernelkit_math.attention import causal_shift
+
+    causal_shift(kwargs["is_causal"], kwargs["causal_alignment"], 0, 0)  # validates both
+    total = VN.check_packed(q, k, v)
+    n_seqs = VN.check_cu_seqlens(cu_seqlens, q.device, max_seqlen)
+    if initial_state is not None:
+        if not (isinstance(initial_state, (tuple, list)) and len(initial_state) == 2
+                and all(isinstance(t, torch.Tensor) and t.ndim >= 1 and t.shape[0] == n_seqs
+                        for t in initial_state)):
+            raise ValueError("with cu_seqlens, initial_state must be (S0, z0) with one state per "
+                             f"sequence: shapes (n_seqs={n_seqs}, H, M, Dv) and (n_seqs, H, M)")
+
+    def one(i, qb, kb, vb):
+        state = None if initial_state is None else tuple(t[i:i + 1] for t in initial_state)
+        return impl(qb, kb, vb, initial_state=state, return_state=True, **kwargs)
+
+    parts = VN.per_sequence(one, cu_seqlens, total, max_seqlen, q, k, v)
+    out = torch.cat([VN.to_packed(o) for o, _ in parts], 0)
+    if not return_state:
+        return out
+    return out, (torch.cat([s for _, (s, _) in parts], 0), torch.cat([z for _, (_, z) in parts], 0))
 
 
 def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_left", eps=1e-6,
-                     enable_gqa=False, **params):
+                     enable_gqa=False, scale=None, layout="bhtd", **params):
     r"""The exact kernel smoother for a kernelkit kernel.
 
     .. math::
 
-        \mathrm{out}_i = \frac{\sum_j k(q_i, k_j)\, v_j}{\max\left(\sum_j k(q_i, k_j),\ \varepsilon\right)}
+        \mathrm{out}_i = \frac{\sum_j k(s\,q_i, k_j)\, v_j}{\max\left(\sum_j k(s\,q_i, k_j),\ \varepsilon\right)}
+
+    with s = ``scale`` (1 by default).
 
     Parameters
     ----------
@@ -241,12 +403,20 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
         (centring over all rows), where one NaN would spread to unrelated rows.
     eps : float
         Denominator guard for kernels whose weights can sum to <= 0 (polynomial, sigmoid).
+    scale : float or None
+        q is multiplied by ``scale`` before the kernel (as SDPA's scale multiplies q·k). None:
+        no multiplier (the behaviour before ``scale`` existed). For ``"exponential"`` given by
+        name, ``scale`` is that kernel's own parameter, the same thing: exp(scale q·k), default
+        1 / sqrt(D) as SDPA. With an ``Exponential`` object the two multiply.
+    layout : {"bhtd", "bthd"}, default "bhtd"
+        (B, H, T, D) or (B, T, H, D) operands and output, as :func:`softmax_attention` (the
+        smoother's preparation copies its operands in either layout).
     **params
         The kernel's registry parameters when ``kernel`` is a name; none with a kernel object.
 
     Returns
     -------
-    torch.Tensor of shape (B, H, T, Dv)
+    torch.Tensor of shape (B, H, T, Dv) (layout "bthd": (B, T, H, Dv))
 
     Raises
     ------
@@ -254,8 +424,8 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
         If ``kernel`` is neither a registry name nor a kernelkit kernel object, or parameters
         are given with a kernel object (they belong in its constructor).
     ValueError
-        For an unknown kernel name, a parameter out of range, a bad ``causal_alignment``, or
-        NaN or infinity in q, k or v.
+        For an unknown kernel name, a parameter out of range, a bad ``causal_alignment``,
+        ``scale`` or ``layout``, or NaN or infinity in q, k or v.
 
     Examples
     --------
@@ -269,6 +439,14 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
     """
     from kernelkit.kernels import KERNEL_CLASSES
 
+    _check_layout(layout)
+    scale = _check_q_scale(scale)
+    q, k, v = _to_bhtd(layout, q, k, v)
+    triton = use_triton(q)
+    if isinstance(kernel, str) and kernel.strip() == "exponential" and scale is not None:
+        params["scale"], scale = scale, None  # that kernel's own parameter (docstring)
+    if scale is not None:
+        q = q * scale
     if isinstance(kernel, str):
         name = kernel
     elif isinstance(kernel, tuple(KERNEL_CLASSES.values())):
@@ -283,9 +461,10 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
             "kernel must be a registry name ('rbf', 'polynomial'...) or a kernelkit kernel object "
             f"such as kernelkit.RBF(length_scale=2.0); got {kernel!r}"
         )
-    if use_triton(q):
+    if triton:
         from kernelkit_gpu.attention.smoother import kernel_attention as impl
     else:
         from kernelkit_gpu.attention.naive import kernel_attention_naive as impl
-    return impl(q, k, v, name, is_causal=is_causal, causal_alignment=causal_alignment, eps=eps,
-                enable_gqa=enable_gqa, **params)
+    return _from_bhtd(layout, impl(q, k, v, name, is_causal=is_causal,
+                                   causal_alignment=causal_alignment, eps=eps,
+                                   enable_gqa=enable_gqa, **params))

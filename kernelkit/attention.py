@@ -14,7 +14,19 @@ r"""Attention as a kernel smoother: softmax, linear (feature-map) and exact kern
 
 Shapes follow one legend: q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv), the layout of
 ``torch.nn.functional.scaled_dot_product_attention``. Everything is differentiable with torch
-autograd.
+autograd. The same interface in all three functions:
+
+- ``layout="bthd"`` takes and returns (B, T, H, D) tensors (FlashAttention's and
+  flash-linear-attention's layout) instead; the Triton kernels read them through their strides
+  (no copy). lse and recurrent states keep their (B, H, ...) shapes.
+- ``scale=`` multiplies q before the score, feature map or kernel: SDPA's scale for softmax
+  attention (default 1 / sqrt(D)); phi(scale q) for linear attention and k(scale q, k) for
+  kernel attention (default: no multiplier, as before the argument existed).
+- ``cu_seqlens=`` (softmax and linear attention): a variable-length packed batch, q, k, v of
+  shape (total_tokens, H, D) and int32 / int64 cumulative lengths (n_seqs + 1,), as
+  FlashAttention's varlen functions and flash-linear-attention; each token attends within its
+  own sequence. Softmax runs one Triton launch over all sequences (forward and backward);
+  linear attention runs one dense call per sequence.
 
 Which path runs: float16, bfloat16 and float32 tensors run the Triton kernels on CUDA, and on the
 CPU when ``TRITON_INTERPRET=1`` was set before import (the interpreter), else the plain-PyTorch
@@ -69,3 +81,9 @@ def sweep(*args, **kwargs):
     from kernelkit.compare import sweep as impl
 
     return impl(*args, **kwargs)
+
+
+# ----------------------------------------------------------------- local + summary attention
+from kernelkit._attention_local import local_attention  # noqa: E402 - a block of its own
+
+__all__ += ["local_attention"]

@@ -16,6 +16,7 @@ import sys
 
 import numpy as np
 
+from kernelkit import distributed
 from kernelkit._device import resolve_device
 from kernelkit._io import check_npy_path, open_npy_memmap_atomic
 from kernelkit._validation import check_pair, result_dtype
@@ -243,6 +244,11 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     data, the accurate float32 mode otherwise), then comes back to the host, so N is limited by
     disk, not GPU memory.
 
+    Under an initialised ``torch.distributed`` process group of several ranks, every rank passes
+    the same arguments and gets the same result; each computes its share of the row blocks
+    (:mod:`kernelkit.distributed._gram`; to a file: rank 0 creates and renames it, so ``out``
+    must be on storage every rank sees). docs/distributed.md.
+
     Parameters
     ----------
     X : array-like of shape (n_X, n_features)
@@ -320,21 +326,16 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     >>> round(float(K[0, 1]), 6)  # exp(-0.5 * ||(0, 1) - (2, 3)||**2) = exp(-4)
     0.018316
     """
-    spec = _check_kernel(kernel)
-    inputs = _mapped_inputs(X, Y)  # before check_pair, which may copy the arrays
-    X, Y = check_pair(X, Y)
-    resolved = spec.resolve(X.shape[1], **params)
+    if distributed.active():  # a process group: row blocks shared out (kernelkit.distributed)
+        from kernelkit.distributed import _gram
+
+        return _gram.gram(sys.modules[__name__], X, Y, kernel, out=out, block_size=block_size,
+                          progress=progress, device=device, **params)
+    spec, X, Y, resolved, where, block_size, dtype, path = _validated(
+        X, Y, kernel, out, block_size, device, params)
+    progress = _check_progress(progress)
     n_rows = X.shape[0]
     n_cols = n_rows if Y is None else Y.shape[0]
-    where = resolve_device(device)
-    sequential = out is not None and Y is None
-    block_size = _check_block_size(block_size, n_rows, n_cols, where, tiled=sequential)
-    progress = _check_progress(progress)
-    dtype = result_dtype(X, Y)
-    if out is not None:
-        if isinstance(out, np.ndarray) or not isinstance(out, (str, os.PathLike)):
-            raise TypeError(f"out must be None or a path ending in .npy; got {type(out).__name__}")
-        path = check_npy_path(out, "out", inputs=inputs)
     if where == "cuda":  # move the data once; blocks come back to the host one at a time
         import torch
 
@@ -348,6 +349,27 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     with open_npy_memmap_atomic(path, (n_rows, n_cols), dtype) as K:
         _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where, sequential=True)
     return path
+
+
+def _validated(X, Y, kernel, out, block_size, device, params):
+    """The checked arguments of :func:`gram`: ``(spec, X, Y, resolved params, device, block
+    size, output dtype, out path or None)``."""
+    spec = _check_kernel(kernel)
+    inputs = _mapped_inputs(X, Y)  # before check_pair, which may copy the arrays
+    X, Y = check_pair(X, Y)
+    resolved = spec.resolve(X.shape[1], **params)
+    n_rows = X.shape[0]
+    n_cols = n_rows if Y is None else Y.shape[0]
+    where = resolve_device(device)
+    sequential = out is not None and Y is None
+    block_size = _check_block_size(block_size, n_rows, n_cols, where, tiled=sequential)
+    dtype = result_dtype(X, Y)
+    path = None
+    if out is not None:
+        if isinstance(out, np.ndarray) or not isinstance(out, (str, os.PathLike)):
+            raise TypeError(f"out must be None or a path ending in .npy; got {type(out).__name__}")
+        path = check_npy_path(out, "out", inputs=inputs)
+    return spec, X, Y, resolved, where, block_size, dtype, path
 
 
 def _mapped_inputs(X, Y):

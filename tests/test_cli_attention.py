@@ -347,7 +347,9 @@ def test_compare_reports_the_nystrom_landmarks_it_used(tmp_path, capsys):
     assert row["method"] == "nystrom:1000" and row["n_features"] == 16
     assert row["label"] == "nystrom:1000 (M = 16: capped at the S = 16 keys)"
     assert "capped at the S = 16 keys" in stdout
-    assert row["output_rel_error"] < 1e-4  # M = S: the landmarks are the keys (1e-6 ridge)
+    # M = T = S: every row is a landmark row, which the non-negative fit's 64 steps reach to
+    # about 3e-2 (tests/test_compare_methods.py checks that more steps reach softmax)
+    assert row["output_rel_error"] < 0.1
 
 
 # ------------------------------------------------------------------------- --out directory

@@ -25,9 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import kernelkit as kk
 from kernelkit.gp import _operator
 from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
-from kernelkit.gp._mbcg import lanczos_quadrature, mbcg
 from kernelkit.gp._operator import CovarianceOperator
-from kernelkit.gp._precond import Preconditioner, pivoted_cholesky_pivots
 from kernelkit.gp._structure import parse_kernel
 
 KERNELS = {
@@ -63,89 +61,6 @@ def _lml(kernel, X, y, jitter, *, rank, n_probes, dtype=torch.float64, cg_tol=1e
 def _exact(kernel, X, y, jitter):
     gp = SklearnGPR(kernel, alpha=jitter, optimizer=None).fit(X, y)
     return gp.log_marginal_likelihood(kernel.theta, eval_gradient=True)
-
-
-# ----------------------------------------------------------------------------------- mBCG
-def _spd(n, seed=0, cond=1e3):
-    rng = np.random.default_rng(seed)
-    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
-    return (Q * np.geomspace(1.0, 1.0 / cond, n)) @ Q.T
-
-
-@pytest.mark.parametrize("preconditioned", [False, True], ids=["plain", "jacobi"])
-def test_mbcg_solves_match_numpy(preconditioned):
-    A = _spd(60) + np.diag(np.linspace(0.0, 3.0, 60))
-    B = np.random.default_rng(1).standard_normal((60, 5))
-    At = torch.as_tensor(A)
-    diag = torch.as_tensor(np.diag(A).copy())[:, None]
-    precond = (lambda R: R / diag) if preconditioned else None
-    res = mbcg(lambda V: At @ V, torch.as_tensor(B), precond, tol=1e-12, max_iter=500)
-    assert res.converged.all()
-    # CG to relative residual 1e-12 on cond(A) <= ~1e4: forward error <= cond * 1e-12.
-    np.testing.assert_allclose(res.solution.numpy(), np.linalg.solve(A, B), rtol=0, atol=1e-7)
-
-
-def test_mbcg_zero_column_and_max_iter():
-    A = torch.as_tensor(_spd(30, cond=1e6))
-    B = torch.zeros(30, 2, dtype=torch.float64)
-    B[:, 1] = 1.0
-    res = mbcg(lambda V: A @ V, B, tol=1e-14, max_iter=3)
-    assert res.n_iter.tolist() == [0, 3]
-    assert res.converged.tolist() == [True, False]
-    assert torch.all(res.solution[:, 0] == 0)
-
-
-def test_lanczos_logdet_is_exact_with_unit_probes():
-    # sum_i e_i^T log(A) e_i = tr log A = log det A; full Lanczos (n steps) makes each term exact.
-    A = _spd(40, cond=50.0)
-    res = mbcg(lambda V: torch.as_tensor(A) @ V, torch.eye(40, dtype=torch.float64), tol=1e-13,
-               max_iter=200)
-    sign, ref = np.linalg.slogdet(A)
-    assert sign == 1
-    np.testing.assert_allclose(lanczos_quadrature(res).sum(), ref, rtol=1e-9, atol=0)
-
-
-@pytest.mark.parametrize("n_probes", [8, 128])
-def test_stochastic_lanczos_logdet_matches_slogdet(n_probes):
-    A = _spd(80, cond=100.0) * 3.0
-    Z = np.random.default_rng(n_probes).standard_normal((80, n_probes))
-    res = mbcg(lambda V: torch.as_tensor(A) @ V, torch.as_tensor(Z), tol=1e-12, max_iter=400)
-    estimate = np.mean((Z * Z).sum(0) * lanczos_quadrature(res))
-    eig = np.linalg.eigvalsh(A)
-    sigma = np.sqrt(2.0 / n_probes) * np.linalg.norm(np.log(eig))
-    np.testing.assert_allclose(estimate, np.sum(np.log(eig)), rtol=0, atol=5 * sigma)
-
-
-# ------------------------------------------------------------------------- preconditioner
-def test_preconditioner_logdet_and_solve_match_dense_nystrom():
-    X, _ = _data(150)
-    kernel = C(1.5) * kk.RBF(0.9) + W(0.05)
-    op = CovarianceOperator(X, parse_kernel(kernel), 0.0, "cpu", torch.float64)
-    params = op.structure.params(torch.as_tensor(kernel.theta))
-    pivots = pivoted_cholesky_pivots(op, params, 20)
-    pre = Preconditioner(op, params, pivots)
-    K = 1.5 * SkRBF(0.9)(X)
-    S = pivots.numpy()
-    P = K[:, S] @ np.linalg.solve(K[np.ix_(S, S)], K[S]) + 0.05 * np.eye(150)
-    np.testing.assert_allclose(float(pre.logdet), np.linalg.slogdet(P)[1], rtol=1e-9, atol=0)
-    V = np.random.default_rng(0).standard_normal((150, 3))
-    np.testing.assert_allclose(pre.solve(torch.as_tensor(V)).numpy(), np.linalg.solve(P, V),
-                               rtol=1e-6, atol=1e-8)
-
-
-def test_preconditioner_reduces_cg_iterations():
-    X, y = _data(400)
-    kernel = C(1.0) * kk.RBF(0.7) + W(1e-3)
-    op = CovarianceOperator(X, parse_kernel(kernel), 0.0, "cpu", torch.float64)
-    params = op.structure.params(torch.as_tensor(kernel.theta))
-    rhs = torch.as_tensor(y)[:, None]
-    iters = {}
-    for rank in (0, 60):
-        pre = Preconditioner(op, params, pivoted_cholesky_pivots(op, params, rank))
-        res = mbcg(lambda V: op.matmul(V, params), rhs, pre.solve, tol=1e-8, max_iter=2000)
-        assert res.converged.all()
-        iters[rank] = int(res.n_iter[0])
-    assert iters[60] * 4 < iters[0], iters
 
 
 # ------------------------------------------------------------------ LML against sklearn

@@ -1,5 +1,5 @@
 """The pieces under kernelkit.KernelRidge against dense NumPy linear algebra: multi-RHS CG, the
-Woodbury-applied Nyström preconditioner, and the Nyström (Falkon) normal equations."""
+low-rank Nyström preconditioner, and the Nyström (Falkon) normal equations."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,8 @@ from sklearn.metrics.pairwise import rbf_kernel
 from kernelkit import KernelRidge
 from kernelkit.solvers._cg import conjugate_gradient
 from kernelkit.solvers._kernel_op import KernelOperator
-from kernelkit.solvers._nystrom import NystromPreconditioner, cholesky_jitter
+from kernelkit.solvers._nystrom import nystrom_preconditioner
+from kernelkit.solvers._precond import cholesky_jitter
 
 
 def _spd(rng, n, cond):
@@ -60,7 +61,7 @@ def test_nystrom_preconditioner_is_the_inverse_of_p(rng, weighted):
     w = rng.uniform(0.0, 3.0, size=80) if weighted else np.ones(80)
     op = KernelOperator("rbf", {"gamma": gamma}, "cpu")
     sw = torch.from_numpy(np.sqrt(w))[:, None] if weighted else None
-    pre = NystromPreconditioner(op, (X, X[idx]), X[idx], torch.from_numpy(alphas), sw)
+    pre = nystrom_preconditioner(op, (X, X[idx]), torch.from_numpy(alphas), sw)
     Knm = np.sqrt(w)[:, None] * rbf_kernel(X, X[idx], gamma=gamma)
     Kmm = rbf_kernel(X[idx], gamma=gamma)
     V = rng.normal(size=(80, 3))

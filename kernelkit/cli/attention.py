@@ -40,7 +40,10 @@ methods (--method SPEC, repeatable):
   kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel (or its
                                class name, any case), e.g. kernel:rbf(gamma=0.5), kernel:RBF
   nystrom:M                    Nystrom attention: M landmarks on the exponential (softmax)
-                               kernel, training-free"""
+                               kernel, training-free
+  local:B, local:B:W           local + summary attention: exact softmax over blocks of B
+                               positions (own and W on each side, default 1), one summary key
+                               per other block; training-free"""
 
 
 _COMPARE_EPILOG = _method_help() + """

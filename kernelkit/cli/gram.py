@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -61,7 +62,10 @@ examples:
   kernelkit gram X.csv --y Y.csv --kernel matern --param length_scale=2 --param nu=2.5 --out K.npy
   kernelkit gram big.npy --kernel linear --out K.npy --block-size 2048 --progress
 
-  python -c "import numpy as np; print(np.load('K.npy').shape)"   # read the result back"""
+  python -c "import numpy as np; print(np.load('K.npy').shape)"   # read the result back
+
+  torchrun --nproc_per_node 2 -m kernelkit gram X.npy --out K.npy   # one process per GPU
+                                       (the row blocks shared out; see docs/distributed.md)"""
 
 
 def add_gram_parser(sub, fmt):
@@ -148,6 +152,20 @@ def _params(items):
 
 
 def cmd_gram(args):
+    """Run ``kernelkit gram``; under torchrun (WORLD_SIZE > 1) over a process group of its own
+    (kernelkit.distributed.init_from_env), rank 0 printing the summary."""
+    from kernelkit import distributed
+
+    created = distributed.init_from_env(args.device)
+    try:
+        quiet = distributed.active() and sys.modules["torch"].distributed.get_rank() != 0
+        return _gram_job(args, quiet=quiet)
+    finally:
+        if created:
+            distributed.finish()
+
+
+def _gram_job(args, quiet=False):
     from kernelkit._io import check_npy_path, load_matrix
     from kernelkit._validation import result_dtype
     from kernelkit.blocked_gram import gram
@@ -175,6 +193,8 @@ def cmd_gram(args):
     dtype = np.dtype(result_dtype(X, Y)).name
     n_y = X.shape[0] if Y is None else Y.shape[0]
     shown = ", ".join(f"{k}={v}" for k, v in params.items()) or "default parameters"
+    if quiet:
+        return 0
     print(
         f"wrote {path}: {args.kernel} kernel ({shown}), shape ({X.shape[0]}, {n_y}), "
         f"{dtype}, in {seconds:.2f} s"

@@ -10,7 +10,11 @@ A method is named by a spec string (whitespace around it is ignored, case matter
   the exact kernel smoother (no parameter: the registry defaults at the head dim D); the
   kernelkit class name works too, in any case (``"kernel:RBF"`` is ``"kernel:rbf"``);
 - ``"nystrom:M"``: Nyström attention with M landmarks on the exponential kernel
-  (:mod:`kernelkit.compare.nystrom`), a training-free approximation of softmax.
+  (:mod:`kernelkit.compare.nystrom`), a training-free approximation of softmax;
+- ``"local:B"``, ``"local:B:W"``: local + summary attention
+  (:mod:`kernelkit_math.attention_local`): exact softmax over the query's block of B positions
+  and W blocks on each side (default W = 1), one calibrated summary key per other block; a
+  training-free approximation of softmax whose weights are a distribution by construction.
 
 A kernelkit kernel object (``kernelkit.RBF(length_scale=2.0)``) or a
 :class:`kernelkit_math.random_features.FeatureMap` object is accepted too; a feature-map object
@@ -70,7 +74,8 @@ def method_names():
     True
     """
     return ("softmax", "identity", "elu+1", "relu", "taylor2", "favor+:M", "favor+orth:M",
-            "hyp-favor+:M", "rff:M", "kernel:NAME", "kernel:NAME(param=value, ...)", "nystrom:M")
+            "hyp-favor+:M", "rff:M", "kernel:NAME", "kernel:NAME(param=value, ...)", "nystrom:M",
+            "local:B", "local:B:W")
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -259,6 +264,30 @@ class _Nystrom(Method):
                                  scale=scale, eps=EPS)
 
 
+@dataclass(frozen=True, eq=False)
+class _Local(Method):
+    block: int = 32
+    window: int = 1
+
+    def _settings(self, is_causal, scale):
+        return dict(block=self.block, window=self.window, is_causal=is_causal, scale=scale)
+
+    def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
+        from kernelkit_math.attention_local import local_weights
+
+        return local_weights(q, k, **self._settings(is_causal, scale))
+
+    def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
+        from kernelkit_math.attention_local import local_attention
+
+        return local_attention(q, k, v, **self._settings(is_causal, scale))
+
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
+        from kernelkit._attention_local import local_attention
+
+        return local_attention(q, k, v, **self._settings(is_causal, scale))
+
+
 # ---------------------------------------------------------------------------------- parsing
 def _unknown(spec, detail=""):
     forms = ", ".join(repr(f) for f in method_names())
@@ -359,6 +388,21 @@ def _nystrom_method(spec):
     return _Nystrom(f"nystrom:{m}", f"nystrom:{m}", "nystrom", m, True)
 
 
+def _local_method(spec):
+    parts = spec.split(":")[1:]
+    try:
+        sizes = [int(p) for p in parts]
+    except ValueError:
+        sizes = None
+    if (sizes is None or len(sizes) not in (1, 2) or sizes[0] < 1 or min(sizes) < 0
+            or [str(n) for n in sizes] != [p.strip() for p in parts]):
+        raise ValueError(f"method {spec!r} needs a block size B >= 1 and optionally a window "
+                         f"W >= 0: 'local:B' or 'local:B:W', e.g. 'local:32' or 'local:32:1'")
+    block, window = sizes[0], (sizes[1] if len(sizes) == 2 else 1)
+    return _Local(f"local:{block}:{window}", f"local:{block}:{window}", "local", None, False,
+                  block, window)
+
+
 def parse_method(spec, d):
     """Build the :class:`Method` for a spec string or object.
 
@@ -418,6 +462,8 @@ def parse_method(spec, d):
     base = text.partition(":")[0]
     if base == "nystrom":
         return _nystrom_method(text)
+    if base == "local":
+        return _local_method(text)
     if base in FUSED_FEATURE_MAPS + ("taylor2",) + _SIZED_MAPS:
         return _feature_map_method(text, d)
     raise _unknown(spec)

@@ -36,7 +36,9 @@ _TIME_KEYS = ("time_ms", "time_min_ms", "time_max_ms")
 _ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: (B, H, T, T) float32 arrays the plain-PyTorch path of a method holds at its peak (forward;
 #: one more with backward): measured with measure() at T = 256, 512 (2.1 and 4.1 arrays).
-QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5}
+#: "local" (local + summary attention): its twin measured 3.0 arrays at T = 512 (compare on
+#: the real heads, forward); its Triton forward is O(T), its backward the twin's.
+QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5, "local": 4}
 #: (B, H, T, M + D) float32 arrays a method with M features (or landmarks) holds at its peak:
 #: measure() on the CPU gave 3.0-9.0 for elu+1, favor+:128, taylor2 and nystrom:32 at D = 16
 #: and 64, T = 1024 and 4096, causal or not, forward or forward + backward.
@@ -327,7 +329,8 @@ def _method_bytes(method, B, heads, T, d, triton, backward):
     features or landmarks."""
     family = method.family.partition(":")[0]
     if family in QUADRATIC_ARRAYS:
-        return 0 if triton else (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4
+        quadratic = not triton or (family == "local" and backward)
+        return (QUADRATIC_ARRAYS[family] + backward) * B * heads * T * T * 4 if quadratic else 0
     return LINEAR_ARRAYS * B * heads * T * (method.n_features + d) * 4
 
 

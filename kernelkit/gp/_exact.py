@@ -9,7 +9,7 @@ predictions, used up to :func:`exact_max_n` training points.
         = \tfrac12 \sum_{il} W_{il} \frac{\partial K_{il}}{\partial \theta_j},\quad
     W = A A^\top - t K^{-1},
 
-with K = L L^T = outputscale k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k
+with K = L L^T = k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k
 of Y (scikit-learn's formulas). K and its derivatives come from the same kernel blocks as the
 iterative path (:meth:`kernelkit.gp._operator.CovarianceOperator.block`), here in float64; the
 gradient is the exact derivative of the exact log marginal likelihood, contracted one row chunk
@@ -42,7 +42,7 @@ def exact_max_n(setting, device):
 
 
 def dense_covariance(op, params, alpha):
-    """K = outputscale k(X, X) + noise I + diag(alpha), float64, shape (n, n)."""
+    """K = k(X, X) + noise I + diag(alpha), float64, shape (n, n)."""
     with torch.no_grad():
         K = torch.empty((op.n, op.n), dtype=torch.float64, device=op.device)
         step = op.chunk_rows(op.n)
@@ -104,7 +104,7 @@ def exact_lml(op, theta, Y, alpha, eval_gradient=False):
 
 
 def cholesky(op, params, alpha, kernel=None):
-    """The lower Cholesky factor of K = outputscale k(X, X) + noise I + diag(alpha), float64.
+    """The lower Cholesky factor of K = k(X, X) + noise I + diag(alpha), float64.
 
     Raises
     ------

@@ -4,14 +4,17 @@ r"""Log marginal likelihood and its gradient without a dense factorisation (BBMM
 
     \log p(y \mid \theta) = -\tfrac12 y^\top K^{-1} y - \tfrac12 \log\det K - \tfrac n2 \log 2\pi
 
-One call of :func:`~kernelkit.gp._mbcg.mbcg` solves K [alpha, u_1..u_t] = [y, z_1..z_t] with the
-preconditioner P (:mod:`._precond`), for t probes z_j ~ N(0, P).
+One call of :func:`~kernelkit.solvers._cg.conjugate_gradient` (recording the Lanczos
+coefficients) solves K [alpha, u_1..u_t] = [y, z_1..z_t] with the low-rank preconditioner P
+(:class:`~kernelkit.solvers._precond.LowRankPreconditioner` on pivoted-Cholesky pivots), for t
+probes z_j ~ N(0, P). CG vectors and scalars are float64 whatever the operator's dtype; the
+residual that stops it is the true one, from float64 products (:func:`exact_matmul`).
 
 - Quadratic term: y^T alpha, to the CG tolerance (exact up to it).
 - log det K = log det P (exact) + log det(P^{-1/2} K P^{-1/2}); the second term by stochastic
   Lanczos quadrature, (1/t) sum_j (z_j^T P^{-1} z_j) e_1^T log(T_j) e_1, with T_j from the CG
-  coefficients of column z_j. Stochastic: its standard deviation is about
-  sqrt(2 / t) ||log(P^{-1/2} K P^{-1/2})||_F, zero when P = K.
+  coefficients of column z_j (:mod:`kernelkit.solvers._slq`). Stochastic: its standard
+  deviation is about sqrt(2 / t) ||log(P^{-1/2} K P^{-1/2})||_F, zero when P = K.
 - Gradient: with w_j = P^{-1} z_j,
 
   .. math::
@@ -24,7 +27,7 @@ preconditioner P (:mod:`._precond`), for t probes z_j ~ N(0, P).
   (unbiased, since E[w_j z_j^T] = I), so the preconditioner's exact log-determinant gradient is a
   control variate: the estimator is exact when P = K. All the K_i terms come from one backward
   pass of :func:`~kernelkit.gp._operator.bilinear`, chunk by chunk; the P_i terms from autograd
-  through :class:`~kernelkit.gp._precond.Preconditioner`.
+  through :class:`~kernelkit.solvers._precond.LowRankPreconditioner`.
 
 The probes are fixed by the caller (the same e_1, e_2 at every theta: common random numbers), so
 the estimate is a deterministic, almost smooth function of theta that L-BFGS can optimise.
@@ -40,11 +43,13 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from kernelkit.gp._mbcg import lanczos_quadrature, mbcg
 from kernelkit.gp._operator import bilinear
-from kernelkit.gp._precond import Preconditioner, pivoted_cholesky_pivots
+from kernelkit.solvers._cg import conjugate_gradient
+from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
+                                        pivoted_cholesky_pivots)
+from kernelkit.solvers._slq import lanczos_quadrature
 
-__all__ = ["SolverSettings", "log_marginal_likelihood", "make_probes"]
+__all__ = ["SolverSettings", "log_marginal_likelihood", "make_probes", "preconditioner", "solve"]
 
 
 @dataclass(frozen=True)
@@ -65,16 +70,63 @@ def make_probes(n, rank, n_probes, seed, device):
     return (torch.as_tensor(eps_low, device=device), torch.as_tensor(eps_full, device=device))
 
 
-def _warn_cg(result, settings, what):
-    if not result.converged.all():
-        worst = float(np.max(result.relative_residual))
+def _diagonal(op, params):
+    """diag(k(X, X)) of the kernel part in float64 (no noise), from small diagonal blocks."""
+    X = op.X64
+    step = 64  # diagonal blocks of 64 x 64 values: n x 64 work, far below any chunk
+    return torch.cat([op.block(X[lo:lo + step], X[lo:lo + step], params,
+                               diagonal_offset=0, dtype=torch.float64).diagonal()
+                      for lo in range(0, op.n, step)])
+
+
+def preconditioner(op, params, rank, params_ng=None):
+    """P = (Nyström approximation of the kernel part k(X, X) on ``rank`` pivoted-Cholesky pivots)
+    + (noise + jitter) I, differentiable with respect to ``params`` (float64)."""
+    X = op.X64
+    params_ng = params if params_ng is None else params_ng
+    with torch.no_grad():
+        pivots = pivoted_cholesky_pivots(
+            _diagonal(op, params_ng),
+            lambda i: op.block(X[i:i + 1], X, params_ng, dtype=torch.float64)[0], rank)
+    XS = X[pivots]
+    Y = op.block(X, XS, params, dtype=torch.float64)
+    B, nu = nystrom_factor(Y, Y[pivots], rows=pivots)
+    return LowRankPreconditioner(B, (params["noise"] + op.jitter).to(torch.float64), nu)
+
+
+def exact_matmul(op, params, V):
+    """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
+    with torch.no_grad():
+        X = op.X64
+        out = torch.empty_like(V)
+        step = op.chunk_rows(op.n)
+        for lo in range(0, op.n, step):
+            hi = min(lo + step, op.n)
+            out[lo:hi] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
+                                  dtype=torch.float64) @ V
+        return out + float(params["noise"] + op.jitter) * V
+
+
+def solve(op, params, rhs, pre, settings, what, lanczos=False):
+    """K_theta^{-1} rhs by :func:`~kernelkit.solvers._cg.conjugate_gradient` (float64 vectors;
+    products in the operator's dtype, the exit residual from float64 products); warns
+    ``ConvergenceWarning`` naming ``what`` when the true residual is above ``cg_tol``."""
+    def matvec(V):
+        return op.matmul(V.to(op.dtype), params).to(torch.float64)
+
+    exact = None if op.dtype == torch.float64 else (lambda V: exact_matmul(op, params, V))
+    result = conjugate_gradient(matvec, rhs.to(torch.float64), precond=pre.solve,
+                                tol=settings.cg_tol, max_iter=settings.max_cg_iter,
+                                exact_matvec=exact, lanczos=lanczos)
+    if not result.converged:
         warnings.warn(
-            f"{what}: conjugate gradients stopped after {int(result.n_iter.max())} iterations "
-            f"(max_cg_iter={settings.max_cg_iter}) with relative residual {worst:.2e} > "
-            f"cg_tol={settings.cg_tol:g}; the result is approximate. Raise max_cg_iter or "
-            f"preconditioner_rank, or add noise (WhiteKernel or alpha).",
-            ConvergenceWarning, stacklevel=4,
+            f"{what}: conjugate gradients stopped after {result.n_iter} iterations "
+            f"(max_cg_iter={settings.max_cg_iter}) with true relative residual "
+            f"{result.residuals[-1]:.2e} > cg_tol={settings.cg_tol:g}; the result is "
+            f"approximate. Raise max_cg_iter or preconditioner_rank, or add noise (WhiteKernel "
+            f"or alpha).", ConvergenceWarning, stacklevel=4,
         )
+    return result
 
 
 def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False):
@@ -103,24 +155,21 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False)
                            requires_grad=eval_gradient)
     with torch.no_grad():
         params_ng = op.structure.params(theta_t.detach())
-        pivots = pivoted_cholesky_pivots(op, params_ng, settings.preconditioner_rank)
     with torch.set_grad_enabled(eval_gradient):
         params = op.structure.params(theta_t)
-        pre = Preconditioner(op, params, pivots)
+        pre = preconditioner(op, params, settings.preconditioner_rank, params_ng)
     z = pre.sample(*probes)
     t = z.shape[1]
-    rhs = torch.cat([y[:, None], z], dim=1).to(op.dtype)
-    result = mbcg(lambda V: op.matmul(V, params_ng), rhs, pre.solve, tol=settings.cg_tol,
-                  max_iter=settings.max_cg_iter)
-    _warn_cg(result, settings, "log_marginal_likelihood")
-    alpha = result.solution[:, 0]
-    u = result.solution[:, 1:]
+    rhs = torch.cat([y[:, None].to(torch.float64), z], dim=1)
+    result = solve(op, params_ng, rhs, pre, settings, "log_marginal_likelihood", lanczos=True)
+    alpha = result.x[:, 0].to(op.dtype)
+    u = result.x[:, 1:]
     w = pre.solve(z)  # float64
 
     quadratic = float(y @ alpha.to(torch.float64))
     if t:
         weights = (z * w).sum(0).cpu().numpy()
-        slq = float(np.mean(weights * lanczos_quadrature(result, range(1, t + 1))))
+        slq = float(np.mean(weights * lanczos_quadrature(result.lanczos, range(1, t + 1))))
     else:
         slq = 0.0
     logdet = float(pre.logdet.detach()) + slq

@@ -150,25 +150,6 @@ class _Block:
         return row.torch(s, *p, numbers.get("degree", 0), row.kind(numbers))
 
 
-class _BoundStructure:
-    """The structure as the operator's ``structure``: its :meth:`params` add ``outputscale``,
-    the largest diagonal entry of the kernel part over X (for stationary kernels, its one
-    value), which the pivoted-Cholesky preconditioner starts from."""
-
-    def __init__(self, op, structure):
-        self._op, self._structure = op, structure
-
-    def __getattr__(self, name):
-        return getattr(self._structure, name)
-
-    def params(self, theta):
-        out = self._structure.params(theta)
-        X = self._op.X64[:1] if self._structure.stationary else self._op.X64
-        with torch.no_grad():
-            out["outputscale"] = self._op.kernel_diagonal(X, out).max().detach()
-        return out
-
-
 class CovarianceOperator:
     """Products with K_theta = k_theta(X, X) + (noise + jitter) I, chunk by chunk.
 
@@ -185,12 +166,6 @@ class CovarianceOperator:
         float32 or float64: the dtype of the kernel blocks and of the CG vectors.
     block_elements : int, optional
         Kernel values per row chunk; default :data:`BLOCK_ELEMENTS`.
-
-    Attributes
-    ----------
-    structure
-        The structure, whose ``params(theta)`` also gives ``outputscale``: the largest diagonal
-        entry of the kernel part over X.
     """
 
     def __init__(self, X, structure, jitter, device, dtype, block_elements=None):
@@ -199,7 +174,7 @@ class CovarianceOperator:
         self.device = torch.device(device)
         self.X64 = (X64 - self.center).to(self.device)
         self.center = self.center.to(self.device)
-        self.structure = _BoundStructure(self, structure)
+        self.structure = structure
         self.jitter = float(jitter)
         self.dtype = dtype
         self.block_elements = int(block_elements or BLOCK_ELEMENTS)
@@ -216,7 +191,7 @@ class CovarianceOperator:
         if dtype == self.dtype:
             return self
         X = (self.X64 + self.center).cpu().numpy()
-        return CovarianceOperator(X, self.structure._structure, self.jitter, self.device, dtype,
+        return CovarianceOperator(X, self.structure, self.jitter, self.device, dtype,
                                   self.block_elements)
 
     def chunk_rows(self, n_cols):

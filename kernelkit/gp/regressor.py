@@ -6,10 +6,11 @@ The estimator mirrors :class:`sklearn.gaussian_process.GaussianProcessRegressor`
 what scikit-learn computes, with a float64 Cholesky factor on the fit device (:mod:`._exact`).
 Above it, it never factorises K and never builds the (n, n, n_theta) gradient tensor:
 
-- K^{-1} y by preconditioned conjugate gradients (:mod:`._mbcg`), exact to ``cg_tol``;
+- K^{-1} y by preconditioned conjugate gradients (:mod:`kernelkit.solvers._cg`), exact to
+  ``cg_tol``;
 - log det K by stochastic Lanczos quadrature on the CG coefficients of ``n_probes`` probe vectors,
   corrected by the exact log determinant of a rank-``preconditioner_rank`` pivoted-Cholesky
-  preconditioner (:mod:`._precond`);
+  preconditioner (:mod:`kernelkit.solvers._precond`);
 - the hyperparameter gradient by Hutchinson trace estimation, all terms from one chunked autograd
   backward (:mod:`._lml`, :mod:`._operator`).
 
@@ -637,23 +638,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), by batched CG."""
         import torch
 
-        from kernelkit.gp._lml import _warn_cg
-        from kernelkit.gp._mbcg import mbcg
-        from kernelkit.gp._precond import Preconditioner, pivoted_cholesky_pivots
+        from kernelkit.gp._lml import preconditioner, solve
 
         with torch.no_grad():
-            pre = Preconditioner(op, params,
-                                 pivoted_cholesky_pivots(op, params, settings.preconditioner_rank))
+            pre = preconditioner(op, params, settings.preconditioner_rank)
             m = Z.shape[0]
             batch = max(1, min(m, VARIANCE_BATCH_ELEMENTS // op.n))
             K_all = op.cross_block_T(Z, params).to(torch.float64) if keep else None
             parts = []
             for lo in range(0, m, batch):
                 K_xz = op.cross_block_T(Z[lo:lo + batch], params)
-                result = mbcg(lambda V: op.matmul(V, params), K_xz, pre.solve,
-                              tol=settings.cg_tol, max_iter=settings.max_cg_iter)
-                _warn_cg(result, settings, "predict")
-                V = result.solution.to(torch.float64)
+                V = solve(op, params, K_xz, pre, settings, "predict").x
                 K64 = K_xz.to(torch.float64)
                 parts.append(K_all.T @ V if keep else (K64 * V).sum(0))
             if keep:

@@ -10,6 +10,12 @@ scalar and vector is float64, and the residual that decides convergence and is r
 true one, ``B - A X`` recomputed with ``exact_matvec`` (float64 products). When it is above
 ``tol`` although the recurrence says otherwise (the float32 products' floor), CG restarts on
 that residual: iterative refinement, x += (solution of A d = r with the inexact products).
+
+With ``lanczos=True`` the first run also records each column's CG coefficients: preconditioned
+CG on column b is the Lanczos process on P^{-1/2} A P^{-1/2} started from P^{-1/2} b, and its
+tridiagonal matrix comes from the step lengths (:func:`kernelkit.solvers._slq.tridiagonal`),
+which stochastic Lanczos quadrature turns into log-determinant estimates
+(:func:`kernelkit.solvers._slq.lanczos_quadrature`).
 """
 
 from __future__ import annotations
@@ -19,11 +25,30 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["CGResult", "conjugate_gradient"]
+__all__ = ["CGResult", "LanczosCoefficients", "conjugate_gradient"]
 
 #: A refinement step must shrink the largest true relative residual at least this much, or the
 #: solve stops (the inexact products cannot take it further).
 REFINE_GAIN = 0.5
+
+
+@dataclass
+class LanczosCoefficients:
+    """CG coefficients of the first run, per column (what :mod:`kernelkit.solvers._slq` reads).
+
+    Attributes
+    ----------
+    alphas : ndarray of shape (n_steps, k), float64
+        Step lengths r^T z / p^T A p (0 once a column has stopped).
+    betas : ndarray of shape (n_steps, k), float64
+        r_new^T z_new / r^T z after each step (0 where not computed).
+    n_iter : ndarray of shape (k,), int
+        Steps each column took in that run.
+    """
+
+    alphas: np.ndarray
+    betas: np.ndarray
+    n_iter: np.ndarray
 
 
 @dataclass
@@ -40,29 +65,37 @@ class CGResult:
         The largest relative residual over the columns, ``||b - A x|| / ||b||``, before the first
         iteration and after each one: from the CG recurrence during a run, and the true residual
         (``exact_matvec``) at the end of each run, the last entry included.
+    column_residuals : ndarray of shape (k,)
+        Each column's true relative residual at exit (``exact_matvec``; 0 for a zero column).
     converged : bool
         Every column's true relative residual is at most ``tol``.
     breakdown : bool
         Stopped because ``p^T A p <= 0`` or ``r^T z <= 0`` for a column that had not converged:
         A or the preconditioner is not positive definite in floating point.
+    lanczos : LanczosCoefficients or None
+        With ``lanczos=True``: the first run's coefficients.
     """
 
     x: torch.Tensor
     n_iter: int
     residuals: np.ndarray
+    column_residuals: np.ndarray
     converged: bool
     breakdown: bool
+    lanczos: LanczosCoefficients | None = None
 
 
 def _col_dot(a, b):
     return (a * b).sum(dim=0)
 
 
-def _pcg(matvec, B, precond, tol, max_iter, callback, scale):
+def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
     """One PCG run on A X = B from X = 0; ``tol`` per column (tensor of shape (k,)).
 
     Returns ``(x, recurrence residuals relative to B's columns times scale, breakdown)``;
     ``scale`` (k,) turns them into residuals relative to the caller's right-hand side.
+    ``record``: a dict whose lists "alphas", "betas", "active" receive each step's
+    coefficients and the columns that took it (float64 tensors / bool tensors of shape (k,)).
     """
     bnorm = torch.linalg.vector_norm(B, dim=0)
     safe_bnorm = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
@@ -79,6 +112,10 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale):
         if bool((active & ~(pAp > 0)).any()):
             return x, residuals, True
         step = torch.where(active, rz / torch.where(active, pAp, torch.ones_like(pAp)), 0.0)
+        if record is not None:
+            record["alphas"].append(step)
+            record["active"].append(active)
+            record["betas"].append(torch.zeros_like(step))
         x += step * p
         r -= step * Ap
         rel = torch.linalg.vector_norm(r, dim=0) / safe_bnorm
@@ -93,13 +130,15 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale):
         if bool((active & ~(rz_new > 0)).any()):
             return x, residuals, True
         beta = torch.where(active, rz_new / torch.where(active, rz, torch.ones_like(rz)), 0.0)
+        if record is not None:
+            record["betas"][-1] = beta
         p = torch.where(active, z + beta * p, 0.0)
         rz = rz_new
     return x, residuals, False
 
 
 def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=None,
-                       callback=None):
+                       callback=None, lanczos=False):
     r"""Solve A X = B for symmetric positive definite A, every column of B at once.
 
     Parameters
@@ -121,6 +160,8 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         refinement step (once in all when the first run reaches ``tol``).
     callback : callable, optional
         ``callback(iteration, relative_residual)`` after each iteration (a progress bar).
+    lanczos : bool, default False
+        Record the first run's coefficients per column (:class:`LanczosCoefficients`).
 
     Returns
     -------
@@ -143,6 +184,9 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     products then limit the attainable residual (about their relative error times the
     condition number of A), and ``converged`` is False.
     """
+    if B.dtype != torch.float64 or B.ndim != 2:
+        raise TypeError(f"B must be a 2-D float64 tensor (CG vectors are float64); got "
+                        f"{B.dtype} of shape {tuple(B.shape)}")
     exact_matvec = matvec if exact_matvec is None else exact_matvec
     bnorm = torch.linalg.vector_norm(B, dim=0)
     safe_bnorm = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
@@ -151,6 +195,7 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     rel = torch.where(bnorm > 0, torch.ones_like(bnorm), torch.zeros_like(bnorm))
     residuals = [float(rel.max())]
     breakdown = False
+    record = {"alphas": [], "betas": [], "active": []} if lanczos else None
     while float(rel.max()) > tol and len(residuals) <= max_iter and not breakdown:
         open_cols = rel > tol
         rhs = torch.where(open_cols, R, 0.0)
@@ -158,7 +203,8 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         start = len(residuals) - 1
         dx, steps, breakdown = _pcg(matvec, rhs, precond, target, max_iter - start,
                                     None if callback is None else
-                                    (lambda i, res: callback(start + i, res)), rel)
+                                    (lambda i, res: callback(start + i, res)), rel,
+                                    record if start == 0 else None)
         x += dx
         R = B - exact_matvec(x)
         previous = float(rel.max())
@@ -170,4 +216,13 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         if residuals[-1] > REFINE_GAIN * previous:
             break
     converged = float(rel.max()) <= tol
-    return CGResult(x, len(residuals) - 1, np.asarray(residuals), converged, breakdown)
+    return CGResult(x, len(residuals) - 1, np.asarray(residuals), rel.cpu().numpy(), converged,
+                    breakdown, None if record is None else _coefficients(record, B.shape[1]))
+
+
+def _coefficients(record, k):
+    if not record["alphas"]:
+        empty = np.zeros((0, k))
+        return LanczosCoefficients(empty, empty, np.zeros(k, dtype=np.int64))
+    steps = {name: torch.stack(record[name]).cpu().numpy() for name in record}
+    return LanczosCoefficients(steps["alphas"], steps["betas"], steps["active"].sum(0))

@@ -7,6 +7,7 @@ This module imports NumPy and scikit-learn only; torch and the solvers
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
 import warnings
 
@@ -16,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from kernelkit import distributed
 from kernelkit._device import check_device, resolve_device
 from kernelkit.kernels import _RegistryKernel
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
@@ -135,22 +137,25 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         whose normal equations :math:`(K_{Mn} W K_{nM} + \alpha (K_{MM} + s I))\beta = K_{Mn} W y`
         are solved by CG with Falkon's preconditioner (:mod:`kernelkit.solvers._nystrom`); each
-        iteration costs n M kernel values. The jitter s is M times the machine epsilon of the
-        kernel products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM).
-        With M = n it is the exact solution up to that jitter (the predictions move by at most
-        about s / alpha times |y|). "auto": "cg" up to 100,000 samples on the GPU (20,000 on
+        iteration costs n M kernel values. The jitter s is the machine epsilon of the kernel
+        products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM); the
+        preconditioner factors K_MM with M times that. With M = n it is the exact solution up
+        to that jitter (the predictions move by at most about s / alpha times |y|). "auto":
+        "cg" up to 100,000 samples on the GPU (20,000 on
         the CPU), "nystrom" beyond.
-    n_components : int, default=1000
-        Number M of Nyström landmarks (at most n_samples). 1000 is at least sqrt(n) for every
-        n up to 10^6 (Rudi, Camoriano and Rosasco, 2015: M of order sqrt(n) log n keeps the
-        optimal statistical rate of the Nyström estimator), keeps the float64 M x M matrices
-        at 8 MB each and the set-up (n M^2 operations) small next to one exact product.
-        Raise it (10^4 at n = 10^6) for the best accuracy of the "nystrom" solver and faster
-        convergence of "cg".
+    n_components : "auto" or int, default="auto"
+        Number M of Nyström landmarks (at most n_samples). "auto": ceil(sqrt(n) ln n) (Rudi,
+        Camoriano and Rosasco, 2015: M of order sqrt(n) log n keeps the optimal statistical
+        rate of the Nyström estimator), at most 20,000 on the GPU and 4,000 on the CPU, and
+        less when the landmark arrays (M x M float64 matrices; for "cg" also the n x M
+        preconditioner factor) would take more than a quarter of the free memory
+        (:func:`kernelkit.solvers._memory.auto_components`): 13,816 at n = 10^6, 3,641 at
+        n = 10^5. The old default, 1000, cost test RMSE 1.55 against 1.185 with M = 10^4 at
+        n = 10^6, d = 20 (H100). ``n_components_`` holds the value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
-        :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, applied by the Woodbury identity; None for
-        plain CG.
+        :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, applied in the stable eigen form of
+        Frangella, Tropp and Udell (:mod:`kernelkit.solvers._precond`); None for plain CG.
     tol : float, default=1e-6
         Stop when every output's true relative residual is at most ``tol``: that of
         (S K S + alpha I) c = S y, ``||S y - (S K S + alpha I) c|| / ||S y||`` ("cg"), or that
@@ -227,6 +232,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     memory, at most 4 GiB; 256 MiB on the CPU). n x n is formed only by the dense fallback,
     which checks first that four float64 n x n arrays fit.
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
+    ``fit(X, y)`` with the whole data and gets the same fitted attributes (rank 0's landmarks
+    and coefficients); ``solver="nystrom"`` shards the rows of K_nM over the ranks
+    (:mod:`kernelkit.distributed._ridge`), ``solver="cg"`` its GPU products. docs/distributed.md.
+
     Examples
     --------
     >>> import numpy as np
@@ -240,7 +250,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, alpha=1.0, *, kernel="rbf", gamma=None, degree=3, coef0=1,
-                 kernel_params=None, solver="auto", n_components=1000, preconditioner="nystrom",
+                 kernel_params=None, solver="auto", n_components="auto", preconditioner="nystrom",
                  tol=1e-6, max_iter=1000, device="auto", random_state=None, verbose=False):
         self.alpha = alpha
         self.kernel = kernel
@@ -270,7 +280,13 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}; got {self.solver!r}")
         if self.preconditioner not in PRECONDITIONERS:
             raise ValueError(f"preconditioner must be 'nystrom' or None; got {self.preconditioner!r}")
-        n_components = _check_number(self.n_components, "n_components", low=0, integer=True)
+        n_components = self.n_components
+        if isinstance(n_components, str):
+            if n_components != "auto":
+                raise ValueError(f"n_components must be 'auto' or an integer > 0; got "
+                                 f"{n_components!r}")
+        else:
+            n_components = _check_number(n_components, "n_components", low=0, integer=True)
         tol = _check_number(self.tol, "tol", low=0.0)
         max_iter = _check_number(self.max_iter, "max_iter", low=0, integer=True)
         check_device(self.device)
@@ -362,21 +378,32 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"alpha has {alpha.size} values but y has {k} targets: give one "
                              "alpha, or one per target")
         solver = self._pick_solver(n, where)
-        m = min(n_components, n) if (solver == "nystrom" or self.preconditioner) else 0
         rng = check_random_state(self.random_state)
 
         from kernelkit.solvers import _kernel_op, _memory, _nystrom
 
         op = _kernel_op.KernelOperator(name, params, where)
+        m = 0
+        if solver == "nystrom" or self.preconditioner:
+            m = min(n_components, n) if n_components != "auto" else _memory.auto_components(
+                n=n, d=d, k=k, solver=solver, where=where, triton=op.triton,
+                n_alphas=np.unique(alpha).size)
         op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
                                              n_alphas=np.unique(alpha).size)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
+        sharded = distributed.active()  # a process group (kernelkit.distributed)
+        if sharded:
+            from kernelkit.distributed import _ridge
+
+            idx = _ridge.same_on_all_ranks(idx)
         Xo, Xe = op.data(X), op.exact_data(X)
         data, exact = (Xo, op.take(Xo, idx)), (Xe, op.take(Xe, idx))
         Yt = op.vectors(Y)
         alphas = op.vectors(np.broadcast_to(alpha, (k,)))
         wt = None if weights is None else op.vectors(weights)
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
+        if sharded and solver == "nystrom":
+            fit = functools.partial(_ridge.fit_nystrom, self._warn_lstsq)
         with self._progress(solver, max_iter) as callback:
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
@@ -399,6 +426,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                 "for the dense float64 fallback. Increase max_iter or n_components, or increase "
                 "alpha.", ConvergenceWarning, stacklevel=2)
         coef = coef.cpu().numpy()
+        if sharded:  # rank 0's coefficients on every rank, bit for bit
+            coef = _ridge.same_on_all_ranks(coef)
         self.dual_coef_ = coef[:, 0] if y.ndim == 1 else coef
         self.X_fit_ = X if solver == "cg" else X[idx]
         self.solver_ = solver
@@ -430,11 +459,11 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """CG on (S K S + alpha_j I) c = S y, a = S c; ``(result, a, dense solve)``."""
         from kernelkit.solvers._cg import conjugate_gradient
         from kernelkit.solvers._dense import shifted_solve
-        from kernelkit.solvers._nystrom import NystromPreconditioner
+        from kernelkit.solvers._nystrom import nystrom_preconditioner
 
         sw = None if weights is None else weights.sqrt()[:, None]
         scale = (lambda V: V) if sw is None else (lambda V: sw * V)
-        precond = None if not len(idx) else NystromPreconditioner(op, data, exact[1], alphas, sw)
+        precond = None if not len(idx) else nystrom_preconditioner(op, exact, alphas, sw)
 
         def product(X):
             return lambda P: scale(op.product(X, X, scale(P))) + alphas * P
@@ -458,7 +487,6 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     def _fit_nystrom(cls, op, data, exact, idx, Y, alphas, weights, tol, max_iter, callback):
         """CG on the Falkon system; ``(result, beta, dense solve)``."""
         from kernelkit.solvers._cg import conjugate_gradient
-        from kernelkit.solvers._dense import shifted_solve
         from kernelkit.solvers._nystrom import FalkonSystem
 
         system = FalkonSystem(op, data, exact, alphas, weights, idx)
@@ -466,9 +494,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                                     exact_matvec=system.exact_matvec, callback=callback)
 
         def dense():
-            x, used_lstsq = shifted_solve(*system.dense_system(Y), alphas)
+            beta, used_lstsq = system.dense_solve(Y)
             cls._warn_lstsq(used_lstsq)
-            return system.dense_beta(x)
+            return beta
 
         return result, system.to_beta(result.x), dense
 

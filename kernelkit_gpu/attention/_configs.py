@@ -43,6 +43,15 @@ def constexprs(d, dv, causal, dtype):
                 CAUSAL=causal, PREC=dot_precision(dtype), UPCAST=upcast(dtype))
 
 
+def alloc_like(t, shape, dtype):
+    """An output of ``shape`` (B, H, T, X) laid out as ``t``: (B, T, H, X) in memory when t's heads
+    are inner to its positions (the (B, T, H, D) layout seen through ``transpose(1, 2)``)."""
+    if t.stride(1) < t.stride(2):
+        B, H, T, X = shape
+        return _launch.alloc((B, T, H, X), dtype, t.device).transpose(1, 2)
+    return _launch.alloc(shape, dtype, t.device)
+
+
 # ------------------------------------------------------------------------------------- configs
 #: Configs tagged ``fallback`` are tried only when every regular config is pruned (head dims
 #: above 128, float32 operands): fewer compilations during autotuning of the common cases.

@@ -20,34 +20,51 @@ from __future__ import annotations
 import torch
 
 
-class PendingCheck:
-    """The finiteness flag of some tensors, set on their device and read by :meth:`finite`."""
+class PendingFlag:
+    """A boolean flag computed on its device, copied to pinned host memory behind an event, and
+    read by :meth:`finite` (the wait is for that copy only)."""
 
-    def __init__(self, xs):
-        with torch.no_grad():
-            flag = torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all()
+    def __init__(self, flag):
         self._event = None
         if flag.is_cuda:
-            self._flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self._flag = torch.empty((), dtype=flag.dtype, pin_memory=True)
             self._flag.copy_(flag, non_blocking=True)
             self._event = torch.cuda.Event()
             self._event.record(torch.cuda.current_stream(flag.device))
         else:
             self._flag = flag
 
-    def finite(self):
-        """True if every tensor was finite (waits for the flag's copy only)."""
+    def value(self):
+        """The flag as a bool."""
         if self._event is not None:
             self._event.synchronize()
         return bool(self._flag)
+
+
+class PendingCheck(PendingFlag):
+    """The finiteness flag of some tensors, set on their device and read by :meth:`finite`."""
+
+    def __init__(self, xs):
+        with torch.no_grad():
+            flag = torch.stack([t.sum(dtype=torch.float32) for t in xs]).isfinite().all()
+        super().__init__(flag)
+
+    def finite(self):
+        """True if every tensor was finite (waits for the flag's copy only)."""
+        return self.value()
+
+
+def host_read_impossible(t):
+    """True under torch.compile tracing, or CUDA graph capture of ``t``'s device: no flag can
+    be read on the host."""
+    return torch.compiler.is_compiling() or (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def start(*tensors):
     """Queue the check of :func:`all_finite` and return a :class:`PendingCheck`, or None where
     nothing is checked (no tensor, CUDA graph capture, torch.compile tracing: read as finite)."""
     xs = [t for t in tensors if t is not None]
-    if not xs or torch.compiler.is_compiling() or (
-            xs[0].is_cuda and torch.cuda.is_current_stream_capturing()):
+    if not xs or host_read_impossible(xs[0]):
         return None
     return PendingCheck(xs)
 

@@ -22,6 +22,7 @@ The float64 reference is ``kernelkit_math.attention.softmax_attention``; the pla
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -30,6 +31,8 @@ import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention import _gate
+from kernelkit_gpu.attention import _varlen
+from kernelkit_gpu.attention._varlen import _table_row
 from kernelkit_gpu import _checks
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
@@ -73,26 +76,26 @@ def _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n, offs_d,
     return acc, l_i, m_ij
 
 
-@triton.autotune(configs=_attn_configs.fwd_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
+@triton.autotune(configs=_attn_configs.fwd_configs(),
+                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC", "VARLEN"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_fwd})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT"])
+@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT", "NSEQ"])
 def _attn_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-    H, GROUP, T, S, SHIFT, D, DV, qk_scale,
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, tab_ptr,
+    H, GROUP, T, S, SHIFT, NSEQ, D, DV, qk_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_ot, stride_od,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
     """out[b, h, block] and lse2 (log2-domain log-sum-exp) of BLOCK_M queries; with CAUSAL, query
-    i sees keys j <= i + SHIFT."""
-    num_m = tl.cdiv(T, BLOCK_M)
+    i sees keys j <= i + SHIFT. With VARLEN (B = 1, T = S = the packed tokens), the block is row
+    ``pid`` of the tile table (:mod:`kernelkit_gpu.attention._varlen`): its sequence's rows are
+    the batch, of length TQ = SK = the sequence's length."""
     pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m - 1 - pid_m  # longest rows first: better tail balance
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
@@ -101,13 +104,28 @@ def _attn_fwd_kernel(
     k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
     v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
     o_base = o_ptr + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
+    lse_base = lse_ptr + bh.to(tl.int64) * T
+    if VARLEN:
+        start, TQ, m0 = _table_row(tab_ptr, pid_m, T, NSEQ, BLOCK_M)
+        SK = TQ
+        start = start.to(tl.int64)
+        q_base += start * stride_qt
+        k_base += start * stride_kn
+        v_base += start * stride_vn
+        o_base += start * stride_ot
+        lse_base += start
+    else:
+        TQ = T
+        SK = S
+        if CAUSAL:
+            pid_m = tl.cdiv(T, BLOCK_M) - 1 - pid_m  # longest rows first: better tail balance
+        m0 = pid_m * BLOCK_M
 
-    m0 = pid_m * BLOCK_M
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(q_base, offs_m, offs_d, stride_qt, stride_qd, T, D, True, not EVEN_D)
+    q = _load_rows(q_base, offs_m, offs_d, stride_qt, stride_qd, TQ, D, True, not EVEN_D)
 
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
@@ -117,19 +135,19 @@ def _attn_fwd_kernel(
     # in full tiles; keys from hi on are visible to none (its last row sees j < m0 + BLOCK_M +
     # SHIFT). Both clamped at 0: with SHIFT < 0 the first rows may see no key at all.
     if CAUSAL:
-        hi = tl.maximum(tl.minimum(S, m0 + BLOCK_M + SHIFT), 0)
-        full_end = (tl.maximum(tl.minimum(S, m0 + 1 + SHIFT), 0) // BLOCK_N) * BLOCK_N
+        hi = tl.maximum(tl.minimum(SK, m0 + BLOCK_M + SHIFT), 0)
+        full_end = (tl.maximum(tl.minimum(SK, m0 + 1 + SHIFT), 0) // BLOCK_N) * BLOCK_N
     else:
-        hi = S
-        full_end = (S // BLOCK_N) * BLOCK_N
+        hi = SK
+        full_end = (SK // BLOCK_N) * BLOCK_N
     for n0 in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n,
-                                       offs_d, offs_dv, S, SHIFT, D, DV, qk_scale,
+                                       offs_d, offs_dv, SK, SHIFT, D, DV, qk_scale,
                                        stride_kn, stride_kd, stride_vn, stride_vd,
                                        False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     for n0 in range(full_end, hi, BLOCK_N):
         acc, l_i, m_i = _attn_fwd_step(acc, l_i, m_i, q, k_base, v_base, n0, offs_m, offs_n,
-                                       offs_d, offs_dv, S, SHIFT, D, DV, qk_scale,
+                                       offs_d, offs_dv, SK, SHIFT, D, DV, qk_scale,
                                        stride_kn, stride_kd, stride_vn, stride_vd,
                                        True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
 
@@ -138,23 +156,26 @@ def _attn_fwd_kernel(
     lse2 = tl.where(empty, float("-inf"), m_i + tl.log2(tl.where(empty, 1.0, l_i)))
     rows = offs_m.to(tl.int64)
     o_ptrs = o_base + rows[:, None] * stride_ot + offs_dv[None, :] * stride_od
-    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < T) & (offs_dv[None, :] < DV))
-    tl.store(lse_ptr + bh.to(tl.int64) * T + rows, lse2, mask=offs_m < T)
+    tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=(offs_m[:, None] < TQ) & (offs_dv[None, :] < DV))
+    tl.store(lse_base + rows, lse2, mask=offs_m < TQ)
 
 
 # ---------------------------------------------------------------------------------- launcher
-def attn_fwd(q, k, v, *, shift, scale, config=None):
+def attn_fwd(q, k, v, *, shift, scale, config=None, varlen=None):
     """Launch the forward kernel on validated (B, H, T, D) / (B, H_kv, S, D) tensors.
 
     ``shift``: None (no mask), or the causal diagonal: query i sees keys j <= i + shift
-    (:func:`kernelkit_math.attention.causal_shift`).
+    (:func:`kernelkit_math.attention.causal_shift`). ``varlen``: None, or ``(table, n_seqs)``
+    for a packed batch (B = 1, T = S = the packed tokens; :mod:`kernelkit_gpu.attention._varlen`;
+    shift None or 0).
 
-    Returns ``(out, lse2)``: out (B, H, T, Dv) in q's dtype, lse2 (B, H, T) float32 in the log2
-    domain (log2 sum_j 2^(scale log2(e) q_i·k_j)); multiply by ln 2 for the natural lse.
+    Returns ``(out, lse2)``: out (B, H, T, Dv) in q's dtype and layout, lse2 (B, H, T) float32
+    in the log2 domain (log2 sum_j 2^(scale log2(e) q_i·k_j)); multiply by ln 2 for the natural
+    lse.
     """
     B, H, T, D = q.shape
     H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    out = _launch.alloc((B, H, T, DV), q.dtype, q.device)
+    out = _attn_configs.alloc_like(q, (B, H, T, DV), q.dtype)
     lse2 = _launch.alloc((B, H, T), torch.float32, q.device)
     if B * H * T == 0:
         return out, lse2
@@ -162,15 +183,19 @@ def attn_fwd(q, k, v, *, shift, scale, config=None):
         out.zero_()
         lse2.fill_(-math.inf)
         return out, lse2
+    table, n_seqs = (lse2, 0) if varlen is None else varlen
 
     def grid(meta):
-        return (triton.cdiv(T, meta["BLOCK_M"]), B * H)
+        if varlen is None:
+            return (triton.cdiv(T, meta["BLOCK_M"]), B * H)
+        return (_varlen.table_rows(T, n_seqs, meta["BLOCK_M"]), B * H)
 
     _attn_configs.launch(_attn_fwd_kernel, grid, (
-        q, k, v, out, lse2,
-        H, H // H_kv, T, S, 0 if shift is None else shift, D, DV, scale * LOG2E,
+        q, k, v, out, lse2, table,
+        H, H // H_kv, T, S, 0 if shift is None else shift, n_seqs, D, DV, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-    ), _attn_configs.constexprs(D, DV, shift is not None, q.dtype), config)
+    ), dict(_attn_configs.constexprs(D, DV, shift is not None, q.dtype), VARLEN=varlen is not None),
+        config)
     return out, lse2
 
 
@@ -178,14 +203,16 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable.
 
     A causal backward whose incoming gradients are not all finite computes that call's
-    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`).
+    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`):
+    ``twin(q, k, v)`` returns the exact twin's (out, lse) of the call; ``varlen`` is None or
+    ``(table, n_seqs)`` (:func:`attn_fwd`).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, shift, scale, alignment):
-        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale)
+    def forward(ctx, q, k, v, shift, scale, twin, varlen):
+        out, lse2 = attn_fwd(q, k, v, shift=shift, scale=scale, varlen=varlen)
         ctx.save_for_backward(q, k, v, out, lse2)
-        ctx.shift, ctx.scale, ctx.alignment = shift, scale, alignment
+        ctx.shift, ctx.scale, ctx.twin, ctx.varlen = shift, scale, twin, varlen
         ctx.set_materialize_grads(False)
         return out, lse2 * LN2
 
@@ -193,20 +220,19 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, dlse):
         q, k, v, out, lse2 = ctx.saved_tensors
         if ctx.shift is not None and not _gate.all_finite(dout, dlse):
-            return (*_twin_gradients(q, k, v, dout, dlse, ctx.alignment, ctx.scale), None, None,
-                    None)
+            return (*_twin_gradients(q, k, v, dout, dlse, ctx.twin), None, None, None, None)
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = attn_bwd(dout, q, k, v, out, lse2, dlse, shift=ctx.shift, scale=ctx.scale,
+                              varlen=ctx.varlen)
+        return dq, dk, dv, None, None, None, None
 
 
-def _twin_gradients(q, k, v, dout, dlse, alignment, scale):
+def _twin_gradients(q, k, v, dout, dlse, twin):
     """(dq, dk, dv) of a causal call through the plain-PyTorch twin (its forward recomputed)."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
     with torch.enable_grad():
-        out, lse = softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=alignment,
-                                           scale=scale, enable_gqa=True, return_lse=True)
+        out, lse = twin(q, k, v)
     pairs = [(o, g) for o, g in ((out, dout), (lse, dlse)) if g is not None]
     grads = torch.autograd.grad([o for o, _ in pairs], (q, k, v), [g for _, g in pairs],
                                 allow_unused=True)
@@ -274,7 +300,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
 
     Returns
     -------
-    out : torch.Tensor, shape (B, H, T, Dv), q's dtype
+    out : torch.Tensor, shape (B, H, T, Dv), q's dtype; laid out as q: a (B, T, H, D) tensor
+        passed as ``x.transpose(1, 2)`` gets an output that is ``y.transpose(1, 2)`` of a
+        contiguous (B, T, H, Dv) tensor (so are dq, dk, dv of k and v)
     lse : torch.Tensor, shape (B, H, T), float32; only with ``return_lse``. Rows with no visible
         key (S = 0, or bottom-right with T > S) have out 0 and lse -inf.
 
@@ -327,7 +355,10 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
     check = _gate.start(q, k, v) if shift is not None else None  # read after the launch
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (q, k, v))
-    out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, shift, scale, causal_alignment)
+    twin = functools.partial(softmax_attention_naive, is_causal=True,
+                             causal_alignment=causal_alignment, scale=scale, enable_gqa=True,
+                             return_lse=True)
+    out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, shift, scale, twin, None)
     if check is not None and not check.finite():  # the exact twin (Notes)
         return softmax_attention_naive(q, k, v, is_causal=True, causal_alignment=causal_alignment,
                                        scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)

@@ -21,6 +21,8 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
+from kernelkit_gpu.attention import _varlen
+from kernelkit_gpu.attention._varlen import _table_row
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu._epilogues import LOG2E
@@ -82,12 +84,13 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
     return dk, dv
 
 
-@triton.autotune(configs=_attn_configs.dkdv_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
+@triton.autotune(configs=_attn_configs.dkdv_configs(),
+                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC", "VARLEN"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dkdv})
-@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT"])
+@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT", "NSEQ"])
 def _attn_bwd_dkdv_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
-    H, H_KV, GROUP, T, S, SHIFT, D, DV, qk_scale, sm_scale,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, tab_ptr,
+    H, H_KV, GROUP, T, S, SHIFT, NSEQ, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -96,21 +99,37 @@ def _attn_bwd_dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dK and dV of BLOCK_N1 keys of one key/value head, summed over the GROUP query heads."""
+    """dK and dV of BLOCK_N1 keys of one key/value head, summed over the GROUP query heads. With
+    VARLEN the key block is row ``pid`` of the tile table, as in the forward kernel."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
     hk = bhk % H_KV
-    n0 = pid_n * BLOCK_N1
+    if VARLEN:
+        start, TQ, n0 = _table_row(tab_ptr, pid_n, S, NSEQ, BLOCK_N1)
+        SK = TQ
+        start = start.to(tl.int64)
+    else:
+        TQ = T
+        SK = S
+        start = 0
+        n0 = pid_n * BLOCK_N1
     offs_n = n0 + tl.arange(0, BLOCK_N1)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    k = _load_rows(k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh, offs_n, offs_d,
-                   stride_kn, stride_kd, S, D, True, not EVEN_D)
-    v = _load_rows(v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh, offs_n, offs_dv,
-                   stride_vn, stride_vd, S, DV, True, not EVEN_DV)
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    dk_base = dk_ptr + b.to(tl.int64) * stride_dkb + hk.to(tl.int64) * stride_dkh
+    dv_base = dv_ptr + b.to(tl.int64) * stride_dvb + hk.to(tl.int64) * stride_dvh
+    if VARLEN:
+        k_base += start * stride_kn
+        v_base += start * stride_vn
+        dk_base += start * stride_dkn
+        dv_base += start * stride_dvn
+    k = _load_rows(k_base, offs_n, offs_d, stride_kn, stride_kd, SK, D, True, not EVEN_D)
+    v = _load_rows(v_base, offs_n, offs_dv, stride_vn, stride_vd, SK, DV, True, not EVEN_DV)
     dk = tl.zeros((BLOCK_N1, BLOCK_D), tl.float32)
     dv = tl.zeros((BLOCK_N1, BLOCK_DV), tl.float32)
 
@@ -121,12 +140,12 @@ def _attn_bwd_dkdv_kernel(
     if CAUSAL:
         lo = (tl.maximum(n0 - SHIFT, 0) // BLOCK_M1) * BLOCK_M1
         mid = tl.cdiv(tl.maximum(n0 + BLOCK_N1 - 1 - SHIFT, 0), BLOCK_M1) * BLOCK_M1
-        diag_end = tl.minimum(mid, tl.cdiv(T, BLOCK_M1) * BLOCK_M1)
+        diag_end = tl.minimum(mid, tl.cdiv(TQ, BLOCK_M1) * BLOCK_M1)
     else:
         lo = 0
         mid = 0
         diag_end = 0
-    t_full = (T // BLOCK_M1) * BLOCK_M1
+    t_full = (TQ // BLOCK_M1) * BLOCK_M1
     for hh in range(0, GROUP):
         h = hk * GROUP + hh
         bh = b * H + h
@@ -134,29 +153,32 @@ def _attn_bwd_dkdv_kernel(
         do_base = do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh
         lse_base = lse_ptr + bh.to(tl.int64) * T
         delta_base = delta_ptr + bh.to(tl.int64) * T
+        if VARLEN:
+            q_base += start * stride_qt
+            do_base += start * stride_gt
+            lse_base += start
+            delta_base += start
         for m0 in range(lo, diag_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
         for m0 in range(mid, t_full, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-        for m0 in range(tl.maximum(mid, t_full), T, BLOCK_M1):
+        for m0 in range(tl.maximum(mid, t_full), TQ, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, T, SHIFT, D, DV, qk_scale,
+                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
                                          stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     dk = dk * sm_scale
     rows = offs_n.to(tl.int64)
-    dk_ptrs = dk_ptr + b.to(tl.int64) * stride_dkb + hk.to(tl.int64) * stride_dkh \
-        + rows[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
-    dv_ptrs = dv_ptr + b.to(tl.int64) * stride_dvb + hk.to(tl.int64) * stride_dvh \
-        + rows[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd
-    tl.store(dk_ptrs, dk.to(dk_ptr.dtype.element_ty), mask=(offs_n[:, None] < S) & (offs_d[None, :] < D))
-    tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=(offs_n[:, None] < S) & (offs_dv[None, :] < DV))
+    dk_ptrs = dk_base + rows[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
+    dv_ptrs = dv_base + rows[:, None] * stride_dvn + offs_dv[None, :] * stride_dvd
+    tl.store(dk_ptrs, dk.to(dk_ptr.dtype.element_ty), mask=(offs_n[:, None] < SK) & (offs_d[None, :] < D))
+    tl.store(dv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=(offs_n[:, None] < SK) & (offs_dv[None, :] < DV))
 
 
 @triton.jit
@@ -182,12 +204,13 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
     return dq
 
 
-@triton.autotune(configs=_attn_configs.dq_configs(), key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC"],
+@triton.autotune(configs=_attn_configs.dq_configs(),
+                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC", "VARLEN"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dq})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT"])
+@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT", "NSEQ"])
 def _attn_bwd_dq_kernel(
-    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr,
-    H, GROUP, T, S, SHIFT, D, DV, qk_scale, sm_scale,
+    q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, tab_ptr,
+    H, GROUP, T, S, SHIFT, NSEQ, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -195,71 +218,86 @@ def _attn_bwd_dq_kernel(
     stride_dqb, stride_dqh, stride_dqt, stride_dqd,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr,
+    PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dQ of BLOCK_M2 queries of one head: sum over the visible key blocks."""
-    num_m = tl.cdiv(T, BLOCK_M2)
+    """dQ of BLOCK_M2 queries of one head: sum over the visible key blocks. With VARLEN the query
+    block is row ``pid`` of the tile table, as in the forward kernel."""
     pid_m = tl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m - 1 - pid_m
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    m0 = pid_m * BLOCK_M2
+    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
+    do_base = do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh
+    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
+    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    dq_base = dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh
+    row_base = bh.to(tl.int64) * T
+    if VARLEN:
+        start, TQ, m0 = _table_row(tab_ptr, pid_m, T, NSEQ, BLOCK_M2)
+        SK = TQ
+        start = start.to(tl.int64)
+        q_base += start * stride_qt
+        do_base += start * stride_gt
+        k_base += start * stride_kn
+        v_base += start * stride_vn
+        dq_base += start * stride_dqt
+        row_base += start
+    else:
+        TQ = T
+        SK = S
+        if CAUSAL:
+            pid_m = tl.cdiv(T, BLOCK_M2) - 1 - pid_m
+        m0 = pid_m * BLOCK_M2
     offs_m = m0 + tl.arange(0, BLOCK_M2)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    q = _load_rows(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, offs_m, offs_d,
-                   stride_qt, stride_qd, T, D, True, not EVEN_D)
-    do = _load_rows(do_ptr + b.to(tl.int64) * stride_gb + h.to(tl.int64) * stride_gh, offs_m, offs_dv,
-                    stride_gt, stride_gd, T, DV, True, not EVEN_DV)
-    rows = bh.to(tl.int64) * T + offs_m
-    lse2 = tl.load(lse_ptr + rows, mask=offs_m < T, other=0.0)
-    di = tl.load(delta_ptr + rows, mask=offs_m < T, other=0.0)
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + hk.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + hk.to(tl.int64) * stride_vh
+    q = _load_rows(q_base, offs_m, offs_d, stride_qt, stride_qd, TQ, D, True, not EVEN_D)
+    do = _load_rows(do_base, offs_m, offs_dv, stride_gt, stride_gd, TQ, DV, True, not EVEN_DV)
+    rows = row_base + offs_m
+    lse2 = tl.load(lse_ptr + rows, mask=offs_m < TQ, other=0.0)
+    di = tl.load(delta_ptr + rows, mask=offs_m < TQ, other=0.0)
     dq = tl.zeros((BLOCK_M2, BLOCK_D), tl.float32)
     if CAUSAL:  # key tiles as in the forward kernel (mask j <= i + SHIFT)
-        hi = tl.maximum(tl.minimum(S, m0 + BLOCK_M2 + SHIFT), 0)
-        full_end = (tl.maximum(tl.minimum(S, m0 + 1 + SHIFT), 0) // BLOCK_N2) * BLOCK_N2
+        hi = tl.maximum(tl.minimum(SK, m0 + BLOCK_M2 + SHIFT), 0)
+        full_end = (tl.maximum(tl.minimum(SK, m0 + 1 + SHIFT), 0) // BLOCK_N2) * BLOCK_N2
     else:
-        hi = S
-        full_end = (S // BLOCK_N2) * BLOCK_N2
+        hi = SK
+        full_end = (SK // BLOCK_N2) * BLOCK_N2
     for n0 in range(0, full_end, BLOCK_N2):
         dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                               SK, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                                BLOCK_N2, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     for n0 in range(full_end, hi, BLOCK_N2):
         dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                               SK, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                                BLOCK_N2, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
     dq = dq * sm_scale
-    dq_ptrs = dq_ptr + b.to(tl.int64) * stride_dqb + h.to(tl.int64) * stride_dqh \
-        + offs_m.to(tl.int64)[:, None] * stride_dqt + offs_d[None, :] * stride_dqd
-    tl.store(dq_ptrs, dq.to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < T) & (offs_d[None, :] < D))
+    dq_ptrs = dq_base + offs_m.to(tl.int64)[:, None] * stride_dqt + offs_d[None, :] * stride_dqd
+    tl.store(dq_ptrs, dq.to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < TQ) & (offs_d[None, :] < D))
 
 
 # ----------------------------------------------------------------------------------- launcher
-def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)):
+def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None), varlen=None):
     """Gradients (dq, dk, dv) of the attention output (and of the natural lse, ``dlse``, or None).
 
-    ``shift``: None (no mask) or the causal diagonal j <= i + shift, as in ``attn_fwd``.
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift, and ``varlen`` (None or
+    ``(table, n_seqs)``), as in ``attn_fwd``. Each gradient has its operand's layout.
 
     ``configs``: (dK/dV config, dQ config) to bypass the autotuner (tests), or None each.
     """
     B, H, T, D = q.shape
     H_kv, S, DV = k.shape[1], k.shape[2], v.shape[3]
-    dq = _launch.alloc(q.shape, q.dtype, q.device)
-    dk = _launch.alloc(k.shape, k.dtype, k.device)
-    dv = _launch.alloc(v.shape, v.dtype, v.device)
+    dq, dk, dv = (_attn_configs.alloc_like(t, t.shape, t.dtype) for t in (q, k, v))
     if B * H * T == 0 or S == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
     delta = _launch.alloc((B, H, T), torch.float32, q.device)
     has_dlse = dlse is not None
     if has_dlse:
         dlse = dlse.to(torch.float32).contiguous()
-    common = _attn_configs.constexprs(D, DV, shift is not None, q.dtype)
+    common = dict(_attn_configs.constexprs(D, DV, shift is not None, q.dtype),
+                  VARLEN=varlen is not None)
+    table, n_seqs = (delta, 0) if varlen is None else varlen
     shift_arg = 0 if shift is None else shift
     pre_m = 64 if not _launch.INTERPRET else 32
     _attn_bwd_preprocess[(triton.cdiv(T, pre_m), B * H)](
@@ -270,20 +308,24 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)
     qk_scale = scale * LOG2E
 
     def grid_kv(meta):
-        return (triton.cdiv(S, meta["BLOCK_N1"]), B * H_kv)
+        if varlen is None:
+            return (triton.cdiv(S, meta["BLOCK_N1"]), B * H_kv)
+        return (_varlen.table_rows(S, n_seqs, meta["BLOCK_N1"]), B * H_kv)
 
     _attn_configs.launch(_attn_bwd_dkdv_kernel, grid_kv, (
-        q, k, v, do, lse2, delta, dk, dv,
-        H, H_kv, H // H_kv, T, S, shift_arg, D, DV, qk_scale, scale,
+        q, k, v, do, lse2, delta, dk, dv, table,
+        H, H_kv, H // H_kv, T, S, shift_arg, n_seqs, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
     ), common, configs[0])
 
     def grid_q(meta):
-        return (triton.cdiv(T, meta["BLOCK_M2"]), B * H)
+        if varlen is None:
+            return (triton.cdiv(T, meta["BLOCK_M2"]), B * H)
+        return (_varlen.table_rows(T, n_seqs, meta["BLOCK_M2"]), B * H)
 
     _attn_configs.launch(_attn_bwd_dq_kernel, grid_q, (
-        q, k, v, do, lse2, delta, dq,
-        H, H // H_kv, T, S, shift_arg, D, DV, qk_scale, scale,
+        q, k, v, do, lse2, delta, dq, table,
+        H, H // H_kv, T, S, shift_arg, n_seqs, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
     ), common, configs[1])
     return dq, dk, dv

@@ -17,6 +17,7 @@ from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _launch
 from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import distributed
 from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
 
 __all__ = ["kernel_matvec", "matvec_fwd"]
@@ -280,6 +281,11 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     own column mean, x·y = x̃·ỹ + b_x + b_y with the same float64 per-row offsets
     (:func:`kernelkit_gpu._prepare.dot_offsets`).
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank passes
+    the same full x, y, v and gets the full result; each computes its block of output rows
+    (:func:`kernelkit_gpu.distributed.sharded_rows`; :func:`kernelkit_gpu.distributed.local`
+    turns this off).
+
     Examples
     --------
     >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
@@ -289,6 +295,9 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     >>> kernelkit_gpu.kernel_matvec(x, y, v, "rbf", gamma=0.5).shape
     torch.Size([6])
     """
+    if distributed.active():  # a process group: rows shared out (kernelkit_gpu.distributed)
+        return distributed.sharded_rows(kernel_matvec, x, y, v, kernel, transpose=transpose,
+                                        precision=precision, **params)
     xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
     _checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)

@@ -1,0 +1,72 @@
+"""kernelkit over ``torch.distributed``: one process per GPU, rows of X sharded over the ranks.
+
+Detection, not an argument: when a process group of more than one rank is initialised
+(``torchrun`` plus ``torch.distributed.init_process_group``, or :func:`init_from_env`),
+:func:`kernelkit.gram`, :func:`kernelkit_gpu.kernel_matvec` and :class:`kernelkit.KernelRidge`
+run distributed. Every rank makes the same call with the same full arguments (the whole X and
+y: scikit-learn's ``fit(X, y)`` contract is unchanged) and gets the same full result; each rank
+computes its contiguous block of rows. ``with kernelkit_gpu.distributed.local():`` runs a call
+on this rank alone. See docs/distributed.md.
+
+This module does not import torch: without it loaded no process group can exist.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["active", "init_from_env", "finish"]
+
+
+def active():
+    """True when a ``torch.distributed`` process group of more than one rank is initialised
+    (and not inside ``kernelkit_gpu.distributed.local()``)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.distributed.is_available():
+        return False
+    if not torch.distributed.is_initialized():
+        return False
+    from kernelkit_gpu import distributed
+
+    return distributed.active()
+
+
+def init_from_env(device="auto", timeout_s=600):
+    """Initialise the default process group from torchrun's environment (``env://``).
+
+    Does nothing (returns False) when ``WORLD_SIZE`` is unset or 1, or a group already exists.
+    Otherwise picks NCCL when this rank computes on a GPU (and selects GPU ``LOCAL_RANK``),
+    gloo on the CPU, and returns True (call :func:`finish` at the end).
+
+    Parameters
+    ----------
+    device : {"auto", "cpu", "cuda"}
+        Where this process computes (as the ``device`` arguments of kernelkit).
+    timeout_s : float
+        Most seconds a collective waits for the other ranks (a rank that died).
+    """
+    import datetime
+
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    import torch
+
+    if torch.distributed.is_initialized():
+        return False
+    from kernelkit._device import resolve_device
+
+    gpu = resolve_device(device) == "cuda"
+    if gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group(
+        backend="nccl" if gpu else "gloo", init_method="env://",
+        timeout=datetime.timedelta(seconds=timeout_s))
+    return True
+
+
+def finish():
+    """Destroy the default process group (after :func:`init_from_env` returned True)."""
+    import torch
+
+    torch.distributed.destroy_process_group()

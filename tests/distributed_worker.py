@@ -1,0 +1,239 @@
+"""One rank of the distributed tests (tests/test_distributed.py starts 2 or 3 of these).
+
+Run as ``python tests/distributed_worker.py DIR [die]`` with RANK, WORLD_SIZE, MASTER_ADDR
+and MASTER_PORT set (env:// rendezvous, gloo, CPU; Triton under the interpreter). Every check
+of a scenario runs in this one process (start-up dominates); the results go to
+``DIR/rank<R>.npz`` and the errors each check raised to ``DIR/rank<R>.json``, for the test to
+compare with the single-process results it computes itself. Inputs come from
+:func:`inputs`, shared with the test. With ``die`` the last rank ends its process (os._exit)
+while writing a Gram file, and the others record what they raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def inputs():
+    """The data of every check, the same in the test and on every rank."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(7, 3)) + 1000.0  # offset data
+    Y = rng.normal(size=(5, 3))
+    V = rng.normal(size=(5, 2))
+    U = rng.normal(size=(7, 2))
+    Xr = rng.uniform(-2, 2, size=(40, 2))
+    yr = np.stack([np.sin(Xr[:, 0]), np.cos(Xr[:, 1])], axis=1)
+    w = rng.uniform(0.5, 2.0, size=40)
+    return dict(X=X, Y=Y, V=V, U=U, X2=X[:2], Xr=Xr, yr=yr, w=w)
+
+
+def ridge(**kw):
+    from kernelkit import KernelRidge
+
+    return KernelRidge(alpha=1e-2, kernel="rbf", gamma=0.5, device="cpu", tol=1e-10,
+                       max_iter=200, **kw)
+
+
+def _checks(data, outdir, rank, size):
+    """``{name: callable returning an array}``; each runs on every rank."""
+    import torch
+
+    import kernelkit
+    import kernelkit_gpu
+    from kernelkit_gpu import distributed as D
+
+    X, Y, V, U, X2 = (data[k] for k in ("X", "Y", "V", "U", "X2"))
+    t = torch.from_numpy
+
+    def gram_file(name, A, **kw):
+        path = os.path.join(outdir, name)
+        assert kernelkit.gram(A, out=path, **kw) == path
+        return np.load(path)
+
+    def streamed():
+        from kernelkit_gpu.pairwise.matvec_streamed import kernel_matvec_streamed
+
+        lo, hi = D.shard(X.shape[0])
+        mo, mi = D.shard(Y.shape[0])
+        part = kernel_matvec_streamed(t(X[lo:hi]), t(Y[mo:mi]), t(V[mo:mi]), "rbf", gamma=0.5)
+        return D.all_gather_rows(part, X.shape[0]).numpy()
+
+    def cli():
+        from kernelkit.cli import main
+
+        np.save(os.path.join(outdir, "Xcli.npy"), X)
+        out = os.path.join(outdir, "Kcli.npy")
+        code = main(["gram", os.path.join(outdir, "Xcli.npy"), "--kernel", "laplacian",
+                     "--block-size", "2", "--device", "cpu", "--out", out])
+        assert code == 0
+        return np.load(out)
+
+    return {
+        "gram_xx": lambda: kernelkit.gram(X, kernel="rbf", gamma=0.3, block_size=2, device="cpu"),
+        "gram_xy": lambda: kernelkit.gram(X, Y, kernel="matern", nu=1.5, device="cpu"),
+        "gram_small": lambda: kernelkit.gram(X2, kernel="rbf", block_size=1, device="cpu"),
+        "gram_file_xx": lambda: gram_file("K.npy", X.astype(np.float32), kernel="laplacian",
+                                          block_size=2, device="cpu"),
+        "gram_file_small": lambda: gram_file("K2.npy", X2, block_size=1, device="cpu"),
+        "matvec64": lambda: kernelkit_gpu.kernel_matvec(t(X), t(Y), t(V), "rbf",
+                                                        gamma=0.5).numpy(),
+        "matvec32": lambda: kernelkit_gpu.kernel_matvec(t(X).float(), t(Y).float(),
+                                                        t(V[:, 0]).float(), "linear").numpy(),
+        "matvec_t": lambda: kernelkit_gpu.kernel_matvec(t(X), t(Y), t(U), "laplacian",
+                                                        transpose=True).numpy(),
+        "matvec_small": lambda: kernelkit_gpu.kernel_matvec(t(X2), t(Y), t(V), "rbf").numpy(),
+        "matvec_streamed": streamed,
+        "cli_gram": cli,
+        "ridge_nystrom": lambda: ridge(solver="nystrom", n_components=12, random_state=0).fit(
+            data["Xr"], data["yr"], sample_weight=data["w"]).predict(data["Xr"][:5]),
+        "ridge_nystrom_coef": lambda: ridge(solver="nystrom", n_components=12, random_state=0).fit(
+            data["Xr"], data["yr"][:, 0]).dual_coef_,
+        "ridge_unseeded": lambda: ridge(solver="nystrom", n_components=12).fit(
+            data["Xr"], data["yr"][:, 0]).dual_coef_,
+        "ridge_cg": lambda: ridge(solver="cg", n_components=8, random_state=0).fit(
+            data["Xr"], data["yr"][:, 0]).dual_coef_,
+        "ridge_cg_triton": lambda: _ridge_triton(data),
+        # every rank must raise the same error: the NaN is in the last rank's rows only
+        "error_nan_rows": lambda: kernelkit_gpu.kernel_matvec(
+            t(np.vstack([X[:-1], [[np.nan] * 3]])), t(Y), t(V), "rbf").numpy(),
+        "error_shapes": lambda: kernelkit_gpu.kernel_matvec(
+            t(X[:5 + rank]), t(Y), t(V), "rbf").numpy(),
+        "error_values": lambda: kernelkit_gpu.kernel_matvec(  # e.g. unseeded random probes
+            t(X), t(Y), t(V + rank), "rbf").numpy(),
+        "error_write": lambda: _failing_write(X, outdir, rank, size),
+        "local": lambda: _local(X, Y, V),
+    }
+
+
+def _ridge_triton(data):
+    from kernelkit.solvers import _kernel_op
+
+    _kernel_op.TRITON_ON_CPU = True  # products through kernel_matvec under the interpreter
+    try:
+        model = ridge(solver="cg", n_components=10, random_state=0)  # exact preconditioner
+        return model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
+    finally:
+        _kernel_op.TRITON_ON_CPU = False
+
+
+def _failing_write(X, outdir, rank, size):
+    """The last rank fails while writing its rows: no file, no temporary file may remain."""
+    from kernelkit import blocked_gram
+
+    real = blocked_gram._fill_rows_sequential
+
+    def fail(*args, **kwargs):
+        if rank == size - 1:
+            raise OSError("disk went away on purpose")
+        return real(*args, **kwargs)
+
+    blocked_gram._fill_rows_sequential = fail
+    try:
+        import kernelkit
+
+        kernelkit.gram(X, out=os.path.join(outdir, "failed", "K.npy"), block_size=1, device="cpu")
+    finally:
+        blocked_gram._fill_rows_sequential = real
+
+
+def _local(X, Y, V):
+    """Inside local() each rank computes alone (a different X per rank proves it)."""
+    import torch
+
+    import kernelkit_gpu
+    from kernelkit_gpu import distributed as D
+
+    rank, _ = D.world()
+    with D.local():
+        assert not D.active()
+        out = kernelkit_gpu.kernel_matvec(torch.from_numpy(X[rank:rank + 1]), torch.from_numpy(Y),
+                                          torch.from_numpy(V), "rbf")
+    return out.numpy()
+
+
+def _die(X, outdir, rank, size):
+    from kernelkit import blocked_gram
+
+    real = blocked_gram._fill_rows_sequential
+
+    def die(*args, **kwargs):
+        if rank == size - 1:
+            os._exit(3)
+        return real(*args, **kwargs)
+
+    blocked_gram._fill_rows_sequential = die
+    import kernelkit
+
+    kernelkit.gram(X, out=os.path.join(outdir, "died", "K.npy"), block_size=1, device="cpu")
+
+
+#: Work this rank did in the current check: Gram entries (kernelkit.gram's block function),
+#: output rows of the Triton K @ V launcher (in all, and the most in one call), the most rows of
+#: one call of the solvers' kernel row blocks.
+WORK = np.zeros(4, dtype=np.int64)
+
+
+def _install_spies():
+    """Count the work each rank does, to prove that the ranks shared it out."""
+    from kernelkit import blocked_gram
+    from kernelkit.solvers import _kernel_op
+    from kernelkit_gpu.pairwise import matvec_fused
+
+    block_value, matvec_fwd = blocked_gram._block_value, matvec_fused.matvec_fwd
+    row_blocks = _kernel_op.KernelOperator.row_blocks
+
+    def counted_block(spec, A, B, *args, **kwargs):
+        WORK[0] += A.shape[0] * (A.shape[0] if B is None else B.shape[0])
+        return block_value(spec, A, B, *args, **kwargs)
+
+    def counted_matvec(ops, plan, v2, out, *args, **kwargs):
+        WORK[1] += out.shape[0]
+        WORK[2] = max(WORK[2], out.shape[0])
+        return matvec_fwd(ops, plan, v2, out, *args, **kwargs)
+
+    def counted_rows(self, A, B):
+        WORK[3] = max(WORK[3], A.shape[0])
+        return row_blocks(self, A, B)
+
+    blocked_gram._block_value = counted_block
+    matvec_fused.matvec_fwd = counted_matvec
+    _kernel_op.KernelOperator.row_blocks = counted_rows
+
+
+def main(outdir, scenario="checks"):
+    import torch
+
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.distributed.init_process_group(
+        "gloo", init_method="env://", timeout=datetime.timedelta(seconds=30))
+    import kernelkit
+
+    assert kernelkit.distributed.active()
+    _install_spies()
+    results, errors = {}, {}
+    data = inputs()
+    checks = (_checks(data, outdir, rank, size) if scenario == "checks" else
+              {"die": lambda: _die(data["X"], outdir, rank, size)})
+    for name, check in checks.items():
+        start = time.perf_counter()
+        WORK[:] = 0
+        try:
+            results[name] = np.asarray(check())
+            results[f"{name}:work"] = WORK.copy()
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            errors[name] = [type(exc).__name__, str(exc)]
+        print(f"{name}: {time.perf_counter() - start:.2f} s")
+    np.savez(os.path.join(outdir, f"rank{rank}.npz"), **results)
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(errors, f)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

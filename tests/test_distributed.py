@@ -1,0 +1,312 @@
+"""kernelkit over torch.distributed (gloo, CPU): 2 and 3 ranks give the single-process results.
+
+Each world size is one spawn of tests/distributed_worker.py per rank (env:// rendezvous on a
+free local port); every check of the worker runs in that one spawn, and each test here reads
+its results. The expected values are the same calls made here, in a process without a process
+group (the single-process code paths), plus the float64 references where they apply. Sizes
+cover uneven shards (7 rows over 2 and 3 ranks) and fewer rows than ranks (2 rows).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelkit_math import get_kernel
+from tests.conftest import TOL
+from tests.distributed_worker import inputs, ridge
+
+pytestmark = pytest.mark.subprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "distributed_worker.py"
+#: Seconds a whole spawn may take (the workers' own collective timeout is 30 s).
+SPAWN_TIMEOUT = 240
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(world, outdir, scenario="checks"):
+    """Start ``world`` ranks of the worker; return their exit codes and outputs (bounded by
+    :data:`SPAWN_TIMEOUT`: a hang fails the test, it never blocks the suite)."""
+    port = _free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+        procs.append(subprocess.Popen(
+            [sys.executable, str(WORKER), str(outdir), scenario], cwd=ROOT, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + SPAWN_TIMEOUT
+    outputs = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            outputs.append(out)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        pytest.fail(f"the {world} ranks did not finish within {SPAWN_TIMEOUT} s (a hang)")
+    return [p.returncode for p in procs], outputs
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
+def ranks(request, tmp_path_factory):
+    """``(world, [(results, errors) per rank], outdir)`` of one spawn of every check."""
+    world = request.param
+    outdir = tmp_path_factory.mktemp(f"dist{world}")
+    codes, outputs = spawn(world, outdir)
+    assert codes == [0] * world, "\n".join(outputs)
+    found = []
+    for r in range(world):
+        with np.load(outdir / f"rank{r}.npz") as f:
+            results = {k: f[k] for k in f.files}
+        found.append((results, json.loads((outdir / f"rank{r}.json").read_text())))
+    return world, found, outdir
+
+
+def _result(ranks, name):
+    """The result of check ``name``, after checking every rank has the same bits."""
+    _, found, _ = ranks
+    for results, errors in found:
+        assert name not in errors, errors[name]
+    first = found[0][0][name]
+    for results, _ in found[1:]:
+        np.testing.assert_array_equal(results[name], first)
+    return first
+
+
+def _work(ranks, name):
+    """Per rank: [Gram entries, K @ V launcher rows, most rows in one launch, most rows of one
+    solver row-block call] (tests/distributed_worker.py's spies)."""
+    _, found, _ = ranks
+    return np.array([results[f"{name}:work"] for results, _ in found])
+
+
+def _shares(world, n):
+    return [n * (r + 1) // world - n * r // world for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def data():
+    return inputs()
+
+
+# ---------------------------------------------------------------------------- kernelkit.gram
+@pytest.mark.subprocess
+def test_gram_in_memory_equals_one_process(ranks, data):
+    import kernelkit
+
+    X, Y = data["X"], data["Y"]
+    K = _result(ranks, "gram_xx")
+    np.testing.assert_allclose(
+        K, kernelkit.gram(X, kernel="rbf", gamma=0.3, block_size=2, device="cpu"), **TOL["float64"])
+    assert np.array_equal(K, K.T) and np.all(np.diag(K) == 1.0)
+    np.testing.assert_allclose(K, get_kernel("rbf").value(X, gamma=0.3), **TOL["float64"])
+    np.testing.assert_allclose(_result(ranks, "gram_xy"),
+                               kernelkit.gram(X, Y, kernel="matern", nu=1.5, device="cpu"),
+                               **TOL["float64"])
+    # 2 rows over 2 or 3 ranks: some ranks own none
+    np.testing.assert_allclose(_result(ranks, "gram_small"),
+                               kernelkit.gram(data["X2"], device="cpu"), **TOL["float64"])
+    # the ranks shared the entries out: every entry computed once, by one rank
+    for name, n_cols in [("gram_xx", 7), ("gram_xy", 5), ("gram_small", 2)]:
+        entries = _work(ranks, name)[:, 0]
+        n_rows = 2 if name == "gram_small" else 7
+        assert entries.sum() == n_rows * n_cols and entries.max() < n_rows * n_cols, name
+
+
+@pytest.mark.subprocess
+def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
+    import kernelkit
+
+    X32 = data["X"].astype(np.float32)
+    single = np.load(kernelkit.gram(X32, out=tmp_path / "K.npy", kernel="laplacian",
+                                    block_size=2, device="cpu"))
+    K = _result(ranks, "gram_file_xx")
+    assert K.dtype == np.float32
+    np.testing.assert_array_equal(K, single)
+    small = np.load(kernelkit.gram(data["X2"], out=tmp_path / "K2.npy", block_size=1,
+                                   device="cpu"))
+    np.testing.assert_array_equal(_result(ranks, "gram_file_small"), small)
+    assert _work(ranks, "gram_file_xx")[:, 0].max() < 49 == _work(ranks, "gram_file_xx")[:, 0].sum()
+
+
+@pytest.mark.subprocess
+def test_cli_gram_under_a_process_group(ranks, data, tmp_path):
+    import kernelkit
+
+    single = np.load(kernelkit.gram(data["X"], out=tmp_path / "K.npy", kernel="laplacian",
+                                    block_size=2, device="cpu"))
+    np.testing.assert_array_equal(_result(ranks, "cli_gram"), single)
+
+
+@pytest.mark.subprocess
+def test_failed_rank_fails_every_rank_and_leaves_no_file(ranks):
+    world, found, outdir = ranks
+    for _, errors in found:
+        assert errors["error_write"] == ["OSError",
+                                         f"rank {world - 1} of {world}: disk went away on purpose"]
+    assert not (outdir / "failed").exists()  # the directory made for the output is gone too
+    assert not [p for p in os.listdir(outdir) if p.startswith(".") or "tmp" in p]
+
+
+# -------------------------------------------------------------------- kernelkit_gpu.kernel_matvec
+@pytest.mark.subprocess
+@pytest.mark.usefixtures("triton_can_run")
+def test_kernel_matvec_equals_one_process(ranks, data):
+    import torch
+
+    import kernelkit_gpu
+
+    t = torch.from_numpy
+    X, Y, V, U = data["X"], data["Y"], data["V"], data["U"]
+    # float64 operands: the row shard is centred on its own mean, so equal to float64 rounding
+    cases = {
+        "matvec64": (kernelkit_gpu.kernel_matvec(t(X), t(Y), t(V), "rbf", gamma=0.5),
+                     get_kernel("rbf").value(X, Y, gamma=0.5) @ V, TOL["float64"]),
+        "matvec_t": (kernelkit_gpu.kernel_matvec(t(X), t(Y), t(U), "laplacian", transpose=True),
+                     get_kernel("laplacian").value(X, Y).T @ U, TOL["float64"]),
+        "matvec_small": (kernelkit_gpu.kernel_matvec(t(data["X2"]), t(Y), t(V), "rbf"),
+                         get_kernel("rbf").value(data["X2"], Y) @ V, TOL["float64"]),
+    }
+    for name, (single, reference, tol) in cases.items():
+        got = _result(ranks, name)
+        np.testing.assert_allclose(got, single.numpy(), **tol, err_msg=name)
+        np.testing.assert_allclose(got, reference, **tol, err_msg=name)
+    # float32 linear kernel on data at offset 1000: each shard centres on its own mean; the
+    # float32 sums of 5 products of size ~3e6 carry ~4 ulps of 3e6 * 5 (1e-6 relative)
+    single = kernelkit_gpu.kernel_matvec(t(X).float(), t(Y).float(), t(V[:, 0]).float(), "linear")
+    np.testing.assert_allclose(_result(ranks, "matvec32"), single.numpy(), rtol=2e-6, atol=0)
+    # each rank launched the Triton product on its own rows only
+    world = ranks[0]
+    for name, n in [("matvec64", 7), ("matvec32", 7), ("matvec_t", 5), ("matvec_small", 2)]:
+        assert _work(ranks, name)[:, 1].tolist() == _shares(world, n), name
+
+
+@pytest.mark.subprocess
+@pytest.mark.usefixtures("triton_can_run")
+def test_kernel_matvec_streamed_blocks(ranks, data):
+    """Each rank holds only its rows of X, Y and V; Y and V travel owner by owner."""
+    X, Y, V = data["X"], data["Y"], data["V"]
+    np.testing.assert_allclose(_result(ranks, "matvec_streamed"),
+                               get_kernel("rbf").value(X, Y, gamma=0.5) @ V, **TOL["float64"])
+
+
+@pytest.mark.subprocess
+@pytest.mark.usefixtures("triton_can_run")
+def test_kernel_matvec_errors_are_shared(ranks):
+    world, found, _ = ranks
+    errors = [e for _, e in found]
+    # the NaN sits in the last rank's rows: that rank found it, every rank raised it
+    want = ["ValueError", f"rank {world - 1} of {world}: x contains NaN or infinity"]
+    for e in errors:
+        assert e["error_nan_rows"][0] == want[0] and e["error_nan_rows"][1].startswith(want[1])
+        assert e["error_shapes"][0] == "ValueError"
+        assert "the ranks passed different arguments" in e["error_shapes"][1]
+        assert e["error_values"][0] == "ValueError"
+        assert "the ranks passed different arguments" in e["error_values"][1]
+    assert len({tuple(e["error_shapes"]) for e in errors}) == 1
+
+
+@pytest.mark.subprocess
+@pytest.mark.usefixtures("triton_can_run")
+def test_local_turns_the_group_off(ranks, data):
+    """Inside local() each rank computed its own row alone (different on every rank)."""
+    import torch
+
+    import kernelkit_gpu
+
+    world, found, _ = ranks
+    for rank, (results, _) in enumerate(found):
+        want = kernelkit_gpu.kernel_matvec(torch.from_numpy(data["X"][rank:rank + 1]),
+                                           torch.from_numpy(data["Y"]), torch.from_numpy(data["V"]),
+                                           "rbf")
+        np.testing.assert_allclose(results["local"], want.numpy(), **TOL["float64"])
+
+
+# ---------------------------------------------------------------------------- KernelRidge
+@pytest.mark.subprocess
+def test_kernel_ridge_nystrom_equals_one_process(ranks, data):
+    Xr, yr = data["Xr"], data["yr"]
+    model = ridge(solver="nystrom", n_components=12, random_state=0)
+    single = model.fit(Xr, yr, sample_weight=data["w"]).predict(Xr[:5])
+    # tol=1e-10 on the preconditioned system: the solutions agree to about 1e-8 relative
+    np.testing.assert_allclose(_result(ranks, "ridge_nystrom"), single, rtol=1e-7, atol=1e-9)
+    coef = ridge(solver="nystrom", n_components=12, random_state=0).fit(Xr, yr[:, 0]).dual_coef_
+    np.testing.assert_allclose(_result(ranks, "ridge_nystrom_coef"), coef, rtol=1e-6, atol=1e-8)
+    # random_state=None: rank 0's landmarks on every rank, so the coefficients are equal
+    assert _result(ranks, "ridge_unseeded").shape == (12,)
+    # K_nM was streamed by rank over its own rows (40 in all)
+    for name in ("ridge_nystrom", "ridge_nystrom_coef", "ridge_unseeded"):
+        assert _work(ranks, name)[:, 3].tolist() == _shares(ranks[0], 40), name
+
+
+@pytest.mark.subprocess
+def test_kernel_ridge_cg_equals_one_process(ranks, data):
+    Xr, yr = data["Xr"], data["yr"]
+    coef = ridge(solver="cg", n_components=8, random_state=0).fit(Xr, yr[:, 0]).dual_coef_
+    np.testing.assert_allclose(_result(ranks, "ridge_cg"), coef, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.subprocess
+@pytest.mark.usefixtures("triton_can_run")
+def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
+    """solver="cg" with the Triton products: K @ P sharded by kernel_matvec over the ranks."""
+    from kernelkit.solvers import _kernel_op
+
+    monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+    model = ridge(solver="cg", n_components=10, random_state=0)
+    coef = model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
+    np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), coef, rtol=1e-6, atol=1e-8)
+    # every product K @ P ran on the rank's own rows of the 10
+    assert _work(ranks, "ridge_cg_triton")[:, 2].tolist() == _shares(ranks[0], 10)
+
+
+# ---------------------------------------------------------------------------- a rank that dies
+@pytest.mark.subprocess
+def test_dead_rank_fails_the_others_and_leaves_no_file(tmp_path):
+    """The last of 2 ranks exits mid-write: rank 0 fails (no hang), removing the temp file."""
+    codes, outputs = spawn(2, tmp_path, "die")
+    assert codes[1] == 3
+    assert codes[0] == 0, outputs[0]  # the worker records the error and exits normally
+    errors = json.loads((tmp_path / "rank0.json").read_text())
+    assert "die" in errors, outputs[0]
+    assert not (tmp_path / "died").exists()
+    assert sorted(os.listdir(tmp_path)) == ["rank0.json", "rank0.npz"]
+
+
+# ---------------------------------------------------------------------------- torchrun
+@pytest.mark.subprocess
+def test_torchrun_kernelkit_gram(tmp_path, data):
+    """``torchrun --standalone --nproc_per_node 2 -m kernelkit gram``: the CLI sets up its own
+    process group (env://, gloo on the CPU); the file equals the single-process one."""
+    import kernelkit
+
+    np.save(tmp_path / "X.npy", data["X"])
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    res = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         "-m", "kernelkit", "gram", str(tmp_path / "X.npy"), "--kernel", "laplacian",
+         "--block-size", "3", "--device", "cpu", "--out", str(tmp_path / "out" / "K.npy")],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=SPAWN_TIMEOUT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count("wrote ") == 1  # rank 0 reports
+    single = kernelkit.gram(data["X"], out=tmp_path / "K1.npy", kernel="laplacian", block_size=3,
+                            device="cpu")
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "K.npy"), np.load(single))
