@@ -6,7 +6,9 @@
     float64 Cholesky factor (:mod:`._exact`); above it the log marginal likelihood and its
     gradient by preconditioned batched CG, stochastic Lanczos quadrature and Hutchinson trace
     estimation, never a dense Cholesky or an (n, n, n_theta) tensor (K is held densely only
-    when it fits: half the free GPU memory).
+    when it fits: half the free GPU memory); predictive variances from a Lanczos (LOVE) cache.
+    Any kernel of scikit-learn's kernel algebra over the registry's PSD kernels
+    (:mod:`._structure`).
 
 Importing this package loads NumPy, SciPy and scikit-learn only; torch loads on the first ``fit``.
 """

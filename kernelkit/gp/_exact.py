@@ -9,7 +9,7 @@ predictions, used up to :func:`exact_max_n` training points.
         = \tfrac12 \sum_{il} W_{il} \frac{\partial K_{il}}{\partial \theta_j},\quad
     W = A A^\top - t K^{-1},
 
-with K = L L^T = outputscale k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k
+with K = L L^T = k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k
 of Y (scikit-learn's formulas). K and its derivatives come from the same kernel blocks as the
 iterative path (:meth:`kernelkit.gp._operator.CovarianceOperator.block`), here in float64; the
 gradient is the exact derivative of the exact log marginal likelihood, contracted one row chunk
@@ -42,7 +42,7 @@ def exact_max_n(setting, device):
 
 
 def dense_covariance(op, params, alpha):
-    """K = outputscale k(X, X) + noise I + diag(alpha), float64, shape (n, n)."""
+    """K = k(X, X) + noise I + diag(alpha), float64, shape (n, n)."""
     with torch.no_grad():
         K = torch.empty((op.n, op.n), dtype=torch.float64, device=op.device)
         step = op.chunk_rows(op.n)
@@ -103,8 +103,8 @@ def exact_lml(op, theta, Y, alpha, eval_gradient=False):
     return lml, (0.5 * grad).cpu().numpy()
 
 
-def cholesky(op, params, alpha):
-    """The lower Cholesky factor of K = outputscale k(X, X) + noise I + diag(alpha), float64.
+def cholesky(op, params, alpha, kernel=None):
+    """The lower Cholesky factor of K = k(X, X) + noise I + diag(alpha), float64.
 
     Raises
     ------
@@ -114,8 +114,9 @@ def cholesky(op, params, alpha):
     L, info = torch.linalg.cholesky_ex(dense_covariance(op, params, alpha))
     if int(info) != 0:
         raise np.linalg.LinAlgError(
-            "The kernel is not returning a positive definite matrix. Try gradually increasing "
-            "the 'alpha' parameter of your GaussianProcessRegressor estimator.")
+            f"The kernel, {kernel if kernel is not None else 'k'}, is not returning a positive "
+            f"definite matrix. Try gradually increasing the 'alpha' parameter of your "
+            f"GaussianProcessRegressor estimator.")
     return L
 
 

@@ -71,7 +71,7 @@ def make_probes(n, rank, n_probes, seed, device):
 
 
 def _diagonal(op, params):
-    """diag(outputscale * k(X, X)) in float64 (no noise), from small diagonal blocks."""
+    """diag(k(X, X)) of the kernel part in float64 (no noise), from small diagonal blocks."""
     X = op.X64
     step = 64  # diagonal blocks of 64 x 64 values: n x 64 work, far below any chunk
     return torch.cat([op.block(X[lo:lo + step], X[lo:lo + step], params,
@@ -80,7 +80,7 @@ def _diagonal(op, params):
 
 
 def preconditioner(op, params, rank, params_ng=None):
-    """P = (Nyström approximation of outputscale * k(X, X) on ``rank`` pivoted-Cholesky pivots)
+    """P = (Nyström approximation of the kernel part k(X, X) on ``rank`` pivoted-Cholesky pivots)
     + (noise + jitter) I, differentiable with respect to ``params`` (float64)."""
     X = op.X64
     params_ng = params if params_ng is None else params_ng

@@ -1,4 +1,5 @@
-r"""The training covariance K = outputscale * k(X, X) + (noise + jitter) I as an operator.
+r"""The training covariance K = k_theta(X, X) + (noise + jitter) I as an operator, for any
+kernel tree the regressor accepts (:mod:`._structure`).
 
 Products with K: when the n x n kernel matrix fits in the dense budget (:func:`dense_budget`: half
 the free GPU memory, or :data:`DENSE_CPU_BYTES` on the CPU) it is formed once per hyperparameter
@@ -6,21 +7,28 @@ setting and every CG product is one matrix product; otherwise nothing of size n 
 every product walks row chunks of at most :data:`BLOCK_ELEMENTS` kernel values (``chunk`` x n),
 computed on the fly. Torch on any device, float32 or float64.
 
-Kernel values come from the library's own kernel evaluation: the registry kernel's torch epilogue
-(:data:`kernelkit_gpu._epilogues.EPILOGUES`, packed by the same ``pack`` the Triton launchers use)
-applied to the squared distance of operands prepared as the library prepares them
-(:func:`kernelkit_gpu._prepare.centre_and_scale`): centred on the float64 column mean of X, scaled
-per feature in float64, rounded once to the block dtype. Up to
-:data:`kernelkit_gpu._prepare.DIRECT_MAX_D` features the squared distance is summed from direct
-differences (exact for the rounded operands, whatever the offset and spread of the data; the
-diagonal of K(X, X) is exactly k(0) and K(X, X) exactly symmetric); above it by the expansion
-|a|^2 + |b|^2 - 2 a.b of the centred operands, clamped at 0, with the diagonal pairs set to 0 (the
-accuracy class of the library's float32 tensor-core Gram).
+A block K(A, B) evaluates the tree: sums, products and powers of its nodes; constants; white
+noise on the pairs that are the same training point; and, for every registry kernel leaf, the
+library's own formula: the registry kernel's torch epilogue (:data:`kernelkit_gpu._epilogues.
+EPILOGUES`, packed by the same ``pack`` the Triton launchers use) applied to the pairwise
+quantity of operands prepared as the library prepares them (:mod:`kernelkit_gpu._prepare`):
+
+- distances (squared Euclidean, L1): rows centred on the float64 column mean of X, scaled per
+  feature in float64, rounded once to the block dtype. Up to
+  :data:`kernelkit_gpu._prepare.DIRECT_MAX_D` features (and always for L1) the distance is summed
+  from direct differences (exact for the rounded operands, whatever the offset and spread of the
+  data; the diagonal of K(X, X) is exactly k(0) and K(X, X) exactly symmetric); above it by the
+  expansion |a|^2 + |b|^2 - 2 a.b of the centred operands, clamped at 0, with the diagonal pairs
+  set to 0 (the accuracy class of the library's float32 tensor-core Gram);
+- dot products: x.y = (x - m).(y - m) + b_x + b_y with b = (x - m).m + m.m / 2 in float64
+  (:func:`kernelkit_gpu._prepare.dot_offsets`), so only the centred part is formed in the block
+  dtype;
+- cosine: rows normalised in float64 (:func:`kernelkit_gpu._prepare.normalize_rows`), then dotted.
 
 Derivatives with respect to the log-hyperparameters come from torch.autograd through
 :func:`bilinear`: the scalar sum_j a_j^T K(theta) b_j for many column pairs at once, whose
 backward recomputes one row chunk at a time, so its memory also stays chunk x n (times the number
-of features with per-feature length scales) and no (n, n, n_theta) tensor exists.
+of features with per-feature parameters) and no (n, n, n_theta) tensor exists.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kernelkit.gp import _structure as S
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 
@@ -41,25 +50,12 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 
-#: GP kernel kind -> registry kernel name.
-_REGISTRY_NAME = {"rbf": "rbf", "matern": "matern", "rq": "rational_quadratic"}
-
 
 def dense_budget(device):
     """Bytes a dense K may take on ``device``; 0 turns the dense path off."""
     if device.type == "cuda":
         return int(DENSE_GPU_SHARE * torch.cuda.mem_get_info(device)[0])
     return DENSE_CPU_BYTES
-
-
-def _registry_params(structure, params):
-    """The registry parameters of the base kernel (tensors, differentiable) for ``pack``."""
-    ls = params["length_scale"]
-    if structure.kind == "rbf":
-        return {"gamma": 0.5 / (ls * ls)}
-    if structure.kind == "matern":
-        return {"length_scale": ls, "nu": structure.nu}
-    return {"length_scale": ls, "alpha": params["rq_alpha"]}
 
 
 def _squared_distances(A, B, diagonal_offset):
@@ -72,15 +68,90 @@ def _squared_distances(A, B, diagonal_offset):
         return s
     s = ((A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T)).clamp_min(0.0)
     if diagonal_offset is not None:
-        rows = torch.arange(A.shape[0], device=A.device)
-        mask = torch.zeros_like(s, dtype=torch.bool)
-        mask[rows, rows + diagonal_offset] = True
-        s = s.masked_fill(mask, 0.0)
+        s = s.masked_fill(_identity(A.shape[0], B.shape[0], diagonal_offset, A.device), 0.0)
     return s
 
 
+def _l1_distances(A, B):
+    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+    for k in range(A.shape[1]):
+        s = s + (A[:, k, None] - B[None, :, k]).abs()
+    return s
+
+
+def _identity(m, n, diagonal_offset, device):
+    """Boolean (m, n) mask of the pairs (i, offset + i): the same training point."""
+    mask = torch.zeros((m, n), dtype=torch.bool, device=device)
+    if diagonal_offset is not None:
+        rows = torch.arange(m, device=device)
+        keep = rows + diagonal_offset < n
+        mask[rows[keep], rows[keep] + diagonal_offset] = True
+    return mask
+
+
+class _Block:
+    """Evaluates the kernel tree on the pairs of rows A x B (or on the pairs (a_i, a_i) when
+    ``paired``): centred float64 rows in, values in ``dtype`` out."""
+
+    def __init__(self, op, A, B, theta, dtype, diagonal_offset, paired):
+        self.op, self.A, self.B, self.theta = op, A, B, theta
+        self.dtype, self.offset, self.paired = dtype, diagonal_offset, paired
+        self.shape = (A.shape[0],) if paired else (A.shape[0], B.shape[0])
+
+    def __call__(self, node):
+        if isinstance(node, S.Sum):
+            return self(node.k1) + self(node.k2)
+        if isinstance(node, S.Product):
+            return self(node.k1) * self(node.k2)
+        if isinstance(node, S.Power):
+            return self(node.k) ** node.exponent
+        if isinstance(node, S.Scalar):
+            value = node.number(self.theta)
+            if not node.white:
+                return value
+            if self.paired:
+                same = torch.ones(self.shape, dtype=self.dtype, device=self.A.device)
+            else:
+                same = _identity(*self.shape, self.offset, self.A.device).to(self.dtype)
+            return value.to(self.dtype) * same
+        return self.leaf(node)
+
+    def leaf(self, leaf):
+        spec = leaf.spec
+        numbers = leaf.numbers(self.theta, self.A.shape[1])
+        row = E.EPILOGUES[spec.name]
+        prm, scale = row.pack(numbers)
+        A, B, dtype = self.A, self.B, self.dtype
+        if spec.pairwise in ("sqeuclidean", "manhattan"):
+            a = P.centre_and_scale(A, None, scale, dtype)
+            if self.paired:
+                s = torch.zeros(self.shape, dtype=dtype, device=A.device)
+            else:
+                b = P.centre_and_scale(B, None, scale, dtype)
+                s = (_squared_distances(a, b, self.offset) if spec.pairwise == "sqeuclidean"
+                     else _l1_distances(a, b))
+        elif spec.pairwise == "dot":
+            m = self.op.center.reshape(-1)
+            a = P.centre_and_scale(A, None, scale, dtype)
+            off_a = A @ m + 0.5 * (m @ m)
+            if self.paired:
+                s = (a * a).sum(1) + (2.0 * off_a).to(dtype)
+            else:
+                b = P.centre_and_scale(B, None, scale, dtype)
+                off_b = B @ m + 0.5 * (m @ m)
+                s = a @ b.T + (off_a[:, None] + off_b[None, :]).to(dtype)
+        else:  # cosine: rows of the uncentred data, normalised in float64
+            a, nonzero = P.normalize_rows(A + self.op.center)
+            if self.paired:
+                return nonzero.to(dtype)
+            b = P.normalize_rows(B + self.op.center)[0]
+            s = a.to(dtype) @ b.to(dtype).T
+        p = [torch.as_tensor(v, dtype=torch.float64, device=A.device) for v in prm]
+        return row.torch(s, *p, numbers.get("degree", 0), row.kind(numbers))
+
+
 class CovarianceOperator:
-    """Products with K_theta = outputscale * k(X, X) + (noise + jitter) I, chunk by chunk.
+    """Products with K_theta = k_theta(X, X) + (noise + jitter) I, chunk by chunk.
 
     Parameters
     ----------
@@ -115,6 +186,14 @@ class CovarianceOperator:
     def n(self):
         return self.X64.shape[0]
 
+    def with_dtype(self, dtype):
+        """The same operator with blocks (and products) in ``dtype``."""
+        if dtype == self.dtype:
+            return self
+        X = (self.X64 + self.center).cpu().numpy()
+        return CovarianceOperator(X, self.structure, self.jitter, self.device, dtype,
+                                  self.block_elements)
+
     def chunk_rows(self, n_cols):
         """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
         return max(1, self.block_elements // max(1, n_cols))
@@ -125,30 +204,37 @@ class CovarianceOperator:
         return Z.to(self.device) - self.center
 
     def block(self, A, B, params, diagonal_offset=None, dtype=None):
-        """Kernel block outputscale * k(A, B) for centred float64 rows A, B (no noise term).
+        """The kernel part k(A, B) for centred float64 rows A, B (no noise term).
 
-        Differentiable with respect to the tensors in ``params``. ``diagonal_offset=lo`` says that
-        A = X[lo:lo + len(A)] and B = X, so the pairs (i, lo + i) are at distance exactly 0.
-        ``dtype`` (default: this operator's) is the dtype the operands are rounded to and the
-        block is computed in.
+        Differentiable with respect to ``params["theta"]``. ``diagonal_offset=lo`` says that
+        A = X[lo:lo + len(A)] and B = X (or A = B for ``lo = 0``), so the pairs (i, lo + i) are
+        the same point: distance exactly 0, and a WhiteKernel inside the kernel part counts
+        there. ``dtype`` (default: this operator's) is the dtype the operands are rounded to and
+        the block is computed in.
         """
-        s = self.structure
-        name = _REGISTRY_NAME[s.kind]
-        row = E.EPILOGUES[name]
-        numbers = _registry_params(s, params)
-        prm, scale = row.pack(numbers)
         dtype = dtype or self.dtype
-        A = P.centre_and_scale(A, None, scale, dtype)
-        B = P.centre_and_scale(B, None, scale, dtype)
-        sq = _squared_distances(A, B, diagonal_offset)
-        value = row.torch(sq, *(torch.as_tensor(p, dtype=torch.float64, device=A.device)
-                                for p in prm), 0, row.kind(numbers))
-        return params["outputscale"].to(dtype) * value
+        root = self.structure.root
+        shape = (A.shape[0], B.shape[0])
+        if root is None:
+            return torch.zeros(shape, dtype=dtype, device=A.device)
+        value = _Block(self, A, B, params["theta"], dtype, diagonal_offset, False)(root)
+        if value.shape != shape:  # a tree of constants only
+            value = value.to(dtype) + torch.zeros(shape, dtype=dtype, device=A.device)
+        return value.to(dtype)
+
+    def kernel_diagonal(self, Z, params, dtype=torch.float64):
+        """k(z_i, z_i) of the kernel part for centred float64 rows Z, shape (m,), as
+        scikit-learn's ``kernel.diag`` without the pure-noise summands (a WhiteKernel inside the
+        kernel part counts: z_i is the same point as itself)."""
+        root = self.structure.root
+        if root is None:
+            return torch.zeros(Z.shape[0], dtype=dtype, device=Z.device)
+        value = _Block(self, Z, Z, params["theta"], dtype, None, True)(root)
+        return (value.to(dtype) + torch.zeros(Z.shape[0], dtype=dtype, device=Z.device))
 
     def kernel_matrix(self, params):
-        """outputscale * k(X, X) (dense mode only), formed once per hyperparameter setting."""
-        key = torch.cat([v.detach().reshape(-1).to(torch.float64).cpu()
-                         for name, v in sorted(params.items()) if name != "noise"]).tolist()
+        """The kernel part k(X, X) (dense mode only), formed once per hyperparameter setting."""
+        key = params["theta"].detach().cpu().tolist()
         if key != self._dense_key:
             self._dense_K = None  # free the old matrix before forming the new one
             with torch.no_grad():
@@ -176,8 +262,8 @@ class CovarianceOperator:
         return out
 
     def cross_matmul(self, Z, V, params):
-        """outputscale * k(Z, X) @ V for centred float64 test rows Z, in V's dtype (no autograd,
-        no noise)."""
+        """k(Z, X) @ V (kernel part) for centred float64 test rows Z, in V's dtype (no
+        autograd)."""
         with torch.no_grad():
             out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
             step = self.chunk_rows(self.n)
@@ -187,13 +273,13 @@ class CovarianceOperator:
         return out
 
     def cross_block_T(self, Z, params, dtype=None):
-        """outputscale * k(X, Z), shape (n, m), for centred float64 test rows Z (no autograd)."""
+        """k(X, Z) (kernel part), shape (n, m), for centred float64 test rows Z (no autograd)."""
         with torch.no_grad():
             return self.block(self.X64, Z, params, dtype=dtype)
 
 
 class _Bilinear(torch.autograd.Function):
-    """sum_j a_j^T (outputscale * k(X, X)) b_j; backward recomputes one row chunk at a time."""
+    """sum_j a_j^T k(X, X) b_j (kernel part); backward recomputes one row chunk at a time."""
 
     @staticmethod
     def forward(ctx, theta, op, A, B):
@@ -221,7 +307,7 @@ class _Bilinear(torch.autograd.Function):
 
 
 def theta_gradient(op, theta, contract, dtype=None):
-    """d/dtheta of sum over row chunks of ``contract(lo, hi, K[lo:hi])``, K = outputscale k(X, X).
+    """d/dtheta of sum over row chunks of ``contract(lo, hi, K[lo:hi])``, K = k(X, X) (kernel part).
 
     One autograd backward per row chunk of ``dtype`` (default the operator's) kernel rows; a
     chunk holds at most ``block_elements / d`` values, since the backward of per-feature length
@@ -235,7 +321,10 @@ def theta_gradient(op, theta, contract, dtype=None):
             hi = min(lo + step, op.n)
             params = op.structure.params(leaf)
             Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
-            (g,) = torch.autograd.grad(contract(lo, hi, Kb), leaf, allow_unused=True)
+            value = contract(lo, hi, Kb)
+            if not value.requires_grad:  # a kernel part with no free hyperparameter
+                continue
+            (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
             if g is not None:
                 grad += g
     return grad
@@ -245,7 +334,7 @@ def bilinear(op, theta, A, B):
     r"""The scalar sum_j a_j^T K_theta b_j, differentiable with respect to ``theta``.
 
     .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j,\quad
-              K_\theta = \sigma_f^2 k_\theta(X, X) + (\sigma_n^2 + \text{jitter}) I
+              K_\theta = k_\theta(X, X) + (\text{noise} + \text{jitter}) I
 
     Parameters
     ----------

@@ -41,6 +41,8 @@ __all__ = ["GaussianProcessRegressor"]
 
 #: Test points per batch of predictive variances: n * batch <= this many values.
 VARIANCE_BATCH_ELEMENTS = 2**27
+#: Most Lanczos steps of the iterative path's predictive-variance cache (memory n x this).
+LOVE_MAX_RANK = 256
 
 _DTYPES = ("auto", "float32", "float64")
 
@@ -73,8 +75,8 @@ def _check_alpha(alpha, n):
     if values.shape == (1,):
         return _check_positive("alpha", float(values[0]), allow_zero=True)
     if values.shape != (n,):
-        raise ValueError(f"alpha must be a scalar or an array with one entry per sample; got "
-                         f"shape {values.shape} for {n} samples")
+        raise ValueError(f"alpha must be a scalar or an array with same number of entries as y "
+                         f"(one per sample); got shape {values.shape} for {n} samples")
     if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
         raise ValueError("alpha must be finite and >= 0")
     return values
@@ -84,10 +86,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     r"""Gaussian-process regression: exact for small n, with likelihood and gradients that
     scale to large n.
 
-    scikit-learn's :class:`sklearn.gaussian_process.GaussianProcessRegressor` interface for
-    kernels of the form ``[ConstantKernel *] base [+ WhiteKernel]`` (``base``:
-    :class:`kernelkit.RBF`, :class:`kernelkit.Matern` with nu in {0.5, 1.5, 2.5},
-    :class:`kernelkit.RationalQuadratic`, or scikit-learn's classes of the same names):
+    scikit-learn's :class:`sklearn.gaussian_process.GaussianProcessRegressor` interface for any
+    kernel of scikit-learn's kernel algebra (``Sum``, ``Product``, ``Exponentiation``,
+    ``ConstantKernel`` and ``WhiteKernel`` anywhere, ``DotProduct``) over the positive
+    semi-definite kernels of the kernelkit registry, as kernelkit's classes or scikit-learn's
+    classes of the same kernels (``RBF``, ``Matern`` with nu in {0.5, 1.5, 2.5},
+    ``RationalQuadratic``, ``ExpSineSquared`` on one feature); :mod:`kernelkit.gp._structure`
+    lists them:
 
     .. math::
 
@@ -96,8 +101,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     **Exact path** (n <= ``exact_max_n``): a float64 Cholesky factor of K on the fit device gives
     the log marginal likelihood, its exact gradient, ``alpha_``, ``L_`` and the predictions, as
-    scikit-learn computes them (agreement to float64 round-off of the kernel values). 2-D y and
-    per-sample ``alpha`` are supported here only.
+    scikit-learn computes them (agreement to float64 round-off of the kernel values).
+    Per-sample ``alpha`` is supported here only.
 
     **Iterative path** (n > ``exact_max_n``): preconditioned conjugate gradients and stochastic
     trace estimation (BBMM, Gardner et al. 2018), O(n) memory besides a chunk of kernel rows.
@@ -109,12 +114,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     of the stochastic log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
     << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
 
-    Differences from scikit-learn: the kernel structures above only; no ``copy_X_train`` (the
-    training data are always copied) and no ``n_targets`` (before ``fit``, ``predict`` and
-    ``sample_y`` use the prior of one target, as scikit-learn by default);
+    Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
     ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
     15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
-    2-D y and per-sample ``alpha`` raise ValueError on the iterative path.
+    per-sample ``alpha`` raises ValueError on the iterative path. scikit-learn's own
+    ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
+    registry (``benchmarks/sklearn_gpr_suite.py``).
 
     Parameters
     ----------
@@ -135,6 +140,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Extra optimiser runs from log-uniform draws within the bounds (finite bounds needed).
     normalize_y : bool, default=False
         Centre and scale each column of y before fitting, as scikit-learn.
+    copy_X_train : bool, default=True
+        As scikit-learn: False stores a reference to the (validated) training inputs.
+    n_targets : int or None, default=None
+        As scikit-learn: the number of targets of the prior (``predict`` and ``sample_y`` before
+        ``fit``); ``fit`` checks y against it.
     random_state : int, RandomState instance or None, default=None
         Draws the probe vectors and the restart points.
     device : {"auto", "cpu", "cuda"}, default="auto"
@@ -185,18 +195,24 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Raises
     ------
     TypeError
-        In ``fit``: an unsupported kernel structure (the message lists what is supported) or a
-        parameter of the wrong type.
+        In ``fit``: an unsupported kernel (outside the registry or not positive semi-definite;
+        the message names it and lists what is supported) or a parameter of the wrong type.
     ValueError
-        In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, or 2-D
-        y / per-sample alpha with n > ``exact_max_n``.
+        In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, y
+        whose number of targets differs from ``n_targets``, or per-sample alpha with
+        n > ``exact_max_n``.
 
     Notes
     -----
-    Iterative path: predictive standard deviations and covariances are exact to ``cg_tol``: the
-    test columns K(X, X*) are solved in batches of ``VARIANCE_BATCH_ELEMENTS / n`` columns (one
-    batched CG per batch), so their cost grows linearly with the number of test points. Exact
-    path: one triangular solve per batch of test points.
+    Iterative path: predictive variances come from a LOVE cache (Pleiss et al. 2018): up to
+    ``LOVE_MAX_RANK`` Lanczos steps on K (float64 products), built once per fit at the first
+    variance request
+    (:mod:`kernelkit.solvers._lanczos`). Each test point gets a certified bound on the cache's
+    error (||r||^2 / (noise + alpha)); where it exceeds ``cg_tol`` times the prior variance, that
+    point's column K(X, x*) is solved by batched CG instead. So every variance is within
+    ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix by CG
+    unless every point is certified). The bound is pessimistic for rough kernels or tiny noise,
+    where most points go to CG. Exact path: one triangular solve per batch of test points.
 
     Examples
     --------
@@ -214,14 +230,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     """
 
     def __init__(self, kernel=None, *, alpha=1e-10, optimizer="fmin_l_bfgs_b",
-                 n_restarts_optimizer=0, normalize_y=False, random_state=None, device="auto",
-                 dtype="auto", exact_max_n=None, n_probes=16, max_cg_iter=1000, cg_tol=1e-3,
-                 preconditioner_rank=100, optimizer_max_iter=100):
+                 n_restarts_optimizer=0, normalize_y=False, copy_X_train=True, n_targets=None,
+                 random_state=None, device="auto", dtype="auto", exact_max_n=None, n_probes=16,
+                 max_cg_iter=1000, cg_tol=1e-3, preconditioner_rank=100,
+                 optimizer_max_iter=100):
         self.kernel = kernel
         self.alpha = alpha
         self.optimizer = optimizer
         self.n_restarts_optimizer = n_restarts_optimizer
         self.normalize_y = normalize_y
+        self.copy_X_train = copy_X_train
+        self.n_targets = n_targets
         self.random_state = random_state
         self.device = device
         self.dtype = dtype
@@ -234,7 +253,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True  # 2-D y on the exact path
+        tags.target_tags.multi_output = True
         tags.requires_fit = False  # predict and sample_y use the prior before fit
         return tags
 
@@ -250,6 +269,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         _check_int("optimizer_max_iter", self.optimizer_max_iter, 1)
         if self.exact_max_n is not None:
             _check_int("exact_max_n", self.exact_max_n, 0)
+        if self.n_targets is not None:
+            _check_int("n_targets", self.n_targets, 1)
         if not isinstance(self.normalize_y, (bool, np.bool_)):
             raise TypeError(f"normalize_y must be a bool; got {self.normalize_y!r}")
         if not isinstance(self.dtype, str) or self.dtype not in _DTYPES:
@@ -307,21 +328,20 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         probes = self._probes(op, settings)
 
         def stochastic(theta, eval_gradient):
+            # one estimate per target column (the same probes), summed as scikit-learn sums
+            lml, grad = 0.0, np.zeros(len(theta))
             try:
-                out = log_marginal_likelihood(op, theta, Y[:, 0], probes, settings,
-                                              eval_gradient)
+                for k in range(Y.shape[1]):
+                    out = log_marginal_likelihood(op, theta, Y[:, k], probes, settings,
+                                                  eval_gradient)
+                    lml += out[0]
+                    if eval_gradient:
+                        grad += out[1]
             except torch.linalg.LinAlgError:
                 return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
-            return out[:2] if eval_gradient else out[0]
+            return (lml, grad) if eval_gradient else lml
 
         return stochastic
-
-    @staticmethod
-    def _check_length_scale(structure, n_features):
-        n_ls = structure.n_length_scales
-        if n_ls != 1 and n_ls != n_features:
-            raise ValueError(f"kernel: the per-feature length_scale has {n_ls} entries but X has "
-                             f"{n_features} features")
 
     # ----------------------------------------------------------------------------- API
     def fit(self, X, y):
@@ -331,7 +351,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features)
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
-            2-D y: exact path only (n_samples <= ``exact_max_n``).
+            On the iterative path, one log-likelihood estimate per target (the same probes),
+            summed.
 
         Returns
         -------
@@ -344,17 +365,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         settings = self._check_params()
         kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        structure = parse_kernel(kernel)
+        parse_kernel(kernel)  # the kernel's type and structure, before anything else
         self.kernel_ = clone(kernel)
         X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
                              reset=True)
-        self._check_length_scale(structure, X.shape[1])
+        structure = parse_kernel(self.kernel_, X.shape[1])
+        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
+        if self.n_targets is not None and n_targets_seen != self.n_targets:
+            raise ValueError(
+                f"The number of targets seen in `y` is different from the parameter "
+                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
         n = X.shape[0]
         self._alpha = _check_alpha(self.alpha, n)
         self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
-        if not self._exact and (y.ndim == 2 or np.ndim(self._alpha)):
+        if not self._exact and np.ndim(self._alpha):
             raise ValueError(
-                f"2-D y and per-sample alpha need the exact path: n_samples={n} > exact_max_n="
+                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
                 f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
@@ -363,8 +389,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         else:
             self._y_train_mean = np.zeros(y.shape[1:])
             self._y_train_std = np.ones(y.shape[1:])
-        self.X_train_ = np.array(X, dtype=np.float64)
+        self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
+        self._love = None  # the predictive-variance cache of the previous fit
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
 
@@ -382,23 +409,30 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             runs = [self._optimize(obj_func, self.kernel_.theta, bounds)]
             if self.n_restarts_optimizer > 0:
                 if not np.isfinite(bounds).all():
-                    raise ValueError("n_restarts_optimizer > 0 needs finite hyperparameter bounds")
+                    raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
+                                     "requires that all bounds are finite.")
                 for _ in range(self.n_restarts_optimizer):
                     start = rng.uniform(bounds[:, 0], bounds[:, 1])
                     runs.append(self._optimize(obj_func, start, bounds))
             best = min(range(len(runs)), key=lambda i: runs[i][1])
             self.kernel_.theta = runs[best][0]
+            self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
         theta = self.kernel_.theta
         if self._exact:
-            params = structure.params(torch.as_tensor(theta, device=op.device))
-            L = cholesky(op, params, self._alpha_tensor(op))
-            self.log_marginal_likelihood_value_ = lml_at(theta, False)
+            params = op.structure.params(torch.as_tensor(theta, device=op.device))
+            L = cholesky(op, params, self._alpha_tensor(op), self.kernel_)
+            self.log_marginal_likelihood_value_ = np.float64(lml_at(theta, False))
             self.L_ = L.cpu().numpy()
             alpha = torch.cholesky_solve(self._targets(op), L)
         else:
-            lml, alpha = log_marginal_likelihood(op, theta, self._targets(op)[:, 0],
-                                                 self._probes(op, settings), settings)
-            self.log_marginal_likelihood_value_ = float(lml)
+            Y, probes = self._targets(op), self._probes(op, settings)
+            lml, columns = 0.0, []
+            for k in range(Y.shape[1]):
+                value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
+                lml += value
+                columns.append(column)
+            self.log_marginal_likelihood_value_ = np.float64(lml)
+            alpha = torch.stack(columns, dim=1)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
         return self
 
@@ -430,7 +464,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             Also return the gradient with respect to ``theta`` (exact path: exact; iterative
             path: the stochastic estimate).
         clone_kernel : bool, default=True
-            Accepted for scikit-learn compatibility; ``kernel_`` is never modified here.
+            False sets ``kernel_.theta`` to ``theta``, as scikit-learn.
 
         Returns
         -------
@@ -450,8 +484,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(f"theta must have shape {self.kernel_.theta.shape}; "
                              f"got {theta.shape}")
         settings = self._check_params()
-        op = self._operator(parse_kernel(self.kernel_))
-        return self._lml_function(op, settings)(theta, eval_gradient)
+        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
+        if not clone_kernel:  # as scikit-learn: kernel_ takes theta
+            self.kernel_.theta = theta
+        out = self._lml_function(op, settings)(theta, eval_gradient)
+        return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance, at ``X``.
@@ -486,10 +523,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if not hasattr(self, "X_train_"):
             return self._prior(X, return_std, return_cov)
         settings = self._check_params()
-        structure = parse_kernel(self.kernel_)
+        structure = parse_kernel(self.kernel_, self.n_features_in_)
         op = self._operator(structure)
         theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
-        params = structure.params(theta)
+        params = op.structure.params(theta)
         Z = op.centred(X)
         weights = torch.as_tensor(self.alpha_, dtype=torch.float64, device=op.device)
         weights = weights.reshape(op.n, -1).to(torch.float64 if self._exact else op.dtype)
@@ -498,28 +535,31 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         mean = self._drop_single_target(mean * y_std + np.reshape(self._y_train_mean, -1))
         if not (return_std or return_cov):
             return mean
-        solve = self._exact_columns if self._exact else self._solve_test_columns
+        solve = self._exact_columns if self._exact else self._love_columns
         solved = solve(op, params, Z, settings, keep=return_cov)
         scale2 = y_std**2
         if return_std:
-            prior = float(params["outputscale"] + params["noise"])
+            with torch.no_grad():
+                prior = (op.kernel_diagonal(Z, params) + params["noise"]).cpu().numpy()
             var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
             return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
-        with torch.no_grad():
-            K_zz = op.block(Z, Z, params, dtype=torch.float64).cpu().numpy()
+        with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
+            K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
         cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
         return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
 
     def _prior(self, X, return_std, return_cov):
-        """Mean 0 and the kernel's covariance at X (one target), as scikit-learn before fit."""
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        parse_kernel(kernel)
-        mean = np.zeros(X.shape[0])
-        if return_cov:
-            return mean, kernel(X)
-        if return_std:
-            return mean, np.sqrt(kernel.diag(X))
-        return mean
+        """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
+        before fit."""
+        kernel = ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed") if self.kernel is None \
+            else self.kernel
+        parse_kernel(kernel, X.shape[1])
+        n_targets = 1 if self.n_targets is None else _check_int("n_targets", self.n_targets, 1)
+        mean = self._drop_single_target(np.zeros((X.shape[0], n_targets)))
+        if not (return_std or return_cov):
+            return mean
+        values = kernel(X) if return_cov else np.sqrt(kernel.diag(X))
+        return mean, self._drop_single_target(np.repeat(values[..., None], n_targets, axis=-1))
 
     @staticmethod
     def _drop_single_target(values):
@@ -541,6 +581,58 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             parts = [reduced(op, params, L, Z[lo:lo + batch]).square().sum(0)
                      for lo in range(0, Z.shape[0], batch)]
             return torch.cat(parts).cpu().numpy()
+
+    def _love_cache(self, op, params):
+        """The LOVE cache of this fit (built at the first variance request), or None when K has
+        no positive lower bound on its eigenvalues (no noise, no alpha)."""
+        import torch
+
+        from kernelkit.solvers._lanczos import LanczosCache
+
+        lambda_min = float(params["noise"]) + op.jitter
+        if lambda_min <= 0:
+            return None
+        if getattr(self, "_love", None) is None:
+            # float64 products: the error bound assumes the Lanczos relation holds to round-off
+            # of K, which float32 products (error ~ u ||K||, ||K|| ~ n) would not give at large n
+            op64 = op.with_dtype(torch.float64)
+            with torch.no_grad():
+                start = op64.matmul(torch.ones((op.n, 1), dtype=torch.float64, device=op.device),
+                                    params)[:, 0]
+                self._love = LanczosCache(lambda V: op64.matmul(V, params), start,
+                                          min(op.n, LOVE_MAX_RANK), lambda_min)
+        return self._love
+
+    def _love_columns(self, op, params, Z, settings, keep):
+        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*) from the LOVE cache
+        (:mod:`kernelkit.solvers._lanczos`), where its certified error bound is at most
+        ``cg_tol`` times the prior variance; by batched CG for the other test points."""
+        import torch
+
+        cache = self._love_cache(op, params)
+        if cache is None:
+            return self._solve_test_columns(op, params, Z, settings, keep)
+        with torch.no_grad():
+            batch = max(1, min(Z.shape[0], VARIANCE_BATCH_ELEMENTS // op.n))
+            quads, bounds = [], []
+            for lo in range(0, Z.shape[0], batch):
+                quad, bound = cache.quadratic(op.cross_block_T(Z[lo:lo + batch], params))
+                quads.append(quad)
+                bounds.append(bound)
+            quad, bound = torch.cat(quads), torch.cat(bounds)
+            prior = op.kernel_diagonal(Z, params) + params["noise"]
+            uncertified = bound > settings.cg_tol * prior.clamp_min(torch.finfo(torch.float64).tiny)
+            if keep:
+                if bool(uncertified.any()):
+                    return self._solve_test_columns(op, params, Z, settings, True)
+                full = cache.cross(op.cross_block_T(Z, params))
+                return (0.5 * (full + full.T)).cpu().numpy()
+            if bool(uncertified.any()):
+                index = torch.nonzero(uncertified)[:, 0]
+                quad[index] = torch.as_tensor(
+                    self._solve_test_columns(op, params, Z[index], settings, False),
+                    device=quad.device)
+            return quad.cpu().numpy()
 
     def _solve_test_columns(self, op, params, Z, settings, keep):
         """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), by batched CG."""

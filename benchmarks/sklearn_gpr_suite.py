@@ -1,0 +1,134 @@
+"""Run scikit-learn's own ``test_gpr.py`` with kernelkit's GaussianProcessRegressor substituted.
+
+The test file (and its helper ``_mini_sequence_kernel.py``) is copied from the installed
+scikit-learn (its wheel ships the tests) into a temporary directory; only the import of
+``GaussianProcessRegressor`` is replaced by a subclass of :class:`kernelkit.GaussianProcessRegressor`
+whose defaults are ``device="cpu"`` (or ``--device``) and ``dtype="float64"``. pytest runs it and
+this script writes a JSON summary: counts, and for each failure its test id and the first line of
+its reason. scikit-learn's file is never copied into the repository.
+
+Usage::
+
+    PYTHONPATH=. TRITON_INTERPRET=1 python benchmarks/sklearn_gpr_suite.py --out results.json
+
+``--test-file`` takes another copy of ``test_gpr.py`` (for example one fetched from the
+scikit-learn repository at the pinned version) when the installed wheel lacks the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+import sklearn
+
+_IMPORT = "from sklearn.gaussian_process import GaussianProcessRegressor\n"
+
+_SUBSTITUTE = '''\
+import types as _types
+
+import kernelkit as _kernelkit
+
+_base_init = _kernelkit.GaussianProcessRegressor.__init__
+
+
+class GaussianProcessRegressor(_kernelkit.GaussianProcessRegressor):
+    """kernelkit's GP with CPU float64 defaults (the signature otherwise kernelkit's)."""
+
+
+_init = _types.FunctionType(_base_init.__code__, _base_init.__globals__, "__init__",
+                            _base_init.__defaults__, _base_init.__closure__)
+_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, device=DEVICE, dtype="float64")
+GaussianProcessRegressor.__init__ = _init
+'''
+
+
+def _prepare(workdir, test_file, device):
+    source = pathlib.Path(test_file).read_text()
+    if source.count(_IMPORT) != 1:
+        raise SystemExit(f"{test_file}: expected exactly one line {_IMPORT.strip()!r}")
+    source = source.replace(_IMPORT, _SUBSTITUTE.replace("DEVICE", repr(device)))
+    source = source.replace("from sklearn.gaussian_process.tests._mini_sequence_kernel import",
+                            "from _mini_sequence_kernel import")
+    target = workdir / "test_gpr_kernelkit.py"
+    target.write_text(source)
+    helper = pathlib.Path(test_file).with_name("_mini_sequence_kernel.py")
+    if helper.exists():
+        shutil.copy(helper, workdir / helper.name)
+    return target
+
+
+def _summary(junit):
+    root = ET.parse(junit).getroot()
+    out = {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "failures": []}
+    for case in root.iter("testcase"):
+        name = case.get("name")
+        failure = case.find("failure")
+        if failure is None:
+            failure = case.find("error")
+        skipped = case.find("skipped")
+        if failure is not None:
+            out["failed"] += 1
+            message = (failure.get("message") or failure.text or "").strip()
+            out["failures"].append({"test": name, "reason": message.splitlines()[0][:300]
+                                    if message else ""})
+        elif skipped is not None:
+            kind = "xfailed" if "xfail" in (skipped.get("type") or "") else "skipped"
+            out[kind] += 1
+        else:
+            out["passed"] += 1
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    default_tests = pathlib.Path(sklearn.__file__).parent / "gaussian_process/tests/test_gpr.py"
+    parser.add_argument("--test-file", default=str(default_tests))
+    parser.add_argument("--out", "--json", dest="out", default=os.environ.get("OUT"),
+                        help="JSON summary path (a directory: sklearn_gpr_suite.json in it)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("-k", default=None, help="pytest -k expression")
+    args = parser.parse_args(argv)
+    if not pathlib.Path(args.test_file).exists():
+        raise SystemExit(f"{args.test_file} not found; pass --test-file")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = pathlib.Path(tmp)
+        target = _prepare(workdir, args.test_file, args.device)
+        junit = workdir / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target),
+               f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", "--rootdir", tmp]
+        if args.k:
+            cmd += ["-k", args.k]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parent.parent),
+                                             env.get("PYTHONPATH", "")])
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=tmp, env=env, check=False)
+        summary = _summary(junit)
+    summary.update(sklearn=sklearn.__version__, device=args.device,
+                   seconds=round(time.perf_counter() - start, 1))
+    if args.out:
+        path = pathlib.Path(args.out)
+        if path.is_dir():
+            path = path / "sklearn_gpr_suite.json"
+        tmp_path = path.with_name(path.name + ".tmp")
+        tmp_path.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(tmp_path, path)
+    print(f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device}): "
+          f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped, "
+          f"{summary['xfailed']} xfailed, {summary['seconds']} s")
+    for f in summary["failures"]:
+        print(f"  FAILED {f['test']}: {f['reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
