@@ -231,6 +231,15 @@ def all_layer_heads():
     return (*(a.astype(np.float32) for a in (q, k, v)), meta)
 
 
+def local_keys(spec, S):
+    """Keys per row of ``local:B:W`` at S keys: its (2W + 1) blocks read exactly, at most, and
+    one summary key per other block."""
+    block, window = (int(x) for x in spec.split(":")[1:])
+    blocks = -(-S // block)
+    near = min(2 * window + 1, blocks)
+    return f"<= {near * block + blocks - near} ({near * block} exact + {blocks - near} summaries)"
+
+
 def table(report, seeds):
     """README-ready markdown: one row per method, then uniform attention and the SVD floor."""
     fast = [r.get("fast_device") for r in report.rows if r.get("fast_device")]
@@ -242,6 +251,8 @@ def table(report, seeds):
         if r["method"] == "softmax":
             continue
         m = r["n_features"] if r["n_features"] is not None else "all (exact kernel)"
+        if r["family"] == "local":
+            m = local_keys(r["method"], report.meta["shape"]["S"])
         err = f"{r['output_rel_error']:.3g}"
         if r["output_rel_error_std"] > 0:
             err += f" ± {r['output_rel_error_std']:.2g}"
