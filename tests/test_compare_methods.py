@@ -244,6 +244,19 @@ def test_guard_leaves_nan_visible_and_masked_keys_absent(rng):
         assert np.all(np.isfinite(o[..., :3, :])) and np.all(np.isnan(o[..., 3:, :]))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_guard_in_the_twin_is_differentiable(rng, causal):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 1), T=5, S=5)
+    q, k, v = (torch.tensor(x, requires_grad=True) for x in (q + 1.0, k + 1.0, v))
+    # delta 0.7 guards 2 (full) or 3 (causal) of the 5 rows of this draw, 8% or more away from
+    # the switch: both branches of the max are differentiated
+    fn = lambda q, k, v: linear_attention_naive(q, k, v, feature_map="identity",  # noqa: E731
+                                                is_causal=causal, guard=0.7)
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
 @pytest.mark.parametrize("guard, error", [(0.0, ValueError), (-1.0, ValueError),
                                           (float("nan"), ValueError), (True, TypeError),
                                           ("0.1", TypeError)], ids=str)
@@ -265,7 +278,8 @@ def test_guard_refuses_an_initial_state(rng):
     state = (np.zeros((4, 3)), np.zeros(4))
     with pytest.raises(ValueError, match="guard cannot be combined with initial_state"):
         ref.linear_attention(q, k, v, "identity", guard=0.5, initial_state=state)
-    t_state = (torch.zeros(1, 1, 4, 3, dtype=torch.float64), torch.zeros(1, 1, 4, dtype=torch.float64))
+    t_state = (torch.zeros(1, 1, 4, 3, dtype=torch.float64),
+               torch.zeros(1, 1, 4, dtype=torch.float64))
     with pytest.raises(ValueError, match="guard cannot be combined with initial_state"):
         linear_attention_naive(*(torch.tensor(x) for x in (q, k, v)), feature_map="identity",
                                guard=0.5, initial_state=t_state)
