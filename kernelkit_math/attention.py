@@ -560,11 +560,10 @@ def linear_attention(
 
     (then ``max(., eps)``), linear time (prefix sums of |K| when causal). The right side is
     at least delta sum_j |w_ij|, so ``|out_i| <= max_j |v_j| / delta``: with delta = 1 the
-    signed weights form a sub-convex combination. Positive weights with den_i >= delta times
-    the bound are untouched. Not with ``initial_state`` (its z_0 does not carry the earlier
-    keys' |K| sums).
-    The final state is always the state after all S
-    keys: (S_0 + K^T v, z_0 + K^T 1).
+    signed weights form a sub-convex combination. Rows with den_i >= delta times the bound are
+    untouched. Not with ``initial_state`` (its z_0 does not carry the earlier keys' |K| sums).
+
+    The final state is always the state after all S keys: (S_0 + K^T v, z_0 + K^T 1).
 
     Parameters
     ----------
