@@ -253,7 +253,11 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
-        Denominator guard: max(den, eps).
+        Denominator guard: max(den, eps). That is all: with a signed map (``"identity"``,
+        ``"rff:M"``), whose weights phi(q)·phi(k) can cancel, a denominator near 0 gives huge
+        outputs, and guarding them is the caller's job (the comparison tool runs these maps
+        through :func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive` with
+        ``guard=``, see :data:`kernelkit.compare.methods.SIGNED_GUARD`).
     initial_state : tuple (S0, z0) or None
         S0 (B, H, M, Dv) and z0 (B, H, M), float32 (float64 with float64 input): continue from
         an earlier call.

@@ -48,6 +48,9 @@ Grouped-query attention (GQA)
 Denominator guard
     Wherever weights may be <= 0 the denominator is replaced by ``max(den, eps)``
     (:func:`guard_denominator`); a row whose guarded denominator is exactly 0 outputs 0.
+    Linear attention with a signed feature map (identity, rff) can also take ``guard=delta``:
+    ``max(den, delta * |phi(q_i)| . sum_j |phi(k_j)|)``, which bounds every output by
+    ``max |v| / delta`` (see :func:`linear_attention`).
 """
 
 from __future__ import annotations
@@ -470,6 +473,29 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
 
 
 # --------------------------------------------------------------------------- linear attention
+def _check_guard(guard):
+    if guard is None:
+        return None
+    if isinstance(guard, bool) or not isinstance(guard, numbers.Real):
+        raise TypeError(f"guard must be None or a real number > 0; got {guard!r}")
+    if not np.isfinite(guard) or guard <= 0:
+        raise ValueError(f"guard must be None or a finite number > 0; got {guard!r}")
+    return float(guard)
+
+
+def _abs_mass(Q, K, shift):
+    """``|Q_i| . sum_{j in V(i)} |K_j|`` (..., T) in linear time: prefix sums of |K| when causal.
+
+    It bounds the absolute weight mass of each row, sum_j |Q_i . K_j|."""
+    T, S = Q.shape[-2], K.shape[-2]
+    absQ, absK = np.abs(Q), np.abs(K)
+    if shift is None:
+        return np.einsum("...tm,...m->...t", absQ, absK.sum(axis=-2))
+    seen = np.clip(np.arange(T) + shift + 1, 0, S)  # keys visible to each query
+    prefix = np.concatenate([np.zeros_like(absK[..., :1, :]), np.cumsum(absK, axis=-2)], axis=-2)
+    return np.einsum("...tm,...tm->...t", absQ, prefix[..., seen, :])
+
+
 def _resolve_feature_map(feature_map, d, seed):
     if isinstance(feature_map, str):
         return _make(feature_map, d, seed, argname="feature_map")
@@ -489,6 +515,7 @@ def _apply_map(phi, x, name):
 def linear_attention(
     q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left", normalize=True,
     eps=1e-6, form="parallel", initial_state=None, return_state=False, seed=0, causal=None,
+    guard=None,
 ):
     r"""Linear attention with a feature-map kernel phi(q)·phi(k), in parallel or recurrent form.
 
@@ -520,8 +547,23 @@ def linear_attention(
     In float64 the two forms agree to ~1e-14 relative whenever the denominators are not tiny
     (positive maps: elu+1, favor+, hyp-favor+, taylor2). Signed maps (identity, rff) can give
     denominators near 0, where both forms are ill-conditioned and differ by rounding / den.
-    The final state is always the state after all S
-    keys: (S_0 + K^T v, z_0 + K^T 1).
+
+    Signed maps: the guard. The weights phi(q_i)·phi(k_j) of a signed map can cancel, so
+    den_i can be ~0 or negative and out_i huge (on the heads of a pretrained encoder, rff:128
+    gave output errors of 5e6 times the signal, the identity map 6e9). ``guard=delta`` raises
+    each denominator to
+
+    .. math::
+
+        \text{den}_i \leftarrow \max\Big(\text{den}_i,\ \delta\, |Q_i| \cdot
+        \sum_{j \in V(i)} |K_j|\Big) \quad (|\cdot| \text{ elementwise})
+
+    (then ``max(., eps)``), linear time (prefix sums of |K| when causal). The right side is
+    at least delta sum_j |w_ij|, so ``|out_i| <= max_j |v_j| / delta``: with delta = 1 the
+    signed weights form a sub-convex combination. Rows with den_i >= delta times the bound are
+    untouched. Not with ``initial_state`` (its z_0 does not carry the earlier keys' |K| sums).
+
+    The final state is always the state after all S keys: (S_0 + K^T v, z_0 + K^T 1).
 
     Parameters
     ----------
@@ -552,6 +594,8 @@ def linear_attention(
         Also return the final state (S_final (..., M, Dv), z_final (..., M)).
     seed : int
         Seed of a random feature map built from its name.
+    guard : float or None
+        delta > 0 of the signed-map guard above; None (the default): ``max(den, eps)`` only.
 
     Returns
     -------
@@ -562,9 +606,11 @@ def linear_attention(
     ------
     ValueError
         Mismatched D or S, heads not divisible, unknown feature map or bad size ("favor+:0"),
-        bad ``form``, ``eps``, ``causal_alignment`` or ``initial_state`` shapes.
+        bad ``form``, ``eps``, ``causal_alignment`` or ``initial_state`` shapes, ``guard`` <= 0
+        or not finite, ``guard`` with ``initial_state``.
     TypeError
-        A non-string ``causal_alignment``; a feature map that is neither a name nor callable.
+        A non-string ``causal_alignment``; a feature map that is neither a name nor callable;
+        a ``guard`` that is not a real number.
 
     Examples
     --------
@@ -580,6 +626,10 @@ def linear_attention(
     if form not in ("parallel", "recurrent"):
         raise ValueError(f"form must be 'parallel' or 'recurrent'; got {form!r}")
     eps = _check_eps(eps)
+    guard = _check_guard(guard)
+    if guard is not None and initial_state is not None:
+        raise ValueError("guard cannot be combined with initial_state: z_0 does not carry the "
+                         "sums of |phi(k)| of the earlier keys that the guard needs")
     q, k, v, batch = _prepare_qkv(q, k, v)
     T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     shift = causal_shift(causal, causal_alignment, T, S)
@@ -642,5 +692,8 @@ def linear_attention(
             den = np.einsum("...tm,...m->...t", Q, norm)
         S_fin, z_fin = state, norm
 
-    out = _safe_divide(num, guard_denominator(den, eps)) if normalize else np.array(num)
+    den = guard_denominator(den, eps)
+    if guard is not None:
+        den = np.maximum(den, guard * _abs_mass(Q, K, shift))
+    out = _safe_divide(num, den) if normalize else np.array(num)
     return (out, (S_fin, z_fin)) if return_state else out

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernelkit
-from kernelkit.compare.methods import EPS, Method, method_names, parse_method
+from kernelkit.compare.methods import EPS, SIGNED_GUARD, Method, method_names, parse_method
 from kernelkit.compare.nystrom import nystrom_attention, nystrom_weights
 from kernelkit_math import attention as ref
 from kernelkit_math.random_features import FavorPlusMap, make_feature_map
@@ -160,16 +160,144 @@ def test_softmax_weights_are_the_softmax(rng):
 
 def test_nonpositive_denominators_of_rff_are_counted_and_guarded(rng):
     # one random Fourier feature: den_i = phi(q_i) * sum_j phi(k_j) changes sign across rows
-    q, k, _ = qkv(rng, lead=(1, 1), T=40, S=40)
+    q, k, v = qkv(rng, lead=(1, 1), T=40, S=40)
     m = parse_method("rff:1", 4)
     A, den = m.weights(q, k, seed=0)
     phi = make_feature_map("rff:1", 4, seed=0)
-    direct = (phi(q[0, 0]) @ phi(k[0, 0]).T).sum(-1)
+    W = phi(q[0, 0]) @ phi(k[0, 0]).T
+    direct = W.sum(-1)
     n_bad = int(np.sum(direct <= 0))
     assert 0 < n_bad < 40
     assert int(np.sum(den <= 0)) == n_bad
-    bad = direct <= 0
-    np.testing.assert_allclose(A[0, 0][bad], (phi(q[0, 0]) @ phi(k[0, 0]).T)[bad] / EPS, **F64)
+    # the guard floor, written out: delta |phi(q_i)| . sum_j |phi(k_j)|
+    floor = SIGNED_GUARD["rff"] * (np.abs(phi(q[0, 0])) @ np.abs(phi(k[0, 0])).sum(0))
+    np.testing.assert_allclose(m.floor(q, k, seed=0)[0, 0], floor, **F64)
+    np.testing.assert_allclose(A[0, 0], W / np.maximum(direct, floor)[:, None], **F64)
+    # a sub-convex combination scaled by 1 / delta: |out| <= max |v| / delta
+    assert np.abs(A).sum(-1).max() <= 1 / SIGNED_GUARD["rff"] * (1 + 1e-12)
+    np.testing.assert_allclose(m.output(q, k, v, seed=0), A @ v, **F64)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("spec", ["identity", "rff:8"])
+def test_signed_maps_are_guarded_in_weights_output_and_run(rng, spec, causal):
+    q, k, v = qkv(rng, lead=(2, 2), T=9, S=9, Dv=4)
+    q, k = q + 1.0, k + 1.0  # weights of one sign for most pairs, not all: some rows guarded
+    m = parse_method(spec, 4)
+    assert m.guard == SIGNED_GUARD[spec.partition(":")[0]]
+    A, den = m.weights(q, k, is_causal=causal, seed=2)
+    floor = m.floor(q, k, is_causal=causal, seed=2)
+    guarded = den < floor
+    assert 0 < np.count_nonzero(guarded) < guarded.size  # both kinds of rows are exercised
+    # rows above the floor are the plain normalisation, the others divide by the floor
+    W = A * np.maximum(den, floor)[..., None]
+    np.testing.assert_allclose(W.sum(-1), den, **F64)
+    out = m.output(q, k, v, is_causal=causal, seed=2)
+    np.testing.assert_allclose(out, A @ v, **F64)
+    assert np.abs(out).max() <= np.abs(v).max() / m.guard
+    fast = m.run(*(torch.tensor(x, dtype=torch.float32) for x in (q, k, v)), is_causal=causal,
+                 seed=2)
+    # the guarded denominator is >= delta times the absolute mass: float32 rounding of the
+    # sums stays ~1e-7 / delta relative to max |v|
+    np.testing.assert_allclose(fast.double().numpy(), out, **F32)
+
+
+def _guard_direct(q, k, v, guard, visible):
+    """The guarded linear attention with the identity map, written out the quadratic way."""
+    W = np.where(visible, q @ np.swapaxes(k, -1, -2), 0.0)
+    bound = np.where(visible, np.abs(q) @ np.abs(np.swapaxes(k, -1, -2)), 0.0).sum(-1)
+    den = np.maximum(np.maximum(W.sum(-1), EPS), guard * bound)
+    return (W @ v) / den[..., None]
+
+
+@pytest.mark.parametrize("T, S", [(1, 1), (63, 63), (5, 9), (9, 5)], ids=str)
+@pytest.mark.parametrize("causal, alignment", [(False, "top_left"), (True, "top_left"),
+                                               (True, "bottom_right")],
+                         ids=["full", "causal-tl", "causal-br"])
+def test_guard_in_the_reference_and_the_twin(rng, T, S, causal, alignment):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 2), T=T, S=S)
+    q = q + 1000.0  # offset data: den and the bound are large, the guard still applies
+    shift = 0 if alignment == "top_left" else S - T
+    visible = (np.arange(S)[None, :] <= np.arange(T)[:, None] + shift) if causal else True
+    expected = _guard_direct(q, k, v, 0.5, visible)
+    kw = dict(is_causal=causal, causal_alignment=alignment, eps=EPS)
+    for form in ("parallel", "recurrent"):
+        np.testing.assert_allclose(ref.linear_attention(q, k, v, "identity", form=form,
+                                                        guard=0.5, **kw), expected, **F64)
+    # float64 twin, chunks of 16 so T = 63 spans several chunks
+    twin = linear_attention_naive(*(torch.tensor(x) for x in (q, k, v)), feature_map="identity",
+                                  guard=0.5, chunk_size=16, **kw)
+    np.testing.assert_allclose(twin.numpy(), expected, **F64)
+
+
+def test_guard_leaves_nan_visible_and_masked_keys_absent(rng):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 1), T=6, S=6)
+    k[..., 3, 0] = np.nan  # reaches rows 3.. only (causal)
+    out = ref.linear_attention(q, k, v, "identity", is_causal=True, guard=0.5)
+    twin = linear_attention_naive(*(torch.tensor(x) for x in (q, k, v)), feature_map="identity",
+                                  is_causal=True, guard=0.5).numpy()
+    for o in (out, twin):
+        assert np.all(np.isfinite(o[..., :3, :])) and np.all(np.isnan(o[..., 3:, :]))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_guard_in_the_twin_is_differentiable(rng, causal):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 1), T=5, S=5)
+    q, k, v = (torch.tensor(x, requires_grad=True) for x in (q + 1.0, k + 1.0, v))
+    # delta 0.7 guards 2 (full) or 3 (causal) of the 5 rows of this draw, 8% or more away from
+    # the switch: both branches of the max are differentiated
+    fn = lambda q, k, v: linear_attention_naive(q, k, v, feature_map="identity",  # noqa: E731
+                                                is_causal=causal, guard=0.7)
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+@pytest.mark.parametrize("guard, error", [(0.0, ValueError), (-1.0, ValueError),
+                                          (float("nan"), ValueError), (True, TypeError),
+                                          ("0.1", TypeError)], ids=str)
+def test_guard_errors(rng, guard, error):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 1), T=3, S=3)
+    with pytest.raises(error, match="guard"):
+        ref.linear_attention(q, k, v, "identity", guard=guard)
+    with pytest.raises(error, match="guard"):
+        linear_attention_naive(*(torch.tensor(x) for x in (q, k, v)), feature_map="identity",
+                               guard=guard)
+
+
+def test_guard_refuses_an_initial_state(rng):
+    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+
+    q, k, v = qkv(rng, lead=(1, 1), T=3, S=3)
+    state = (np.zeros((4, 3)), np.zeros(4))
+    with pytest.raises(ValueError, match="guard cannot be combined with initial_state"):
+        ref.linear_attention(q, k, v, "identity", guard=0.5, initial_state=state)
+    t_state = (torch.zeros(1, 1, 4, 3, dtype=torch.float64),
+               torch.zeros(1, 1, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="guard cannot be combined with initial_state"):
+        linear_attention_naive(*(torch.tensor(x) for x in (q, k, v)), feature_map="identity",
+                               guard=0.5, initial_state=t_state)
+
+
+def test_compare_reports_guarded_rows(rng):
+    from kernelkit.compare import compare
+
+    q, k, v = qkv(rng, lead=(1, 2), T=16, S=16)
+    report = compare(q, k, v, ["softmax", "rff:1", "elu+1"], seeds=[0, 1], measure=False,
+                     ranks=[2])
+    rff, elu = report.rows[1], report.rows[2]
+    m = parse_method("rff:1", 4)
+    expected = sum(int(np.count_nonzero(m.weights(q, k, seed=s)[1] < m.floor(q, k, seed=s)))
+                   for s in (0, 1))
+    assert rff["guarded_rows"] == expected > 0
+    assert rff["guarded_rows"] >= rff["nonpositive_denominators"] > 0
+    assert elu["guarded_rows"] == elu["nonpositive_denominators"] == 0
 
 
 def test_random_methods_depend_on_the_seed(rng):

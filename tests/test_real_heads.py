@@ -25,7 +25,12 @@ HEADS = 4  # of 12 per layer, for the time of the float64 weight matrices
 
 #: Methods whose weights are non-negative by construction: every denominator must be > 0.
 POSITIVE = ["elu+1", "relu", "taylor2", "favor+:128", "favor+orth:128", "hyp-favor+:64",
-            "nystrom:64", "nystrom:128", "kernel:rbf", "kernel:laplacian"]
+            "nystrom:64", "nystrom:128", "kernel:rbf", "kernel:laplacian", "local:32:1"]
+#: Methods whose weights are signed (phi(q)·phi(k) of either sign): their denominators are
+#: guarded (SIGNED_GUARD). Without the guard (all 24 heads, seed 0) rff:128 gave an output
+#: error of 5e6, identity 6e9; with it, on these 8 heads: rff:128 0.80 (592 den <= 0, 2986 of
+#: 4096 rows guarded), identity 1.30 (every row guarded).
+SIGNED = ["rff:128", "identity"]
 #: Weights exactly 0 by design (relu features vanish where a coordinate is negative): KL is
 #: infinite on rows where softmax attends to such a key; that is the map, not a blow-up.
 ZEROS_BY_DESIGN = {"relu"}
@@ -99,6 +104,22 @@ def test_positive_methods_cannot_blow_up_on_real_heads(heads, spec):
         assert err <= BEATS_UNIFORM[spec] < np.mean(metrics.relative_error(uniform @ v, O_ref))
 
 
+@pytest.mark.parametrize("spec", SIGNED)
+def test_signed_methods_are_guarded_on_real_heads(heads, spec):
+    q, k, v, A_ref, O_ref = heads
+    method = parse_method(spec, q.shape[-1])
+    A, den = method.weights(q, k, seed=0)
+    floor = method.floor(q, k, seed=0)
+    guarded = den < floor
+    assert np.all(guarded[den <= 0])  # every non-positive denominator is guarded
+    assert np.count_nonzero(den <= 0) > 0  # the heads do produce them: the guard is needed
+    # signed weights of absolute row sum <= 1 / delta: the output cannot blow up
+    assert np.abs(A).sum(-1).max() <= (1 + 1e-12) / method.guard
+    out = method.output(q, k, v, seed=0)
+    np.testing.assert_allclose(out, A @ v, rtol=1e-9, atol=1e-9)
+    assert np.mean(metrics.relative_error(out, O_ref)) <= 2
+
+
 def test_nystrom_torch_path_on_a_real_head(heads):
     # the fast path (float32 features, linear attention) stays a distribution too
     import torch
@@ -120,8 +141,13 @@ def test_compare_api_reports_nystrom_sane_on_a_real_head():
     from kernelkit.compare import compare
 
     q, k, v = (x[1:, 3:4, :256] for x in load_qkv(FIXTURE))
-    report = compare(q, k, v, ["softmax", "nystrom:64"], seeds=[0], measure=False, ranks=[8])
+    report = compare(q, k, v, ["softmax", "nystrom:64", "rff:128"], seeds=[0], measure=False,
+                     ranks=[8])
     row = report.rows[1]
     assert row["nonpositive_denominators"] == 0 and row["kl_inf_rows"] == 0
+    assert row["guarded_rows"] == 0
     assert row["tv_max"] <= 1
     assert row["output_rel_error"] < report.context["uniform"]["output_rel_error"]
+    rff = report.rows[2]  # signed weights: guarded, reported, bounded
+    assert rff["guarded_rows"] >= rff["nonpositive_denominators"] > 0
+    assert rff["output_rel_error"] <= 2

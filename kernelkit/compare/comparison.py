@@ -25,7 +25,7 @@ import threading
 import numpy as np
 
 from kernelkit.compare import memory, metrics
-from kernelkit.compare.methods import parse_method
+from kernelkit.compare.methods import EPS, parse_method
 from kernelkit.compare.report import CompareReport
 from kernelkit_math.attention import resolve_is_causal
 
@@ -222,14 +222,15 @@ def check_memory(B, H, T, S, D, Dv):
 
 
 # ---------------------------------------------------------------------------------- metrics
-def _metrics_of(A_ref, O_ref, A, O, den):
-    """The per-seed numbers of one method."""
+def _metrics_of(A_ref, O_ref, A, O, den, floor=EPS):
+    """The per-seed numbers of one method (``floor``: what the guard raises a den to)."""
     return {
         "output": float(np.mean(metrics.relative_error(O, O_ref))),
         "weights": float(np.mean(metrics.relative_error(A, A_ref))),
         "tv": metrics.total_variation(A, A_ref).ravel(),
         "kl": metrics.kl_divergence(A_ref, A).ravel(),
         "nonpositive": int(np.count_nonzero(den <= 0)),
+        "guarded": int(np.count_nonzero(den < floor)),
     }
 
 
@@ -249,6 +250,7 @@ def _aggregate(per_seed):
         "kl_max": float(finite.max()) if finite.size else math.inf,
         "kl_inf_rows": int(kl.size - finite.size),
         "nonpositive_denominators": int(sum(p["nonpositive"] for p in per_seed)),
+        "guarded_rows": int(sum(p["guarded"] for p in per_seed)),
         "n_rows": int(tv.size),
     }
 
@@ -378,7 +380,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     - per-row total variation :math:`\tfrac12\sum_j |A'_{ij} - A_{ij}|` (mean, max) and
       KL(A_i || A'_i) in nats (mean and max over the rows where it is finite; ``kl_inf_rows``
       counts the rows where A' gives weight <= 0 to a key that A attends to);
-    - the number of denominators <= 0 (guarded as max(den, 1e-6));
+    - the number of denominators <= 0 (guarded as max(den, 1e-6)), and ``guarded_rows``, the
+      rows whose denominator the guard raised (den < 1e-6; for the signed maps identity and rff
+      den < their guard floor, :data:`kernelkit.compare.methods.SIGNED_GUARD`);
     - time and peak memory of the method's fast path (:func:`~kernelkit.compare.measurement.measure`).
 
     Row statistics and counts pool the rows of all seeds; ``n_rows`` says how many.
@@ -481,7 +485,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
                 kw = dict(is_causal=causal, seed=seed, scale=scale_arg)
                 A, den = method.weights(q4, k4, **kw)
                 per_seed.append(_metrics_of(A_ref, O_ref, A, method.output(q4, k4, v4, **kw),
-                                            den))
+                                            den, method.floor(q4, k4, **kw)))
                 if len(per_seed) == 1:
                     heatmaps[method.spec] = A[crop].copy()
                 del A, den

@@ -24,11 +24,18 @@ Every :class:`Method` computes, for float64 NumPy q, k, v of shape (..., T, D):
 
 - ``weights(q, k, is_causal=, seed=, scale=)``: the row-normalised weights A (..., T, S) the method
   implies and the raw denominators (..., T) (to count den <= 0), with the public API's guard
-  max(den, eps), eps = :data:`EPS`;
+  max(den, eps), eps = :data:`EPS`; the signed feature maps (``identity``, ``rff``) also take
+  the guard of :data:`SIGNED_GUARD`;
+- ``floor(q, k, ...)``: the value the guard raises each denominator to (:data:`EPS`, or per row
+  for a signed map): rows with den < floor are the guarded rows of the comparison report;
 - ``output(q, k, v, ...)``: A v in float64, through the ``kernelkit_math`` reference of the
   method (``linear_attention``, ``kernel_smoother``, ``softmax_attention``);
 - ``run(q, k, v, ...)`` on torch tensors (B, H, T, D): the fast path of :mod:`kernelkit.attention`
-  (Triton on CUDA, and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise), for timing.
+  (Triton on CUDA, and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise), for timing. The
+  signed maps run the plain-PyTorch twin
+  (:func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`) instead, the path that
+  has their guard: the Triton linear-attention kernels have none, so signed maps there are the
+  caller's responsibility.
 
 Examples
 --------
@@ -53,10 +60,26 @@ import numpy as np
 
 from kernelkit._attention_ops import FUSED_FEATURE_MAPS
 
-__all__ = ["Method", "parse_method", "method_names", "registry_kernel_name", "EPS"]
+__all__ = ["Method", "parse_method", "method_names", "registry_kernel_name", "EPS",
+           "SIGNED_GUARD"]
 
 #: Denominator guard max(den, eps) of the public linear- and kernel-attention functions.
 EPS = 1e-6
+
+#: Guard delta of the feature maps whose weights phi(q)·phi(k) are signed, by family:
+#: den_i <- max(den_i, delta |phi(q_i)| . sum_j |phi(k_j)|) (``guard=`` of
+#: :func:`kernelkit_math.attention.linear_attention`), so |out_i| <= max |v| / delta. Without
+#: it, on the heads of a pretrained encoder (tests/data/real_heads.npz, 24 heads, T = 512),
+#: rff:128 gave output errors of 5e6 times the signal and the identity map 6e9. Measured there
+#: (mean output rel. error, seed 0; uniform attention 0.757): rff:128 delta 0.01 1.90, 0.03 1.10,
+#: 0.1 0.89, 0.3 0.91, 1 0.97; identity delta 0.1 3.3, 0.2 2.0, 0.3 1.61, 0.5 1.33, 1 1.15. On
+#: synthetic heads where rff is accurate (``synthetic_qkv`` temperature 0.5 and 1, with and
+#: without 8 clusters, rff:128 and rff:1024), delta 0.1 changes the error by <= 0.001 (it even
+#: rescues rff:128 at temperature 1, 1.82 -> 0.77), delta 0.3 costs up to +0.09 (rff:1024,
+#: temperature 1: 0.69 -> 0.78); on peaky ones (temperature 2, 8 clusters) delta 0.1 costs
+#: rff:1024 0.785 -> 0.81. The identity map's weights q·k cancel on most rows of the real heads
+#: (den <= 0 on 33408 of 36864), so it takes a larger delta: every output <= 2 max |v|.
+SIGNED_GUARD = {"rff": 0.1, "identity": 0.5}
 
 #: Feature maps whose kernel is exp(scale q·k): they take the softmax scale.
 _EXP_MAPS = ("favor+", "favor+orth", "hyp-favor+", "taylor2")
@@ -160,6 +183,10 @@ class Method:
         """The output on torch tensors (B, H, T, D) through the fast path, for timing."""
         raise NotImplementedError
 
+    def floor(self, q, k, *, is_causal=False, seed=0, scale=None):
+        """What the guard raises a denominator to: :data:`EPS` (or an array (..., T))."""
+        return EPS
+
 
 @dataclass(frozen=True, eq=False)
 class _Softmax(Method):
@@ -193,23 +220,53 @@ class _FeatureMapAttention(Method):
             return self.feature_map
         return _make_map(self.feature_map, d, seed, scale if self.family in _EXP_MAPS else None)
 
+    @property
+    def guard(self):
+        """delta of :data:`SIGNED_GUARD` for a signed map, else None."""
+        return SIGNED_GUARD.get(self.family)
+
+    def _features(self, q, k, seed, scale):
+        phi = self._map(q.shape[-1], seed, scale)
+        return np.asarray(phi(q), dtype=np.float64), np.asarray(phi(k), dtype=np.float64)
+
+    def floor(self, q, k, *, is_causal=False, seed=0, scale=None):
+        if self.guard is None:
+            return EPS
+        Q, K = self._features(_as64(q), _as64(k), seed, scale)
+        # sum_j |Q_i|.|K_j| over the visible keys, the quadratic way (the references sum
+        # prefix sums of |K| in linear time): >= sum_j |w_ij|
+        bound = _causal_where(np.abs(Q) @ np.swapaxes(np.abs(K), -1, -2), is_causal).sum(-1)
+        return np.maximum(self.guard * bound, EPS)
+
     def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
         q, k = _as64(q), _as64(k)
-        phi = self._map(q.shape[-1], seed, scale)
-        W = np.asarray(phi(q)) @ np.swapaxes(np.asarray(phi(k)), -1, -2)
-        return _normalise(_causal_where(W, is_causal))
+        Q, K = self._features(q, k, seed, scale)
+        W = _causal_where(Q @ np.swapaxes(K, -1, -2), is_causal)
+        if self.guard is None:
+            return _normalise(W)
+        den = W.sum(axis=-1)
+        floor = self.floor(q, k, is_causal=is_causal, seed=seed, scale=scale)
+        return W / np.maximum(den, floor)[..., None], den
 
     def output(self, q, k, v, *, is_causal=False, seed=0, scale=None):
         from kernelkit_math.attention import linear_attention
 
         phi = self._map(np.shape(q)[-1], seed, scale)
-        return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS)
+        return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, guard=self.guard)
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit._attention_ops import linear_attention
-
         fused = isinstance(self.feature_map, str) and self.feature_map in FUSED_FEATURE_MAPS
         phi = self.feature_map if fused else self._map(q.shape[-1], seed, scale)
+        if self.guard is not None:  # the twin has the guard, the Triton kernels do not
+            from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+            from kernelkit_gpu.feature_maps import apply_feature_map
+
+            if not fused:
+                q, k, phi = apply_feature_map(phi, q), apply_feature_map(phi, k), None
+            return linear_attention_naive(q, k, v, feature_map=phi, is_causal=is_causal,
+                                          eps=EPS, guard=self.guard)
+        from kernelkit._attention_ops import linear_attention
+
         return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, seed=seed)
 
 

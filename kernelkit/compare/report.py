@@ -22,8 +22,8 @@ __all__ = ["CompareReport", "ROW_KEYS"]
 #: Keys of every row of :attr:`CompareReport.rows`, in table order.
 ROW_KEYS = ("method", "label", "family", "n_features", "output_rel_error",
             "output_rel_error_std", "weights_rel_error", "tv_mean", "tv_max", "kl_mean", "kl_max",
-            "kl_inf_rows", "nonpositive_denominators", "n_rows", "time_ms", "time_min_ms",
-            "time_max_ms", "peak_bytes", "device", "status", "seeds")
+            "kl_inf_rows", "nonpositive_denominators", "guarded_rows", "n_rows", "time_ms",
+            "time_min_ms", "time_max_ms", "peak_bytes", "device", "status", "seeds")
 
 #: Keys whose JSON ``null`` means NaN (everywhere else ``null`` is None).
 _FLOAT_KEYS = frozenset({
@@ -96,7 +96,8 @@ class CompareReport:
         ``family``, ``n_features``, ``output_rel_error`` (mean over seeds),
         ``output_rel_error_std``, ``weights_rel_error``, ``tv_mean``, ``tv_max``, ``kl_mean``,
         ``kl_max`` (nats, over rows with finite KL), ``kl_inf_rows``,
-        ``nonpositive_denominators``, ``n_rows`` (rows of all seeds pooled), ``time_ms``
+        ``nonpositive_denominators``, ``guarded_rows`` (rows whose denominator the guard
+        raised), ``n_rows`` (rows of all seeds pooled), ``time_ms``
         (median), ``time_min_ms`` and ``time_max_ms`` (the spread of the timed calls),
         ``peak_bytes``, ``device``, ``status`` ("ok", "oom" or "not measured"), ``seeds``.
     context : dict

@@ -6,13 +6,16 @@ torch.autograd (q, k, v and the initial state). Float16 / bfloat16 input is comp
 (states float32) and the output rounded to the input dtype; float64 input stays float64.
 
 Equivalent to ``kernelkit_math.attention.linear_attention(q, k, v, feature_map, is_causal=...,
-causal_alignment=..., normalize=..., eps=..., initial_state=..., return_state=...)`` up to dtype
-tolerance. :func:`run_shifted` builds the bottom-right causal alignment (T != S) from top-left
+causal_alignment=..., normalize=..., eps=..., initial_state=..., return_state=..., guard=...)`` up
+to dtype tolerance. ``guard=`` (the signed-map denominator guard) exists here and in the float64
+reference only: the Triton kernels have none, so signed maps there are the caller's
+responsibility. :func:`run_shifted` builds the bottom-right causal alignment (T != S) from top-left
 runs, here and in the Triton version.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -146,9 +149,24 @@ def run_shifted(run, q, k, v, shift):
     return torch.cat([head, tail], dim=2), state
 
 
+def check_guard(guard, initial_state):
+    """The signed-map guard delta: None or a finite real > 0, without an initial state."""
+    if guard is None:
+        return None
+    if isinstance(guard, bool) or not isinstance(guard, numbers.Real):
+        raise TypeError(f"guard must be None or a real number > 0; got {guard!r}")
+    if not math.isfinite(guard) or guard <= 0:
+        raise ValueError(f"guard must be None or a finite number > 0; got {guard!r}")
+    if initial_state is not None:
+        raise ValueError("guard cannot be combined with initial_state: z_0 does not carry the "
+                         "sums of |phi(k)| of the earlier keys that the guard needs")
+    return float(guard)
+
+
 def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
                            causal_alignment="top_left", normalize=True, eps=1e-6,
-                           initial_state=None, return_state=False, chunk_size=None, causal=None):
+                           initial_state=None, return_state=False, chunk_size=None, causal=None,
+                           guard=None):
     r"""Linear attention in plain PyTorch (parallel form, or chunked cumulative form when causal).
 
     With Q = phi(q), K = phi(k) and the state (S_0, z_0) (zero by default):
@@ -158,6 +176,11 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
         \text{num}_t = Q_t^\top \Big(S_0 + \sum_{s \in V(t)} K_s v_s^\top\Big), \quad
         \text{den}_t = Q_t \cdot \Big(z_0 + \sum_{s \in V(t)} K_s\Big), \quad
         \text{out}_t = \text{num}_t / \max(\text{den}_t, \varepsilon)
+
+    and with ``guard=delta`` the denominator is also raised to
+    ``delta |Q_t| . sum_{s in V(t)} |K_s|`` (elementwise |.|, prefix sums when causal), so
+    ``|out_t| <= max |v| / delta`` for signed maps (identity, rff); see
+    :func:`kernelkit_math.attention.linear_attention`.
 
     V(t) = all keys, or {s <= t + shift} when causal: shift 0 top-left aligned (as torch SDPA),
     S - T bottom-right aligned (``causal_alignment``); a query with no visible key (bottom-right,
@@ -185,6 +208,9 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
         Also return (S_final, z_final), the state after all S keys.
     chunk_size : int or None
         Chunk length of the causal form (default 64); changes rounding only.
+    guard : float or None
+        delta > 0 of the signed-map guard; None (the default): ``max(den, eps)`` only. Not with
+        ``initial_state``.
 
     Returns
     -------
@@ -209,14 +235,15 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
     causal = resolve_is_causal(is_causal, causal, "linear_attention_naive")
     _, _, T, S, _, _, code, chunk = check_args(q, k, v, feature_map, causal, normalize, eps,
                                                initial_state, return_state, chunk_size)
+    guard = check_guard(guard, initial_state)
     shift = causal_shift(causal, causal_alignment, T, S)
     out, state = run_shifted(
         lambda q, k, v, causal: twin_top_left(q, k, v, code, causal, normalize, float(eps),
-                                          initial_state, chunk), q, k, v, shift)
+                                          initial_state, chunk, guard=guard), q, k, v, shift)
     return (out, state) if return_state else out
 
 
-def twin_top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
+def twin_top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk, guard=None):
     """(out, (S_final, z_final)) of validated input; causal: top-left aligned."""
     B, H, T, M = q.shape
     S, Dv = k.shape[2], v.shape[3]
@@ -239,6 +266,8 @@ def twin_top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
     if not causal:
         num = Q @ S_fin
         den = (Q * z_fin[:, :, None, :]).sum(-1)
+        if guard is not None:  # no initial state (check_guard): the |K| sum over all keys
+            floor = (Q.abs() * K.abs().sum(dim=-2)[:, :, None, :]).sum(-1)
     else:
         C = chunk or DEFAULT_CHUNK
         L = max(T, S)
@@ -262,5 +291,9 @@ def twin_top_left(q, k, v, code, causal, normalize, eps, initial_state, chunk):
         z_prev = torch.cat([z0[:, :, None], zc[:, :, :-1]], dim=2).cumsum(dim=2)
         num = (VisibleMatmul.apply(A, Vc, tril) + Qc @ S_prev).reshape(B, H, P, Dv)[:, :, :T]
         den = (A.sum(-1) + (Qc * z_prev[:, :, :, None, :]).sum(-1)).reshape(B, H, P)[:, :, :T]
+        if guard is not None:  # prefix sums of |K|: query t sees keys 0 .. min(t, S - 1)
+            floor = (Q.abs() * pad(K.abs()).cumsum(dim=2)[:, :, :T]).sum(-1)
+    if guard is not None:
+        den = torch.maximum(den, guard * floor)
     out = guarded_divide(num, den, eps) if normalize else num
     return out.to(q.dtype), (S_fin, z_fin)
