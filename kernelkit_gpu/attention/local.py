@@ -160,8 +160,7 @@ def _local_summary_kernel(
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
-    BLOCK: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, SPLIT: tl.constexpr,
 ):
     """The summary of key block g (program 0) of head bh (program 1), in float32 and the log2
     domain: w = softmax_j(qk_scale qbar·k_j) (base 2), kbar = w k, vbar = w v,
@@ -172,48 +171,24 @@ def _local_summary_kernel(
     b = bh // H
     h = bh % H
     G = tl.cdiv(T, BLOCK)
-    q_base = q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh
-    k_base = k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh
-    v_base = v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh
-    offs_c = tl.arange(0, CHUNK)
+    rows = g * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, BLOCK_D)
     offs_dv = tl.arange(0, BLOCK_DV)
-    # The block's rows in chunks of CHUNK (a whole 128 x 128 float32 block in registers does
-    # not compile on the GPU): three passes, each with vector accumulators.
-    # 1. qbar, the block's mean query
-    q_sum = tl.zeros((BLOCK_D,), tl.float32)
-    for r0 in range(0, BLOCK, CHUNK):
-        rows = g * BLOCK + r0 + offs_c
-        q = _load_rows(q_base, rows, offs_d, stride_qt, stride_qd, T, D, True, True)
-        q_sum += tl.sum(q.to(tl.float32), 0)
+    q = _load_rows(q_ptr + b.to(tl.int64) * stride_qb + h.to(tl.int64) * stride_qh, rows,
+                   offs_d, stride_qt, stride_qd, T, D, True, True).to(tl.float32)
+    k = _load_rows(k_ptr + b.to(tl.int64) * stride_kb + h.to(tl.int64) * stride_kh, rows,
+                   offs_d, stride_kn, stride_kd, T, D, True, True).to(tl.float32)
+    v = _load_rows(v_ptr + b.to(tl.int64) * stride_vb + h.to(tl.int64) * stride_vh, rows,
+                   offs_dv, stride_vn, stride_vd, T, DV, True, True).to(tl.float32)
     count = tl.minimum(T - g * BLOCK, BLOCK).to(tl.float32)
-    qbar = q_sum / count
-    # 2. the largest score qk_scale qbar.k_j (per lane, then over lanes)
-    z_lane = tl.full((CHUNK,), float("-inf"), tl.float32)
-    for r0 in range(0, BLOCK, CHUNK):
-        rows = g * BLOCK + r0 + offs_c
-        k = _load_rows(k_base, rows, offs_d, stride_kn, stride_kd, T, D, True, True)
-        z = tl.sum(k.to(tl.float32) * qbar[None, :], 1) * qk_scale
-        z_lane = tl.maximum(z_lane, tl.where(rows < T, z, float("-inf")))
-    z_max = tl.max(z_lane, 0)  # finite: row g BLOCK < T
-    # 3. the weights' sum and the weighted keys and values
-    e_lane = tl.zeros((CHUNK,), tl.float32)
-    k_acc = tl.zeros((BLOCK_D,), tl.float32)
-    v_acc = tl.zeros((BLOCK_DV,), tl.float32)
-    for r0 in range(0, BLOCK, CHUNK):
-        rows = g * BLOCK + r0 + offs_c
-        k = _load_rows(k_base, rows, offs_d, stride_kn, stride_kd, T, D, True,
-                       True).to(tl.float32)
-        v = _load_rows(v_base, rows, offs_dv, stride_vn, stride_vd, T, DV, True,
-                       True).to(tl.float32)
-        z = tl.sum(k * qbar[None, :], 1) * qk_scale
-        e = tl.where(rows < T, tl.exp2(z - z_max), 0.0)
-        e_lane += e
-        k_acc += tl.sum(e[:, None] * k, 0)
-        v_acc += tl.sum(e[:, None] * v, 0)
-    total = tl.sum(e_lane, 0)
-    kbar = k_acc / total
-    vbar = v_acc / total
+    qbar = tl.sum(q, 0) / count
+    z = tl.where(rows < T, tl.sum(k * qbar[None, :], 1) * qk_scale, float("-inf"))
+    z_max = tl.max(z, 0)
+    e = tl.exp2(z - z_max)  # 0 on the rows past T
+    total = tl.sum(e, 0)
+    w = e / total
+    kbar = tl.sum(w[:, None] * k, 0)
+    vbar = tl.sum(w[:, None] * v, 0)
     bias2 = tl.log2(total) + z_max - qk_scale * tl.sum(qbar * kbar, 0)
     out = bh.to(tl.int64) * G + g
     hi = kbar.to(kb_ptr.dtype.element_ty)
@@ -246,8 +221,8 @@ def local_summaries(q, k, v, *, block, scale):
     _local_summary_kernel[(G, B * H)](
         q, k, v, kb_hi, kb_lo, vbar, bias2, H, T, D, DV, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
-        BLOCK=block, CHUNK=min(block, 32), BLOCK_D=block_d, BLOCK_DV=block_dv, SPLIT=split,
-        num_warps=4,
+        BLOCK=block, BLOCK_D=block_d, BLOCK_DV=block_dv, SPLIT=split,
+        num_warps=4 if block * max(block_d, block_dv) <= 8192 else 8,
     )
     return kb_hi, kb_lo, vbar, bias2
 
