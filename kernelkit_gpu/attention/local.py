@@ -33,11 +33,17 @@ from kernelkit_gpu import _launch
 from kernelkit_gpu._epilogues import LOG2E
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, check_local_qkv,
-                                                 local_attention_naive)
+from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, block_summaries,
+                                                 check_local_qkv, local_attention_naive)
 
 __all__ = ["local_attention", "local_fwd", "local_summaries", "LocalAttentionFunction",
            "TRITON_BLOCKS"]
+
+
+#: Largest block x BLOCK_D tile of the summaries kernel, by "16-bit input" (the sizes passed on the
+#: H200, 2026-11-26: float32 up to 128 x 64, 16-bit up to 128 x 128); past it the summaries are
+#: computed by torch (:func:`kernelkit_gpu.attention.local_naive.block_summaries`).
+SUMMARY_TILE_MAX = {False: 8192, True: 16384}
 
 
 @triton.jit
@@ -218,6 +224,17 @@ def local_summaries(q, k, v, *, block, scale):
     if B * H * G == 0:
         return kb_hi, kb_lo, vbar, bias2
     block_d, block_dv = _launch.block_size(D), _launch.block_size(DV)
+    if block * max(block_d, block_dv) > SUMMARY_TILE_MAX[split]:
+        # the kernel holds a whole block of q, k and v at once: float32 blocks of 128 x 128
+        # failed on the H200 (2026-11-26) and larger tiles were never run there; torch does it,
+        # in float64 (O(T D) work; float32 lost 3e-4 of the bias to cancellation for k + 100)
+        kbar, vb, bias = block_summaries(q.double(), k.double(), v.double(), block, scale)
+        kb_hi.copy_(kbar)
+        if split:
+            kb_lo.copy_(kbar - kb_hi.double())
+        vbar.copy_(vb)
+        bias2.copy_(bias * LOG2E)
+        return kb_hi, kb_lo, vbar, bias2
     _local_summary_kernel[(G, B * H)](
         q, k, v, kb_hi, kb_lo, vbar, bias2, H, T, D, DV, scale * LOG2E,
         *q.stride(), *k.stride(), *v.stride(),
