@@ -3,7 +3,8 @@
 For ARD RBF, d = 8, t = 11 probe / solve pairs (1 solve + 10 probes), float32: the vector
 c_j = sum_i u_i^T (dK / dlog gamma_j) w_i and K @ W, as one BBMM gradient step needs them.
 
-* ``ours``: :func:`kernelkit_gpu.pairwise.contract_fused.kernel_contractions` (one Triton pass);
+* ``ours``: :func:`kernelkit_gpu.pairwise.contract_fused.kernel_contractions` (one Triton pass),
+  in both float32 dot precisions (``DOT_PREC_F32`` "ieee", the default, and "tf32x3");
 * ``dense_autograd``: K formed densely in float32 torch (centred data, ``cdist``), then
   ``autograd.grad`` of sum(U o (K W)) w.r.t. log gamma, plus K @ W (where n^2 fits);
 * ``gpytorch``: GPyTorch's ARD ``RBFKernel`` evaluated densely (what its exact MLL's backward
@@ -75,6 +76,7 @@ def main(argv=None):
 
     import torch
 
+    from kernelkit_gpu.pairwise import contract_fused
     from kernelkit_gpu.pairwise.contract_fused import kernel_contractions
     from kernelkit_gpu.pairwise.contract_naive import kernel_contractions_naive
 
@@ -111,10 +113,20 @@ def main(argv=None):
         def ours():
             return kernel_contractions(x, u, w, "rbf", v=w, gamma=g.cpu().numpy())
 
-        res = ours()
-        row["ours_ms"] = median_ms(ours, dev)
-        row["ours_grad_err"] = rel_err(res.grad, ref.grad)
-        row["ours_kw_err"] = rel_err(res.kv, ref.kv)
+        # variants: the float32 dot precision of G and K @ V (contract_fused.DOT_PREC_F32)
+        default = contract_fused.DOT_PREC_F32
+        for variant in ("ieee", "tf32x3"):
+            contract_fused.DOT_PREC_F32 = variant
+            try:
+                res = ours()
+                row[f"ours_{variant}_ms"] = median_ms(ours, dev)
+                row[f"ours_{variant}_grad_err"] = rel_err(res.grad, ref.grad)
+                row[f"ours_{variant}_kw_err"] = rel_err(res.kv, ref.kv)
+            finally:
+                contract_fused.DOT_PREC_F32 = default
+        row["ours_ms"] = row[f"ours_{default}_ms"]
+        row["ours_grad_err"] = row[f"ours_{default}_grad_err"]
+        row["ours_kw_err"] = row[f"ours_{default}_kw_err"]
         row["ours_peak_MiB"] = peak_mib(ours, dev)
         fits = 6 * 4 * n * n < 0.8 * free  # K, its autograd temporaries and gradients
         if fits:
@@ -150,10 +162,11 @@ def main(argv=None):
             else format(v, spec)
 
     print(f"\n{facts['name']}  d={d} t={t} float32  (errors vs float64; ratio = baseline / ours)")
-    print(f"{'n':>8} {'ours ms':>9} {'err':>8} {'dense ms':>9} {'err':>8} {'ratio':>6} "
-          f"{'gpyt ms':>9} {'err':>8} {'ratio':>6}")
+    print(f"{'n':>8} {'ours ms':>9} {'err':>8} {'tf32x3':>9} {'err':>8} {'dense ms':>9} {'err':>8} "
+          f"{'ratio':>6} {'gpyt ms':>9} {'err':>8} {'ratio':>6}")
     for r in record["rows"]:
         print(f"{r['n']:>8} {fmt(r['ours_ms'], '9.2f')} {fmt(r['ours_grad_err'], '8.1e')} "
+              f"{fmt(r['ours_tf32x3_ms'], '9.2f')} {fmt(r['ours_tf32x3_grad_err'], '8.1e')} "
               f"{fmt(r.get('dense_autograd_ms'), '9.2f')} {fmt(r.get('dense_autograd_grad_err'), '8.1e')} "
               f"{fmt(r.get('ratio_dense_over_ours'), '6.1f')} {fmt(r.get('gpytorch_ms'), '9.2f')} "
               f"{fmt(r.get('gpytorch_grad_err'), '8.1e')} {fmt(r.get('ratio_gpytorch_over_ours'), '6.1f')}")

@@ -57,6 +57,12 @@ __all__ = ["Contractions", "kernel_contractions", "contract_fwd", "FUSED_KERNELS
 FUSED_KERNELS = ("rbf", "laplacian", "matern", "rational_quadratic")
 #: Columns of U / W (and of V) per launch; wider inputs take several launches.
 MAX_BLOCK_T = 64
+#: tl.dot precision of G = U W^T and K @ V for float32 input. "ieee": FMA-path dots whose
+#: result layout is the distance tile's (no layout conversions), float32-exact products;
+#: "tf32x3": tensor cores, a conversion per tile. benchmarks/gp_contractions.py times both.
+#: First H200 measurement (tf32x3, distance tile not anchored): n = 20 000, d = 8, t = 11:
+#: 12.2 ms (dense float32 autograd 15.3 ms); n = 200 000: 892 ms.
+DOT_PREC_F32 = "ieee"
 
 
 class Contractions(NamedTuple):
@@ -156,7 +162,9 @@ def _contract_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
         cols = offs_n.to(tl.int64)
-        s = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+        # the tile in the FMA-dot layout, which the IEEE dots below produce too: no layout
+        # conversions between the distance, G and K @ V tiles
+        s = E._layout_anchor(BLOCK_M, BLOCK_N, ACC)
         for k in tl.static_range(DK):
             a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
             b = tl.load(x_ptr + k * stride_xk + cols, mask=mask_n, other=0.0)
@@ -208,7 +216,7 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
     r = 0 if v is None else v.shape[1]
     cfg = dict(_configs())
     acc = part.dtype
-    dot_prec = "ieee" if acc == torch.float64 else "tf32x3"
+    dot_prec = "ieee" if acc == torch.float64 else DOT_PREC_F32
     if v is None:
         v = kv = part  # never read (HAS_V False)
     grid = (triton.cdiv(n, cfg["BLOCK_M"]),)
