@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import math
 
-import numpy as np
 from _common import (check_mode, default_out, device_facts, log, median_ms, now, peak_mib,
                      versions, write_json_atomic)
 
@@ -81,7 +80,7 @@ def main(argv=None):
     from kernelkit_gpu.pairwise.contract_naive import kernel_contractions_naive
 
     try:
-        import gpytorch  # noqa: F401
+        import gpytorch
         has_gpytorch = True
     except ImportError:
         has_gpytorch = False
@@ -90,8 +89,6 @@ def main(argv=None):
     record = dict(date=now(), device=facts, versions=versions(), d=args.features,
                   t=args.probes, kernel="rbf (ARD gamma)", rows=[])
     if has_gpytorch:
-        import gpytorch
-
         record["versions"]["gpytorch"] = gpytorch.__version__
     d, t = args.features, args.probes
     free = torch.cuda.mem_get_info()[0] if dev == "cuda" else 8 << 30
@@ -149,7 +146,8 @@ def main(argv=None):
                 row["gpytorch_note"] = f"{type(exc).__name__}: {exc}"[:300]
         else:
             row["gpytorch_ms"] = None
-            row["gpytorch_note"] = "gpytorch not importable" if not has_gpytorch else "n^2 does not fit"
+            row["gpytorch_note"] = ("gpytorch not importable" if not has_gpytorch
+                                    else "n^2 does not fit")
         # pairs per second: n^2 pairs, each with d features, t-long G and t-long K @ W
         row["ours_Gpairs_per_s"] = n * n / (row["ours_ms"] * 1e-3) / 1e9
         log(row)
@@ -162,14 +160,16 @@ def main(argv=None):
             else format(v, spec)
 
     print(f"\n{facts['name']}  d={d} t={t} float32  (errors vs float64; ratio = baseline / ours)")
-    print(f"{'n':>8} {'ours ms':>9} {'err':>8} {'ieee ms':>9} {'err':>8} {'dense ms':>9} {'err':>8} "
+    print(f"{'n':>8} {'ours ms':>9} {'err':>8} {'ieee ms':>9} {'err':>8} "
+          f"{'dense ms':>9} {'err':>8} "
           f"{'ratio':>6} {'gpyt ms':>9} {'err':>8} {'ratio':>6}")
+    cols = [("ours_ms", "9.2f"), ("ours_grad_err", "8.1e"), ("ours_ieee_ms", "9.2f"),
+            ("ours_ieee_grad_err", "8.1e"), ("dense_autograd_ms", "9.2f"),
+            ("dense_autograd_grad_err", "8.1e"), ("ratio_dense_over_ours", "6.1f"),
+            ("gpytorch_ms", "9.2f"), ("gpytorch_grad_err", "8.1e"),
+            ("ratio_gpytorch_over_ours", "6.1f")]
     for r in record["rows"]:
-        print(f"{r['n']:>8} {fmt(r['ours_ms'], '9.2f')} {fmt(r['ours_grad_err'], '8.1e')} "
-              f"{fmt(r['ours_ieee_ms'], '9.2f')} {fmt(r['ours_ieee_grad_err'], '8.1e')} "
-              f"{fmt(r.get('dense_autograd_ms'), '9.2f')} {fmt(r.get('dense_autograd_grad_err'), '8.1e')} "
-              f"{fmt(r.get('ratio_dense_over_ours'), '6.1f')} {fmt(r.get('gpytorch_ms'), '9.2f')} "
-              f"{fmt(r.get('gpytorch_grad_err'), '8.1e')} {fmt(r.get('ratio_gpytorch_over_ours'), '6.1f')}")
+        print(f"{r['n']:>8} " + " ".join(fmt(r.get(key), spec) for key, spec in cols))
     print(f"JSON: {out}")
 
 
