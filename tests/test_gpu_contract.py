@@ -240,3 +240,17 @@ def test_bad_input(bad, err, match, device):
     with pytest.raises(err, match=match):
         fused.kernel_contractions(x, u, w, bad.get("kernel", "rbf"), v=v)
 
+
+
+def test_assume_finite_skips_the_data_checks(device):
+    """Inside kernelkit_gpu.assume_finite() non-finite data are not refused (no wait for the
+    GPU); the values are then undefined, parameters are still checked."""
+    import kernelkit_gpu
+
+    x, u, w, _ = data(10, 2, 2, None, 0.0, torch.float32, device)
+    u = u.clone()
+    u[3, 1] = float("nan")
+    with kernelkit_gpu.assume_finite():
+        fused.kernel_contractions(x, u, w, "rbf")
+        with pytest.raises(ValueError, match="gamma"):
+            fused.kernel_contractions(x, u, w, "rbf", gamma=-1.0)

@@ -254,9 +254,10 @@ def check_contraction_args(x, u, w, v):
     if u2.shape != w2.shape:
         raise ValueError(f"u and w must have the same shape; got {tuple(u.shape)} and "
                          f"{tuple(w.shape)}")
-    for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
-        if t is not None:
-            _checks.check_finite(t, name)
+    if not _checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
+        for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
+            if t is not None:
+                _checks.check_finite(t, name)
     return x, u2, w2, v2, v is not None and v.ndim == 1
 
 
@@ -302,7 +303,9 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
     ------
     TypeError, ValueError
         Naming the argument: non-tensor or non-floating input, shapes that do not match, devices
-        that differ, NaN or infinity, an unknown kernel or a parameter out of range.
+        that differ, NaN or infinity (not checked inside :func:`kernelkit_gpu.assume_finite`,
+        where each check's wait for the GPU is skipped), an unknown kernel or a parameter out of
+        range.
 
     Notes
     -----
