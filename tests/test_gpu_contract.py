@@ -254,3 +254,13 @@ def test_assume_finite_skips_the_data_checks(device):
         fused.kernel_contractions(x, u, w, "rbf")
         with pytest.raises(ValueError, match="gamma"):
             fused.kernel_contractions(x, u, w, "rbf", gamma=-1.0)
+
+
+@pytest.mark.parametrize("impl", ["fused", "twin"])
+def test_no_samples(impl, device):
+    """n = 0: empty sums (zeros), an empty K @ v, no launch."""
+    x, u, w, v = data(0, 3, 2, 2, 0.0, torch.float32, device)
+    f = fused.kernel_contractions if impl == "fused" else naive.kernel_contractions_naive
+    res = f(x, u, w, "rbf", v=v, gamma=[0.1, 0.2, 0.3])
+    assert torch.equal(res.grad.cpu(), torch.zeros(3, dtype=torch.float64))
+    assert float(res.kg) == 0.0 and res.kv.shape == (0, 2)

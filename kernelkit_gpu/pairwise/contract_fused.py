@@ -354,9 +354,11 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
     part_sum = torch.zeros(d + 2, dtype=torch.float64, device=x.device)
     r = 0 if v2 is None else v2.shape[1]
     kv = None if v2 is None else _launch.alloc((n, r), acc, x.device)
+    if kv is not None and n == 0:
+        kv.zero_()
     t = u2.shape[1]
     step = MAX_BLOCK_T
-    for c0 in range(0, max(t, r, 1), step):
+    for c0 in range(0, max(t, r, 1) if n else 0, step):  # n = 0: empty sums, no launch
         uc, wc = u2[:, c0:c0 + step].to(acc), w2[:, c0:c0 + step].to(acc)
         vc = None if c0 >= r else v2[:, c0:c0 + step].to(acc)
         kvc = None if vc is None else kv[:, c0:c0 + step]

@@ -80,8 +80,9 @@ def kernel_contractions_naive(x, u, w, kernel="rbf", *, v=None, **params):
     kv = None
     if v is not None:
         prep = _Prepared(x, x, plan, symmetric=True, direct=True)
-        kv = torch.cat([prep.block(lo, min(n, lo + step)).to(acc) @ v.to(acc)
-                        for lo in range(0, n, step)])
+        kv = torch.zeros((n, v.shape[1]), dtype=acc, device=x.device)
+        for lo in range(0, n, step):
+            kv[lo:lo + step] = prep.block(lo, min(n, lo + step)).to(acc) @ v.to(acc)
     if kv is not None and squeeze:
         kv = kv[:, 0]
     return Contractions(grad=grad, kg=kg, kv=kv)
