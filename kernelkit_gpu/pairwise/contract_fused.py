@@ -1,0 +1,375 @@
+r"""Hyperparameter-derivative contractions of a kernel matrix, tile by tile (the GP gradient).
+
+For probe / solve pairs U, W of shape (n, t) the BBMM gradient of a Gaussian process
+(Gardner et al. 2018) needs, for every log-hyperparameter theta_j,
+
+.. math::
+
+    c_j = \sum_i u_i^T \frac{\partial K}{\partial \log\theta_j} w_i
+        = \sum_{a,b} \frac{\partial K_{ab}}{\partial \log\theta_j} G_{ab},\qquad G = U W^T,
+
+and often K V in the same pass. ``_contract_kernel`` computes them from X without forming K, dK
+or G: each program owns BLOCK_M rows and sweeps all columns in BLOCK_N tiles.
+
+Per tile (stationary kernels, D <= 16): the scaled distance s_ab from direct differences of the
+centred, per-feature scaled operands x~ (float64 centring and scaling rounded once: no
+cancellation at offset 1e5), K = the kernel's epilogue (:func:`kernelkit_gpu._epilogues._epilogue`),
+G = U_a W_b^T on tensor cores (tf32x3 for float32, IEEE for float64), then
+P = phi(s) o G with phi the derivative factor below, and per feature k the row sums of
+P o (x~_ak - x~_bk)^2 (|.| for the L1 distance), again by direct differences. K o G gives the
+contraction for a multiplicative amplitude (ConstantKernel) and, for rational quadratic, psi o G
+the one for alpha. Each program writes per-row partial sums; they are added in float64.
+
+Derivative factors (x~ = x * sqrt(gamma) for rbf, x * gamma for laplacian, x / length_scale
+otherwise; Delta_k = x~_ak - x~_bk; r = sqrt(s)):
+
+=====================  =======================  ==========================================
+kernel                 dK / dlog theta_k         phi
+=====================  =======================  ==========================================
+rbf (gamma)            phi Delta_k^2             -K
+laplacian (gamma)      phi |Delta_k|             -K
+matern 0.5 (l)         phi Delta_k^2             K / r  (0 at r = 0)
+matern 1.5 (l)         phi Delta_k^2             3 K / (1 + t),  t = sqrt(3) r
+matern 2.5 (l)         phi Delta_k^2             (5/3) (1 + t) K / (1 + t + t^2/3), t = sqrt(5) r
+rational quadratic (l) phi Delta_k^2             K / (1 + q),  q = s / (2 alpha)
+rational quadratic     psi = alpha K (q / (1 + q) - log1p(q))  (dK / dlog alpha)
+=====================  =======================  ==========================================
+
+A scalar (isotropic) parameter's derivative is the sum of its per-feature columns.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from kernelkit_gpu import _checks, _launch
+from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import _prepare as P
+from kernelkit_gpu._launch import tl, triton
+from kernelkit_math.registry import get_kernel
+
+__all__ = ["Contractions", "kernel_contractions", "contract_fwd", "FUSED_KERNELS"]
+
+#: Registry kernels with a Triton contraction (others: the torch twin).
+FUSED_KERNELS = ("rbf", "laplacian", "matern", "rational_quadratic")
+#: Columns of U / W (and of V) per launch; wider inputs take several launches.
+MAX_BLOCK_T = 64
+#: tl.dot precision of G = U W^T and K @ V for float32 input: "tf32x3" (tensor cores, about
+#: float32 accuracy) or "ieee" (FMA-path dots). Measured on an H200 (Triton 3.6, rbf ARD,
+#: d = 8, t = r = 11, float32, helper run 2026-11-26, not from the benchmark JSON):
+#: n = 20 000: tf32x3 8.97 ms, ieee 45.6 ms; n = 200 000: tf32x3 503 ms, ieee 4592 ms; errors
+#: of grad vs float64 1.6e-6 (tf32x3) and 1.5e-6 (ieee) relative to max |c_j| at n = 200 000.
+#: benchmarks/gp_contractions.py times both.
+DOT_PREC_F32 = "tf32x3"
+
+
+class Contractions(NamedTuple):
+    """Result of :func:`kernel_contractions`.
+
+    Attributes
+    ----------
+    grad : torch.Tensor, shape (n_hyperparameters,), float64
+        sum_ab dK_ab / dlog theta_j G_ab for the registry's hyperparameters in order, a
+        per-feature parameter taking one entry per feature (the columns of
+        ``get_kernel(kernel).gradient(X, **params)``).
+    kg : torch.Tensor, shape (), float64
+        sum_ab K_ab G_ab = sum_i u_i^T K w_i: the derivative for a multiplicative amplitude
+        s K (dK / dlog s = s K, so multiply by s).
+    kv : torch.Tensor of shape (n,) or (n, r), or None
+        K @ v when ``v`` was given (float32, or float64 for float64 input).
+    """
+
+    grad: torch.Tensor
+    kg: torch.Tensor
+    kv: Optional[torch.Tensor]
+
+
+def _configs():
+    if _launch.INTERPRET:
+        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+
+
+@triton.jit
+def _factor(k, s, p0, p1, KIND: tl.constexpr):
+    """phi(s) of the module docstring from K and the scaled distance s (plan.prm p0, p1)."""
+    if KIND == E.K_RBF or KIND == E.K_LAPLACIAN:
+        f = -k
+    elif KIND == E.K_MATERN05:
+        pos = s > 0.0
+        f = tl.where(pos, k / tl.sqrt(tl.where(pos, s, 1.0)), 0.0)
+    elif KIND == E.K_MATERN15:
+        t = tl.sqrt(p0 * s)
+        f = 3.0 * k / (1.0 + t)
+    elif KIND == E.K_MATERN25:
+        t = tl.sqrt(p0 * s)
+        f = (5.0 / 3.0) * (1.0 + t) * k / (1.0 + t + t * t / 3.0)
+    else:  # rational quadratic: p0 = 1 / (2 alpha)
+        f = k / (1.0 + p0 * s)
+    return f
+
+
+@triton.jit
+def _alpha_factor(k, s, p0, p1):
+    """psi = dK / dlog alpha of the rational quadratic kernel (p0 = 1 / (2 alpha), p1 = alpha)."""
+    q = p0 * s
+    w = 1.0 + q
+    # log1p(q) to full precision: log(w) q / (w - 1), q itself where w rounds to 1
+    lg = tl.where(w == 1.0, q, tl.log(w) * q / tl.where(w == 1.0, 1.0, w - 1.0))
+    return p1 * k * (q / w - lg)
+
+
+@triton.jit(do_not_specialize=["N", "T", "R"])
+def _contract_kernel(
+    x_ptr, u_ptr, w_ptr, v_ptr, prm_ptr, part_ptr, kv_ptr,
+    N, T, R,
+    stride_xk, stride_um, stride_ut, stride_wm, stride_wt, stride_vm, stride_vr,
+    stride_pm, stride_kvm, stride_kvr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr, DK: tl.constexpr, KIND: tl.constexpr, L1: tl.constexpr,
+    ALPHA: tl.constexpr, HAS_V: tl.constexpr, DOT_PREC: tl.constexpr,
+):
+    """part[rows, :DK] = per-feature row sums of phi o G o Delta^2; part[rows, DK] = row sums of
+    K o G; part[rows, DK + 1] (ALPHA) = row sums of psi o G; kv[rows] = K @ v (HAS_V).
+
+    x is feature-major, (DK, N) with unit stride along rows. Every column tile is masked (loads
+    give 0 beyond N: G and v vanish there); loop bounds depend on N only.
+    """
+    ACC: tl.constexpr = part_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < N
+    rows = offs_m.to(tl.int64)
+    offs_t = tl.arange(0, BLOCK_T)
+    mask_t = offs_t < T
+    offs_d = tl.arange(0, BLOCK_D)
+    p0 = tl.load(prm_ptr)
+    p1 = tl.load(prm_ptr + 1)
+    p2 = tl.load(prm_ptr + 2)
+    ua = tl.load(u_ptr + rows[:, None] * stride_um + offs_t[None, :] * stride_ut,
+                 mask=mask_m[:, None] & mask_t[None, :], other=0.0).to(ACC)
+    acc_d = tl.zeros((BLOCK_M, BLOCK_D), ACC)
+    acc_kg = tl.zeros((BLOCK_M,), ACC)
+    acc_a = tl.zeros((BLOCK_M,), ACC)
+    if HAS_V:
+        offs_r = tl.arange(0, BLOCK_R)
+        mask_r = offs_r < R
+        acc_kv = tl.zeros((BLOCK_M, BLOCK_R), ACC)
+
+    for n0 in range(0, N, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        cols = offs_n.to(tl.int64)
+        # the distance tile in the FMA-dot layout (:func:`kernelkit_gpu._epilogues._layout_anchor`):
+        # measured on an H200, 1.36x (n = 2e4) and 1.77x (n = 2e5) faster than one from tl.zeros
+        s = E._layout_anchor(BLOCK_M, BLOCK_N, ACC)
+        for k in tl.static_range(DK):
+            a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
+            b = tl.load(x_ptr + k * stride_xk + cols, mask=mask_n, other=0.0)
+            diff = a[:, None] - b[None, :]
+            if L1:
+                s += tl.abs(diff)
+            else:
+                s += diff * diff
+        kval = E._epilogue(s, p0, p1, p2, 0, KIND)
+        wb = tl.load(w_ptr + cols[:, None] * stride_wm + offs_t[None, :] * stride_wt,
+                     mask=mask_n[:, None] & mask_t[None, :], other=0.0).to(ACC)
+        g = tl.dot(ua, tl.trans(wb), input_precision=DOT_PREC, out_dtype=ACC)
+        acc_kg += tl.sum(kval * g, axis=1)
+        pg = _factor(kval, s, p0, p1, KIND) * g
+        if ALPHA:
+            acc_a += tl.sum(_alpha_factor(kval, s, p0, p1) * g, axis=1)
+        for k in tl.static_range(DK):
+            a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
+            b = tl.load(x_ptr + k * stride_xk + cols, mask=mask_n, other=0.0)
+            diff = a[:, None] - b[None, :]
+            if L1:
+                q = tl.abs(diff)
+            else:
+                q = diff * diff
+            rk = tl.sum(pg * q, axis=1)
+            acc_d += tl.where(offs_d[None, :] == k, rk[:, None], 0.0)
+        if HAS_V:
+            vb = tl.load(v_ptr + cols[:, None] * stride_vm + offs_r[None, :] * stride_vr,
+                         mask=mask_n[:, None] & mask_r[None, :], other=0.0).to(ACC)
+            kmask = tl.where(mask_n[None, :], kval, 0.0)
+            acc_kv = tl.dot(kmask, vb, acc_kv, input_precision=DOT_PREC, out_dtype=ACC)
+
+    tl.store(part_ptr + rows[:, None] * stride_pm + offs_d[None, :], acc_d,
+             mask=mask_m[:, None] & (offs_d[None, :] < DK))
+    tl.store(part_ptr + rows * stride_pm + DK, acc_kg, mask=mask_m)
+    if ALPHA:
+        tl.store(part_ptr + rows * stride_pm + DK + 1, acc_a, mask=mask_m)
+    if HAS_V:
+        tl.store(kv_ptr + rows[:, None] * stride_kvm + offs_r[None, :] * stride_kvr, acc_kv,
+                 mask=mask_m[:, None] & mask_r[None, :])
+
+
+def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
+    """Launch one pass: ``xt`` (D, n) prepared feature-major operand, ``u``/``w`` (n, t <= 64),
+    ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (n, D + 2) and ``kv``
+    (n, r) outputs in the accumulation dtype."""
+    d, n = xt.shape
+    t = u.shape[1]
+    r = 0 if v is None else v.shape[1]
+    cfg = dict(_configs())
+    acc = part.dtype
+    dot_prec = "ieee" if acc == torch.float64 else DOT_PREC_F32
+    if v is None:
+        v = kv = part  # never read (HAS_V False)
+    grid = (triton.cdiv(n, cfg["BLOCK_M"]),)
+    _contract_kernel[grid](
+        xt, u, w, v, prm, part, kv,
+        n, t, r,
+        xt.stride(0), u.stride(0), u.stride(1), w.stride(0), w.stride(1), v.stride(0),
+        v.stride(1), part.stride(0), kv.stride(0), kv.stride(1),
+        BLOCK_T=_launch.block_size(t), BLOCK_R=_launch.block_size(max(r, 1)),
+        BLOCK_D=_launch.block_size(d, lo=1), DK=d, KIND=kind, L1=l1, ALPHA=alpha,
+        HAS_V=r > 0, DOT_PREC=dot_prec, **cfg,
+    )
+
+
+def check_contraction_args(x, u, w, v):
+    """Validate; return (x, u2d, w2d, v2d or None, v_was_1d)."""
+    _checks.check_matrix(x, "x")
+    n = x.shape[0]
+    out = []
+    for t, name in ((u, "u"), (w, "w"), (v, "v")):
+        if t is None and name == "v":
+            out.append(None)
+            continue
+        _checks.check_tensor(t, name)
+        _checks.check_floating(t, name)
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the same device as x; got {t.device} and "
+                             f"{x.device}")
+        if t.ndim not in (1, 2) or t.shape[0] != n:
+            raise ValueError(f"{name} must have shape (n,) or (n, t) with n = x.shape[0] = {n}; "
+                             f"got {tuple(t.shape)}")
+        out.append(t[:, None] if t.ndim == 1 else t)
+    u2, w2, v2 = out
+    if u2.shape != w2.shape:
+        raise ValueError(f"u and w must have the same shape; got {tuple(u.shape)} and "
+                         f"{tuple(w.shape)}")
+    if not _checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
+        for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
+            if t is not None:
+                _checks.check_finite(t, name)
+    return x, u2, w2, v2, v is not None and v.ndim == 1
+
+
+def _fused_ok(plan, x):
+    return (plan.name in FUSED_KERNELS and _launch.HAS_TRITON and x.shape[1] <= P.DIRECT_MAX_D
+            and (x.device.type == "cuda" or (x.device.type == "cpu" and _launch.INTERPRET)))
+
+
+def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
+    r"""Derivative contractions sum_i u_i^T (dK / dlog theta_j) w_i, and K @ v, in one pass.
+
+    K = K(X, X) of a registry kernel; nothing of size n x n is stored. Equivalent, up to dtype
+    tolerance, to contracting the float64 reference ``get_kernel(kernel).gradient(X, **params)``
+    (K, dK) with G = U W^T: ``grad = einsum("abj,ab->j", dK, G)``, ``kg = (K * G).sum()``,
+    ``kv = K @ v``.
+
+    Parameters
+    ----------
+    x : torch.Tensor, shape (n, d)
+        float32, float64, float16 or bfloat16 (computed in float32), finite.
+    u, w : torch.Tensor, shape (n,) or (n, t)
+        Probe and solve vectors (the same shape), any floating dtype, finite.
+    kernel : str
+        A registry kernel name. rbf, laplacian, matern and rational_quadratic with d <= 16 run
+        the Triton kernel (CUDA, or the CPU under ``TRITON_INTERPRET=1``); every other case runs
+        the plain-PyTorch twin
+        :func:`kernelkit_gpu.pairwise.contract_naive.kernel_contractions_naive` (row blocks and
+        autograd: O(n^2 d) work per hyperparameter, block-sized memory).
+    v : torch.Tensor, shape (n,) or (n, r), optional
+        If given, ``kv = K @ v`` is computed in the same pass.
+    **params
+        Kernel parameters with the registry's names (``gamma`` for rbf / laplacian with
+        gamma = 1 / (2 length_scale^2) resp. 1 / length_scale; ``length_scale`` for matern and
+        rational_quadratic); a per-feature array gives one derivative per feature (ARD).
+
+    Returns
+    -------
+    Contractions
+        ``(grad, kg, kv)``: ``grad`` (n_hyperparameters,) float64 in the registry's order;
+        ``kg`` = sum_ab K_ab G_ab (float64, the amplitude's derivative); ``kv`` or None.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: non-tensor or non-floating input, shapes that do not match, devices
+        that differ, NaN or infinity (not checked inside :func:`kernelkit_gpu.assume_finite`,
+        where each check's wait for the GPU is skipped), an unknown kernel or a parameter out of
+        range.
+
+    Notes
+    -----
+    Each pair costs two passes of direct differences over the d features (distance, then the
+    per-feature derivative), one exp, a t-long tensor-core dot for G and an r-long one for K V.
+    Float32 sums run in float32 within a row and in float64 across rows. Measured on an H200
+    (Triton 3.6; rbf ARD, d = 8, t = r = 11, uniform data; helper check of 2026-11-26, not yet
+    benchmark JSON): max_j |c_j - c_j(float64)| / max_j |c_j| = 3.9e-7 at n = 2e4 and 1.6e-6
+    at n = 2e5 (K @ v: 7.7e-7, 2.9e-6), against 5.2e-6 for dense float32 torch autograd at
+    n = 2e4; time 8.97 ms (n = 2e4; dense autograd 15.3 ms) and 503 ms (n = 2e5).
+    To turn gamma derivatives into length-scale ones: dK / dlog l = -2 dK / dlog gamma (rbf).
+
+    Examples
+    --------
+    >>> import os; os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton interpreter
+    '1'
+    >>> import torch
+    >>> from kernelkit_gpu.pairwise.contract_fused import kernel_contractions
+    >>> x, u, w = torch.randn(20, 3), torch.randn(20, 2), torch.randn(20, 2)
+    >>> res = kernel_contractions(x, u, w, "rbf", v=w, gamma=[0.5, 1.0, 2.0])
+    >>> res.grad.shape, res.kv.shape
+    (torch.Size([3]), torch.Size([20, 2]))
+    """
+    x, u2, w2, v2, squeeze = check_contraction_args(x, u, w, v)
+    n, d = x.shape
+    plan = P.kernel_plan(kernel, d, params)
+    P.check_params_range(plan, x.dtype)
+    if not _fused_ok(plan, x):
+        from kernelkit_gpu.pairwise.contract_naive import kernel_contractions_naive
+
+        return kernel_contractions_naive(x, u, w, kernel, v=v, **params)
+    spec = get_kernel(kernel)
+    acc = P.acc_dtype(x.dtype)
+    resolved = spec.explicit(d, plan.params)
+    row = E.EPILOGUES[plan.name]
+    # always per-feature scales: broadcast a scalar parameter, then sum its columns
+    key = "gamma" if plan.name in ("rbf", "laplacian") else "length_scale"
+    per_feature = np.ndim(resolved[key]) > 0
+    prm, scale = row.pack(dict(resolved, **{key: np.broadcast_to(
+        np.asarray(resolved[key], dtype=np.float64), (d,)).copy()}))
+    xt = P.centre_and_scale(x, P.column_mean(x), torch.as_tensor(scale, device=x.device), acc)
+    xt = xt.T.contiguous()
+    prm_t = torch.tensor([float(p) for p in prm], dtype=acc, device=x.device)
+    alpha = plan.name == "rational_quadratic"
+    part = _launch.alloc((n, d + 2), acc, x.device)
+    part_sum = torch.zeros(d + 2, dtype=torch.float64, device=x.device)
+    r = 0 if v2 is None else v2.shape[1]
+    kv = None if v2 is None else _launch.alloc((n, r), acc, x.device)
+    if kv is not None and n == 0:
+        kv.zero_()
+    t = u2.shape[1]
+    step = MAX_BLOCK_T
+    for c0 in range(0, max(t, r, 1) if n else 0, step):  # n = 0: empty sums, no launch
+        uc, wc = u2[:, c0:c0 + step].to(acc), w2[:, c0:c0 + step].to(acc)
+        vc = None if c0 >= r else v2[:, c0:c0 + step].to(acc)
+        kvc = None if vc is None else kv[:, c0:c0 + step]
+        contract_fwd(xt, uc, wc, vc, prm_t, part, kvc, plan.kind,
+                     plan.pairwise == E.PW_MANHATTAN.value, alpha)
+        if not alpha:
+            part[:, d + 1] = 0
+        part_sum += part.sum(dim=0, dtype=torch.float64)
+    grad = part_sum[:d] if per_feature else part_sum[:d].sum().reshape(1)
+    if alpha:
+        grad = torch.cat([grad, part_sum[d + 1:]])
+    if kv is not None and squeeze:
+        kv = kv[:, 0]
+    return Contractions(grad=grad, kg=part_sum[d], kv=kv)
