@@ -1,0 +1,165 @@
+"""The GP gradient through the fused Triton contractions (kernelkit.gp._fused) against the
+autograd-of-blocks path (kernelkit.gp._operator.bilinear) at the same probes and CG solves.
+
+On the CPU the fused path is off (``_fused.DEVICES`` is CUDA only); these tests switch it on for
+the CPU so the Triton kernel runs under the interpreter, and a spy on its launcher proves it ran.
+Under ``--device cuda`` they run on the GPU as written.
+
+Tolerance: both paths contract the same columns A, B with the same kernel matrix; they differ
+only in rounding, the sums over a row of n pairs being formed in the block dtype (float32 or
+float64) in different orders. The classic bound for a sum of n terms is n eps times the sum of
+their magnitudes; the largest gradient entry stands in for that sum, so the tolerance is
+n eps(dtype) max |g|. Measured at n = 97 (rbf ARD, Matern, RQ, Laplacian, offset data): float64
+ratio error / max|g| <= 2e-15 (bound 1.1e-14), float32 <= 4.2e-7 (bound 5.8e-6).
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern, RationalQuadratic
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+from sklearn.gaussian_process.kernels import WhiteKernel as W
+
+import kernelkit as kk
+from kernelkit.gp import _fused, _operator
+from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
+from kernelkit.gp._operator import CovarianceOperator
+from kernelkit.gp._structure import parse_kernel
+from kernelkit_gpu.pairwise import contract_fused
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+FAST = {  # the common GP: [C *] one supported stationary leaf [+ White]
+    "rbf-ard": C(1.5) * RBF([0.8, 1.2, 2.0]) + W(0.05),
+    "matern15-ard": C(1.5) * Matern([0.8, 1.2, 2.0], nu=1.5) + W(0.05),
+    "matern25": C(0.7) * Matern(0.9, nu=2.5) + W(0.05),
+    "rq": C(1.5) * RationalQuadratic(0.8, alpha=2.0) + W(0.05),
+}
+FAST_MORE = {  # other layouts of the same trees (direct contractions only: cheap)
+    "laplacian-ard": C(0.7) * kk.Laplacian([0.8, 1.2, 2.0]) + W(0.05),
+    "reordered-nested-constants": W(0.05) + (RBF(0.8) * C(1.5)) * C(0.5),
+    "no-constant-no-white": kk.Matern(0.8, nu=0.5),
+    "fixed-length-scale": C(1.5) * RBF(0.8, length_scale_bounds="fixed") + W(0.05),
+    "fixed-amplitude-rq-ard": C(1.5, "fixed") * kk.RationalQuadratic([0.8, 1.3, 0.5], alpha=0.7),
+}
+SLOW = {  # trees the fused pass does not cover: the autograd path stays
+    "rbf-plus-dotproduct": RBF(0.8) + DotProduct(0.5) + W(0.05),
+    "white-inside-the-kernel-part": RBF(0.8) * W(0.05) + C(0.3) * RBF(1.2),
+    "power": C(1.5) * RBF(0.8) ** 2 + W(0.05),
+    "two-leaves": RBF(0.8) * Matern(1.2, nu=1.5) + W(0.05),
+}
+
+
+# NaN-poisoned Triton outputs (conftest): a partial sum the kernel leaves unwritten shows
+pytestmark = pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
+
+
+@pytest.fixture
+def fused_here(monkeypatch, device):
+    """Switch the fused path on for the test's device and count the Triton launches."""
+    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    calls = []
+    launch = contract_fused.contract_fwd
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(contract_fused, "contract_fwd", spy)
+    return calls
+
+
+def _data(n=97, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, (n, d)) + 1000.0  # offset data: centring must hold the digits
+    y = np.sin(2.0 * X[:, 0]) + 0.5 * np.cos(X[:, -1]) + 0.2 * rng.standard_normal(n)
+    return X, y
+
+
+def _tolerance(n, dtype, g):
+    return n * torch.finfo(dtype).eps * np.abs(g).max()  # see the module docstring
+
+
+def _lml(op, kernel, y):
+    probes = make_probes(len(y), 20, 8, 1, op.device)
+    settings = SolverSettings(8, 1e-8, 1000, 20)
+    return log_marginal_likelihood(op, kernel.theta, torch.as_tensor(y, device=op.device),
+                                   probes, settings, eval_gradient=True)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", list(FAST))
+def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_here,
+                                                     monkeypatch):
+    kernel, dtype = FAST[name], DTYPES[dtype]
+    X, y = _data(n=64)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, dtype)
+    assert _fused.fused_tree(op) is not None
+    value, grad, _ = _lml(op, kernel, y)
+    assert fused_here, "the fused Triton contraction did not run"
+    assert all(shape == (3, len(y)) for shape in fused_here)
+
+    monkeypatch.setattr(_fused, "DEVICES", ())  # the autograd-of-blocks path, same probes
+    n_fused = len(fused_here)
+    ref_value, ref_grad, _ = _lml(op, kernel, y)
+    assert len(fused_here) == n_fused
+    assert value == ref_value  # the value does not use the contractions
+    assert grad.shape == kernel.theta.shape
+    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=_tolerance(len(y), dtype, ref_grad))
+
+
+@pytest.mark.parametrize("name", list(FAST) + list(FAST_MORE))
+def test_fused_bilinear_value_and_gradient(name, device, fused_here):
+    """Random columns, every free hyperparameter (leaf, per feature, constants, noise)."""
+    kernel = {**FAST, **FAST_MORE}[name]
+    X, _ = _data(n=63)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    A = torch.randn(63, 5, generator=gen, dtype=torch.float64).to(device)
+    B = torch.randn(63, 5, generator=gen, dtype=torch.float64).to(device)
+    theta = torch.tensor(kernel.theta, device=device, requires_grad=True)
+
+    value = _fused.bilinear(op, theta, A, B)
+    (grad,) = torch.autograd.grad(value, theta)
+    assert fused_here
+    ref = _operator.bilinear(op, theta, A, B)
+    (ref_grad,) = torch.autograd.grad(ref, theta)
+
+    # n eps times the magnitudes of the summed terms: sum_j |a_j|^T K |b_j| (K >= 0 here) and
+    # its gradient (the length-scale derivatives are >= 0 too); the largest entry bounds them
+    magnitude = _operator.bilinear(op, theta, A.abs(), B.abs())
+    (magnitude_grad,) = torch.autograd.grad(magnitude, theta)
+    scale = float(magnitude.detach()) + float(magnitude_grad.abs().max())
+    tol = 63 * torch.finfo(torch.float64).eps * scale
+    assert abs(float(value) - float(ref)) <= tol
+    np.testing.assert_allclose(grad.cpu().numpy(), ref_grad.cpu().numpy(), rtol=0, atol=tol)
+    assert np.abs(ref_grad.cpu().numpy()).min() > 100 * tol  # every entry is really compared
+
+
+@pytest.mark.parametrize("name", list(SLOW))
+def test_other_trees_take_the_autograd_path(name, device, fused_here, monkeypatch):
+    kernel = SLOW[name]
+    X, y = _data(n=40)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, torch.float64)
+    assert _fused.fused_tree(op) is None
+    autograd_calls = []
+    backward = _operator.theta_gradient
+    monkeypatch.setattr(_operator, "theta_gradient",
+                        lambda *a, **k: autograd_calls.append(1) or backward(*a, **k))
+    _, grad, _ = _lml(op, kernel, y)
+    assert autograd_calls and not fused_here
+    assert np.isfinite(grad).all()
+
+
+def test_wide_data_and_other_devices_take_the_autograd_path(device, monkeypatch):
+    kernel = C(1.5) * RBF(0.8) + W(0.05)
+    X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
+    X3, _ = _data(n=20, d=3)
+    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    assert _fused.fused_tree(CovarianceOperator(X17, parse_kernel(kernel), 0.0, device,
+                                                torch.float64)) is None
+    assert _fused.fused_tree(CovarianceOperator(X3, parse_kernel(kernel), 0.0, device,
+                                                torch.float64)) is not None
+    monkeypatch.setattr(_fused, "DEVICES", ("cuda",))  # the default: never on the CPU
+    cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
+    assert _fused.fused_tree(cpu) is None
