@@ -71,7 +71,7 @@ def main(argv=None):
     from sklearn.gaussian_process.kernels import ConstantKernel as C
     from sklearn.gaussian_process.kernels import WhiteKernel as W
 
-    from kernelkit.gp import _fused, _operator
+    from kernelkit.gp import _fused
     from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
     from kernelkit.gp._operator import CovarianceOperator
     from kernelkit.gp._structure import parse_kernel
