@@ -136,7 +136,7 @@ def test_fused_bilinear_value_and_gradient(name, device, fused_here):
     (magnitude_grad,) = torch.autograd.grad(magnitude, theta)
     scale = float(magnitude.detach()) + float(magnitude_grad.abs().max())
     tol = 63 * torch.finfo(torch.float64).eps * scale
-    assert abs(float(value) - float(ref)) <= tol
+    assert abs(float(value.detach()) - float(ref.detach())) <= tol
     np.testing.assert_allclose(grad.cpu().numpy(), ref_grad.cpu().numpy(), rtol=0, atol=tol)
     assert np.abs(ref_grad.cpu().numpy()).min() > 100 * tol  # every entry is really compared
 
