@@ -158,15 +158,17 @@ def test_other_trees_take_the_autograd_path(name, device, fused_here, monkeypatc
     assert np.isfinite(grad).all()
 
 
-def test_wide_data_and_other_devices_take_the_autograd_path(device, monkeypatch):
+def test_wide_data_sharded_rows_and_other_devices_take_the_autograd_path(device, monkeypatch):
     kernel = C(1.5) * RBF(0.8) + W(0.05)
     X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
     X3, _ = _data(n=20, d=3)
     monkeypatch.setattr(_fused, "DEVICES", (device,))
     assert _fused.fused_tree(CovarianceOperator(X17, parse_kernel(kernel), 0.0, device,
                                                 torch.float64)) is None
-    assert _fused.fused_tree(CovarianceOperator(X3, parse_kernel(kernel), 0.0, device,
-                                                torch.float64)) is not None
+    op3 = CovarianceOperator(X3, parse_kernel(kernel), 0.0, device, torch.float64)
+    assert _fused.fused_tree(op3) is not None
+    op3.rows = (0, 10)  # this process's share of rows under a process group: not fused yet
+    assert _fused.fused_tree(op3) is None
     monkeypatch.setattr(_fused, "DEVICES", ("cuda",))  # the default: never on the CPU
     cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
     assert _fused.fused_tree(cpu) is None

@@ -22,7 +22,9 @@ derivatives along the registry's log-parameters. They map to theta (scikit-learn
   :func:`~kernelkit.gp._operator.bilinear`.
 
 Only on :data:`DEVICES` (CUDA); on the CPU the float64 autograd path stays (tests add "cpu" to
-run the Triton interpreter). Every other tree, and wider data, take the autograd path.
+run the Triton interpreter). Every other tree, wider data, and an operator whose rows are sharded
+over a process group (``op.rows`` not all n rows: the fused pass has no row range yet) take the
+autograd path.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ def fused_tree(op):
     from kernelkit_gpu.pairwise.contract_fused import FUSED_KERNELS
 
     if (op.device.type not in DEVICES or not _launch.HAS_TRITON
-            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None):
+            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None
+            or tuple(getattr(op, "rows", (0, op.n))) != (0, op.n)):  # rows sharded over ranks
         return None
     factors = _factors(op.structure.root)
     leaves = [f for f in factors if isinstance(f, S.Leaf)]
