@@ -203,17 +203,17 @@ def test_a_window_wider_than_the_sequence_is_softmax(device):
         np.testing.assert_allclose(to_numpy64(out), to_numpy64(want), **TOL["float32"])
 
 
-@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
-def test_summaries_match_the_float64_reference(device, dt):
-    """The Triton summaries (hi + lo parts of kbar, vbar, log2-domain bias) against
-    kernelkit_math.attention_local.block_summaries on the same inputs, with a ragged last block
-    and k far from the origin."""
+def _summaries_case(device, dt):
+    q, k, v = _qkv((37, 20, 12, 16, 0, False, dt), device)  # a ragged last block
+    return q, (k.float() + 100.0).to(k.dtype), v  # k far from the origin
+
+
+def _check_summaries(summaries, q, k, v, dt):
+    """Summaries (hi + lo parts of kbar, vbar, log2-domain bias) of blocks of 16 at scale 0.3
+    against kernelkit_math.attention_local.block_summaries on the same inputs."""
     from kernelkit_math.attention_local import block_summaries
 
-    case = (37, 20, 12, 16, 0, False, dt)
-    q, k, v = _qkv(case, device)
-    k = (k.float() + 100.0).to(k.dtype)
-    kb_hi, kb_lo, vbar, bias2 = la.local_summaries(q, k, v, block=16, scale=0.3)
+    kb_hi, kb_lo, vbar, bias2 = summaries
     kbar = to_numpy64(kb_hi) + (to_numpy64(kb_lo) if kb_lo is not kb_hi else 0.0)
     want_k, want_v, want_bias, _ = block_summaries(to_numpy64(q), to_numpy64(k), to_numpy64(v),
                                                    block=16, scale=0.3)
@@ -225,26 +225,21 @@ def test_summaries_match_the_float64_reference(device, dt):
 
 
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
+def test_summaries_match_the_float64_reference(device, dt):
+    """The Triton summaries kernel against the float64 summaries."""
+    q, k, v = _summaries_case(device, dt)
+    _check_summaries(la.local_summaries(q, k, v, block=16, scale=0.3), q, k, v, dt)
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16"])
 def test_large_summary_tiles_go_to_torch_and_match_the_reference(device, dt, monkeypatch):
     """Blocks whose summary tile exceeds SUMMARY_TILE_MAX (float32 128 x 128 failed to run on
     the H200) are summarised by torch: same outputs as the float64 reference, kernel not run."""
-    from kernelkit_math.attention_local import block_summaries
-
     monkeypatch.setattr(la, "SUMMARY_TILE_MAX", {False: 16 * 16, True: 16 * 16})
     monkeypatch.setattr(la, "_local_summary_kernel", None)  # would raise if launched
-    case = (37, 20, 12, 16, 0, False, dt)
-    q, k, v = _qkv(case, device)
-    k = (k.float() + 100.0).to(k.dtype)
-    kb_hi, kb_lo, vbar, bias2 = la.local_summaries(q, k, v, block=16, scale=0.3)
-    kbar = to_numpy64(kb_hi) + (to_numpy64(kb_lo) if kb_lo is not kb_hi else 0.0)
-    want_k, want_v, want_bias, _ = block_summaries(to_numpy64(q), to_numpy64(k), to_numpy64(v),
-                                                   block=16, scale=0.3)
-    # as the kernel's test: float32 arithmetic, kbar in two 16-bit parts for bfloat16
-    np.testing.assert_allclose(kbar, want_k, rtol=2e-5 if dt == "float32" else 2.0**-15)
-    np.testing.assert_allclose(to_numpy64(vbar), want_v, **TOL[dt])
-    np.testing.assert_allclose(to_numpy64(bias2) * np.log(2.0), want_bias, rtol=1e-4, atol=1e-4)
-    q, k, v = _qkv(case, device)  # the whole forward, on data near the origin
+    q, k, v = _summaries_case(device, dt)
+    _check_summaries(la.local_summaries(q, k, v, block=16, scale=0.3), q, k, v, dt)
+    q, k, v = _qkv((37, 20, 12, 16, 0, False, dt), device)  # the whole forward, near the origin
     out = la.local_attention(q, k, v, block=16, window=0)
-    want = local_reference(to_numpy64(q), to_numpy64(k), to_numpy64(v), block=16,
-                                     window=0)
+    want = local_reference(to_numpy64(q), to_numpy64(k), to_numpy64(v), block=16, window=0)
     np.testing.assert_allclose(to_numpy64(out), want, **TOL[dt])

@@ -40,15 +40,16 @@ A scalar (isotropic) parameter's derivative is the sum of its per-feature column
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
-from kernelkit_gpu import _checks, _launch
+from kernelkit_gpu import _launch
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu._launch import tl, triton
+from kernelkit_gpu.pairwise.contract_naive import (Contractions, check_contraction_args,
+                                                  kernel_contractions_naive)
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["Contractions", "kernel_contractions", "contract_fwd", "FUSED_KERNELS"]
@@ -64,27 +65,6 @@ MAX_BLOCK_T = 64
 #: of grad vs float64 1.6e-6 (tf32x3) and 1.5e-6 (ieee) relative to max |c_j| at n = 200 000.
 #: benchmarks/gp_contractions.py times both.
 DOT_PREC_F32 = "tf32x3"
-
-
-class Contractions(NamedTuple):
-    """Result of :func:`kernel_contractions`.
-
-    Attributes
-    ----------
-    grad : torch.Tensor, shape (n_hyperparameters,), float64
-        sum_ab dK_ab / dlog theta_j G_ab for the registry's hyperparameters in order, a
-        per-feature parameter taking one entry per feature (the columns of
-        ``get_kernel(kernel).gradient(X, **params)``).
-    kg : torch.Tensor, shape (), float64
-        sum_ab K_ab G_ab = sum_i u_i^T K w_i: the derivative for a multiplicative amplitude
-        s K (dK / dlog s = s K, so multiply by s).
-    kv : torch.Tensor of shape (n,) or (n, r), or None
-        K @ v when ``v`` was given (float32, or float64 for float64 input).
-    """
-
-    grad: torch.Tensor
-    kg: torch.Tensor
-    kv: Optional[torch.Tensor]
 
 
 def _configs():
@@ -232,35 +212,6 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
     )
 
 
-def check_contraction_args(x, u, w, v):
-    """Validate; return (x, u2d, w2d, v2d or None, v_was_1d)."""
-    _checks.check_matrix(x, "x")
-    n = x.shape[0]
-    out = []
-    for t, name in ((u, "u"), (w, "w"), (v, "v")):
-        if t is None and name == "v":
-            out.append(None)
-            continue
-        _checks.check_tensor(t, name)
-        _checks.check_floating(t, name)
-        if t.device != x.device:
-            raise ValueError(f"{name} must be on the same device as x; got {t.device} and "
-                             f"{x.device}")
-        if t.ndim not in (1, 2) or t.shape[0] != n:
-            raise ValueError(f"{name} must have shape (n,) or (n, t) with n = x.shape[0] = {n}; "
-                             f"got {tuple(t.shape)}")
-        out.append(t[:, None] if t.ndim == 1 else t)
-    u2, w2, v2 = out
-    if u2.shape != w2.shape:
-        raise ValueError(f"u and w must have the same shape; got {tuple(u.shape)} and "
-                         f"{tuple(w.shape)}")
-    if not _checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
-        for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
-            if t is not None:
-                _checks.check_finite(t, name)
-    return x, u2, w2, v2, v is not None and v.ndim == 1
-
-
 def _fused_ok(plan, x):
     return (plan.name in FUSED_KERNELS and _launch.HAS_TRITON and x.shape[1] <= P.DIRECT_MAX_D
             and (x.device.type == "cuda" or (x.device.type == "cpu" and _launch.INTERPRET)))
@@ -334,8 +285,6 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
     plan = P.kernel_plan(kernel, d, params)
     P.check_params_range(plan, x.dtype)
     if not _fused_ok(plan, x):
-        from kernelkit_gpu.pairwise.contract_naive import kernel_contractions_naive
-
         return kernel_contractions_naive(x, u, w, kernel, v=v, **params)
     spec = get_kernel(kernel)
     acc = P.acc_dtype(x.dtype)

@@ -12,20 +12,72 @@ Cost: one pass over all pairs per gradient column, plus one for ``kg`` and one f
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 
+from kernelkit_gpu import _checks
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
 from kernelkit_gpu.pairwise.log_gradient import _FORWARD_AD_LOCK
 from kernelkit_gpu.pairwise.naive import _Prepared
 from kernelkit_math.registry import get_kernel
 
-__all__ = ["kernel_contractions_naive"]
+__all__ = ["Contractions", "check_contraction_args", "kernel_contractions_naive"]
 
 #: Kernel values (and their autograd temporaries) per row block.
 CHUNK_ELEMENTS = 1 << 22
+
+
+class Contractions(NamedTuple):
+    """Result of :func:`kernel_contractions`.
+
+    Attributes
+    ----------
+    grad : torch.Tensor, shape (n_hyperparameters,), float64
+        sum_ab dK_ab / dlog theta_j G_ab for the registry's hyperparameters in order, a
+        per-feature parameter taking one entry per feature (the columns of
+        ``get_kernel(kernel).gradient(X, **params)``).
+    kg : torch.Tensor, shape (), float64
+        sum_ab K_ab G_ab = sum_i u_i^T K w_i: the derivative for a multiplicative amplitude
+        s K (dK / dlog s = s K, so multiply by s).
+    kv : torch.Tensor of shape (n,) or (n, r), or None
+        K @ v when ``v`` was given (float32, or float64 for float64 input).
+    """
+
+    grad: torch.Tensor
+    kg: torch.Tensor
+    kv: Optional[torch.Tensor]
+
+
+def check_contraction_args(x, u, w, v):
+    """Validate; return (x, u2d, w2d, v2d or None, v_was_1d)."""
+    _checks.check_matrix(x, "x")
+    n = x.shape[0]
+    out = []
+    for t, name in ((u, "u"), (w, "w"), (v, "v")):
+        if t is None and name == "v":
+            out.append(None)
+            continue
+        _checks.check_tensor(t, name)
+        _checks.check_floating(t, name)
+        if t.device != x.device:
+            raise ValueError(f"{name} must be on the same device as x; got {t.device} and "
+                             f"{x.device}")
+        if t.ndim not in (1, 2) or t.shape[0] != n:
+            raise ValueError(f"{name} must have shape (n,) or (n, t) with n = x.shape[0] = {n}; "
+                             f"got {tuple(t.shape)}")
+        out.append(t[:, None] if t.ndim == 1 else t)
+    u2, w2, v2 = out
+    if u2.shape != w2.shape:
+        raise ValueError(f"u and w must have the same shape; got {tuple(u.shape)} and "
+                         f"{tuple(w.shape)}")
+    if not _checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
+        for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
+            if t is not None:
+                _checks.check_finite(t, name)
+    return x, u2, w2, v2, v is not None and v.ndim == 1
 
 
 def kernel_contractions_naive(x, u, w, kernel="rbf", *, v=None, **params):
@@ -36,8 +88,6 @@ def kernel_contractions_naive(x, u, w, kernel="rbf", *, v=None, **params):
     and ``x`` of any width. float64 input computes in float64, other input in float32; the sums
     over row blocks are float64.
     """
-    from kernelkit_gpu.pairwise.contract_fused import Contractions, check_contraction_args
-
     x, u, w, v, squeeze = check_contraction_args(x, u, w, v)
     n, d = x.shape
     acc = P.acc_dtype(x.dtype)
