@@ -354,9 +354,12 @@ def _matern_torch(s, p0, p1, p2, deg, kind):
 
 def _rational_quadratic_torch(s, p0, p1, p2, deg, kind):
     u = p0 * s
-    # u = inf (p0 s overflows): log(1 + u) = log(p0) + log(s) to rounding
-    big = torch.log(torch.as_tensor(p0, dtype=s.dtype, device=s.device)) + torch.log(s)
-    return torch.exp(-p1 * torch.where(torch.isinf(u), big, torch.log1p(u)))
+    # u = inf (p0 s overflows): log(1 + u) = log(p0) + log(s) to rounding; log(s) only read
+    # there (s > 0), so its autograd sees no log(0) (whose inf times where's 0 gave NaN gradients)
+    inf = torch.isinf(u)
+    big = (torch.log(torch.as_tensor(p0, dtype=s.dtype, device=s.device))
+           + torch.log(torch.where(inf, s, torch.ones_like(s))))
+    return torch.exp(-p1 * torch.where(inf, big, torch.log1p(u)))
 
 
 _LINEAR = Epilogue(_fixed(K_LINEAR), _no_numbers, lambda s, p0, p1, p2, deg, kind: s)

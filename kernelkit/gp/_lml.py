@@ -26,7 +26,9 @@ residual that stops it is the true one, from float64 products (:func:`exact_matm
   (K_i = dK/dtheta_i). The last sum is Hutchinson's estimate of tr(K^{-1} K_i) - tr(P^{-1} P_i)
   (unbiased, since E[w_j z_j^T] = I), so the preconditioner's exact log-determinant gradient is a
   control variate: the estimator is exact when P = K. All the K_i terms come from one backward
-  pass of :func:`~kernelkit.gp._operator.bilinear`, chunk by chunk; the P_i terms from autograd
+  pass of :func:`~kernelkit.gp._operator.bilinear`, chunk by chunk (on CUDA, for
+  [ConstantKernel *] rbf / laplacian / matern / rational quadratic [+ WhiteKernel], from one
+  fused Triton pass instead: :mod:`kernelkit.gp._fused`); the P_i terms from autograd
   through :class:`~kernelkit.solvers._precond.LowRankPreconditioner`.
 
 The probes are fixed by the caller (the same e_1, e_2 at every theta: common random numbers), so
@@ -43,7 +45,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from kernelkit.gp._operator import bilinear
+from kernelkit.gp import _fused
 from kernelkit.solvers._cg import conjugate_gradient
 from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
                                         pivoted_cholesky_pivots)
@@ -179,7 +181,8 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False)
         return lml, alpha
     A = torch.cat([alpha[:, None].to(torch.float64), -u.to(torch.float64) / max(t, 1)], dim=1)
     B = torch.cat([alpha[:, None].to(torch.float64), w], dim=1)
-    surrogate = 0.5 * bilinear(op, theta_t, A, B) - 0.5 * pre.logdet
+    # the K_i terms: fused Triton contractions for the common trees on CUDA, else autograd
+    surrogate = 0.5 * _fused.bilinear(op, theta_t, A, B) - 0.5 * pre.logdet
     if t:
         surrogate = surrogate + 0.5 / t * pre.quad(w)
     (grad,) = torch.autograd.grad(surrogate, theta_t, allow_unused=True)

@@ -1,0 +1,191 @@
+"""The GP gradient through the fused Triton contractions (kernelkit.gp._fused) against the
+autograd-of-blocks path (kernelkit.gp._operator.bilinear) at the same probes and CG solves.
+
+On the CPU the fused path is off (``_fused.DEVICES`` is CUDA only); these tests switch it on for
+the CPU so the Triton kernel runs under the interpreter, and a spy on its launcher proves it ran.
+Under ``--device cuda`` they run on the GPU as written.
+
+Tolerance: both paths contract the same columns A, B with the same kernel matrix; they differ
+only in rounding, the sums over a row of n pairs being formed in the block dtype (float32 or
+float64) in different orders. The classic bound for a sum of n terms is n eps times the sum of
+their magnitudes; the largest gradient entry stands in for that sum, so the tolerance is
+n eps(dtype) max |g|. Measured at n = 64 (offset data) under the interpreter, error / max|g|:
+float64 <= 2.5e-15 (bound 1.4e-14), float32 2.0e-6 (rbf ARD; Matern and RQ <= 3.1e-7; bound
+7.6e-6). The direct contractions (float64, random columns) compare value and gradient with n eps
+times the summed magnitudes. Planted once each, these fail here: a missing power (rbf's -2), a
+missing amplitude on the leaf's entries or on the value, a missing constant's entry; and the
+autograd reference itself gave NaN length-scale gradients for ARD rational quadratic before its
+torch epilogue stopped taking log(0) (the fixed-amplitude-rq-ard case).
+"""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.gaussian_process.kernels import RBF, DotProduct, Matern, RationalQuadratic
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+from sklearn.gaussian_process.kernels import WhiteKernel as W
+
+import kernelkit as kk
+from kernelkit.gp import _fused, _operator
+from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
+from kernelkit.gp._operator import CovarianceOperator
+from kernelkit.gp._structure import parse_kernel
+from kernelkit_gpu.pairwise import contract_fused
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+FAST = {  # the common GP: [C *] one supported stationary leaf [+ White]
+    "rbf-ard": C(1.5) * RBF([0.8, 1.2, 2.0]) + W(0.05),
+    "matern15-ard": C(1.5) * Matern([0.8, 1.2, 2.0], nu=1.5) + W(0.05),
+    "matern25": C(0.7) * Matern(0.9, nu=2.5) + W(0.05),
+    "rq": C(1.5) * RationalQuadratic(0.8, alpha=2.0) + W(0.05),
+}
+FAST_MORE = {  # other layouts of the same trees (direct contractions only: cheap)
+    "laplacian-ard": C(0.7) * kk.Laplacian([0.8, 1.2, 2.0]) + W(0.05),
+    "reordered-nested-constants": W(0.05) + (RBF(0.8) * C(1.5)) * C(0.5),
+    "no-constant-no-white": kk.Matern(0.8, nu=0.5),
+    "fixed-length-scale": C(1.5) * RBF(0.8, length_scale_bounds="fixed") + W(0.05),
+    "fixed-amplitude-rq-ard": C(1.5, "fixed") * kk.RationalQuadratic([0.8, 1.3, 0.5], alpha=0.7),
+}
+SLOW = {  # trees the fused pass does not cover: the autograd path stays
+    "rbf-plus-dotproduct": RBF(0.8) + DotProduct(0.5) + W(0.05),
+    "white-inside-the-kernel-part": RBF(0.8) * W(0.05) + C(0.3) * RBF(1.2),
+    "power": C(1.5) * RBF(0.8) ** 2 + W(0.05),
+    "two-leaves": RBF(0.8) * Matern(1.2, nu=1.5) + W(0.05),
+}
+
+
+# NaN-poisoned Triton outputs (conftest): a partial sum the kernel leaves unwritten shows
+pytestmark = pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
+
+
+@pytest.fixture
+def fused_here(monkeypatch, device):
+    """Switch the fused path on for the test's device and count the Triton launches."""
+    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    calls = []
+    launch = contract_fused.contract_fwd
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(contract_fused, "contract_fwd", spy)
+    return calls
+
+
+def _data(n=97, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-2.0, 2.0, (n, d)) + 1000.0  # offset data: centring must hold the digits
+    y = np.sin(2.0 * X[:, 0]) + 0.5 * np.cos(X[:, -1]) + 0.2 * rng.standard_normal(n)
+    return X, y
+
+
+def _tolerance(n, dtype, g):
+    return n * torch.finfo(dtype).eps * np.abs(g).max()  # see the module docstring
+
+
+def _lml(op, kernel, y):
+    probes = make_probes(len(y), 20, 8, 1, op.device)
+    settings = SolverSettings(8, 1e-8, 1000, 20)
+    return log_marginal_likelihood(op, kernel.theta, torch.as_tensor(y, device=op.device),
+                                   probes, settings, eval_gradient=True)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", list(FAST))
+def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_here,
+                                                     monkeypatch):
+    kernel, dtype = FAST[name], DTYPES[dtype]
+    X, y = _data(n=64)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, dtype)
+    assert _fused.fused_tree(op) is not None
+    value, grad, _ = _lml(op, kernel, y)
+    assert fused_here, "the fused Triton contraction did not run"
+    assert all(shape == (3, len(y)) for shape in fused_here)
+
+    monkeypatch.setattr(_fused, "DEVICES", ())  # the autograd-of-blocks path, same probes
+    n_fused = len(fused_here)
+    ref_value, ref_grad, _ = _lml(op, kernel, y)
+    assert len(fused_here) == n_fused
+    assert value == ref_value  # the value does not use the contractions
+    assert grad.shape == kernel.theta.shape
+    np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=_tolerance(len(y), dtype, ref_grad))
+
+
+@pytest.mark.parametrize("name,n", [(name, 63) for name in list(FAST) + list(FAST_MORE)]
+                         + [("rbf-ard", 1), ("rq", 1)])
+def test_fused_bilinear_value_and_gradient(name, n, device, fused_here):
+    """Random columns, every free hyperparameter (leaf, per feature, constants, noise)."""
+    kernel = {**FAST, **FAST_MORE}[name]
+    X, _ = _data(n=n)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float64)
+    gen = torch.Generator().manual_seed(3)
+    A = torch.randn(n, 5, generator=gen, dtype=torch.float64).to(device)
+    B = torch.randn(n, 5, generator=gen, dtype=torch.float64).to(device)
+    theta = torch.tensor(kernel.theta, device=device, requires_grad=True)
+
+    value = _fused.bilinear(op, theta, A, B)
+    (grad,) = torch.autograd.grad(value, theta)
+    assert fused_here
+    ref = _operator.bilinear(op, theta, A, B)
+    (ref_grad,) = torch.autograd.grad(ref, theta)
+
+    # n eps times the magnitudes of the summed terms: sum_j |a_j|^T K |b_j| (K >= 0 here) and
+    # its gradient (the length-scale derivatives are >= 0 too); the largest entry bounds them
+    magnitude = _operator.bilinear(op, theta, A.abs(), B.abs())
+    (magnitude_grad,) = torch.autograd.grad(magnitude, theta)
+    scale = float(magnitude.detach()) + float(magnitude_grad.abs().max())
+    tol = max(n, 2) * torch.finfo(torch.float64).eps * scale
+    assert abs(float(value.detach()) - float(ref.detach())) <= tol
+    np.testing.assert_allclose(grad.cpu().numpy(), ref_grad.cpu().numpy(), rtol=0, atol=tol)
+    if n > 1:  # one point: the distance derivatives vanish, amplitude and noise entries remain
+        assert np.abs(ref_grad.cpu().numpy()).min() > 100 * tol  # every entry really compared
+
+
+@pytest.mark.parametrize("name", list(SLOW))
+def test_other_trees_take_the_autograd_path(name, device, fused_here, monkeypatch):
+    kernel = SLOW[name]
+    X, y = _data(n=40)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, torch.float64)
+    assert _fused.fused_tree(op) is None
+    autograd_calls = []
+    backward = _operator.theta_gradient
+    monkeypatch.setattr(_operator, "theta_gradient",
+                        lambda *a, **k: autograd_calls.append(1) or backward(*a, **k))
+    _, grad, _ = _lml(op, kernel, y)
+    assert autograd_calls and not fused_here
+    assert np.isfinite(grad).all()
+
+
+def test_wide_data_sharded_rows_and_other_devices_take_the_autograd_path(device, monkeypatch):
+    kernel = C(1.5) * RBF(0.8) + W(0.05)
+    X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
+    X3, _ = _data(n=20, d=3)
+    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    assert _fused.fused_tree(CovarianceOperator(X17, parse_kernel(kernel), 0.0, device,
+                                                torch.float64)) is None
+    op3 = CovarianceOperator(X3, parse_kernel(kernel), 0.0, device, torch.float64)
+    assert _fused.fused_tree(op3) is not None
+    op3.rows = (0, 10)  # this process's share of rows under a process group: not fused yet
+    assert _fused.fused_tree(op3) is None
+    monkeypatch.setattr(_fused, "DEVICES", ("cuda",))  # the default: never on the CPU
+    cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
+    assert _fused.fused_tree(cpu) is None
+
+
+def test_ard_rational_quadratic_autograd_gradient_is_finite():
+    """The autograd path's reference for ARD rational quadratic (the regressor's exact path here,
+    n = 30): its torch epilogue took log(s) at s = 0 on the diagonal, and autograd turned
+    inf * 0 into NaN length-scale gradients. Central differences, h = 1e-5: truncation
+    ~h^2 |f'''| ~ 1e-9 and rounding ~eps |f| / h ~ 1e-10; measured 7.4e-10 at most."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2.0, 2.0, (30, 2))
+    kernel = C(1.0) * kk.RationalQuadratic([0.8, 1.3], alpha=0.7) + W(0.05)
+    gp = kk.GaussianProcessRegressor(kernel, optimizer=None).fit(X, np.sin(X[:, 0]))
+    theta = kernel.theta
+    _, grad = gp.log_marginal_likelihood(theta, eval_gradient=True)
+    h = 1e-5
+    fd = [(gp.log_marginal_likelihood(theta + h * e) - gp.log_marginal_likelihood(theta - h * e))
+          / (2 * h) for e in np.eye(len(theta))]
+    np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-8)
