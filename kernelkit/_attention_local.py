@@ -26,9 +26,11 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
         Triton forward (CUDA, or the CPU under ``TRITON_INTERPRET=1``) when ``block`` is 16, 32,
         64 or 128; otherwise, and for float64, the plain-PyTorch twin (it materialises the (T, T)
         scores). Gradients: through the twin (its forward recomputed), on either path.
-        Inputs must be finite: unlike the other attention functions, no path leaves masked
-        keys out of its sums (a NaN in a later key of the query's own block reaches it with
-        ``is_causal``), and nothing is checked.
+        Inputs must be finite, and a call with a NaN or infinity in q, k or v raises
+        ValueError: unlike the other attention functions, no path leaves masked keys out of its
+        sums (a NaN in a later key of the query's own block would reach it with
+        ``is_causal``). The check is one float32 sum per input, read on the host after the
+        kernels are queued (skipped under CUDA graph capture and torch.compile tracing).
     block : int, default 32
         Positions per block.
     window : int, default 1
@@ -46,7 +48,7 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     ------
     ValueError, TypeError
         For mismatched shapes, devices or dtypes, q and k of different lengths, a block < 1, a
-        window < 0, ``scale <= 0``.
+        window < 0, ``scale <= 0``; ValueError for non-finite inputs.
 
     Examples
     --------
@@ -57,11 +59,21 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     torch.Size([1, 2, 100, 16])
     """
     from kernelkit._attention_ops import use_triton
-    from kernelkit_gpu.attention.local_naive import TRITON_BLOCKS, local_attention_naive
+    from kernelkit_gpu import _checks
+    from kernelkit_gpu.attention import _gate
+    from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, check_local_qkv,
+                                                     local_attention_naive)
 
+    check_local_qkv(q, k, v, block, window, is_causal, scale, _checks.FLOAT_DTYPES)
+    pending = _gate.start(q, k, v)  # queued before the kernels, read after them
     settings = dict(block=block, window=window, is_causal=is_causal, scale=scale)
     if use_triton(q) and block in TRITON_BLOCKS:
         from kernelkit_gpu.attention.local import local_attention as triton_local
 
-        return triton_local(q, k, v, **settings)
-    return local_attention_naive(q, k, v, **settings)
+        out = triton_local(q, k, v, **settings)
+    else:
+        out = local_attention_naive(q, k, v, **settings)
+    if pending is not None and not pending.finite():
+        raise ValueError("local_attention: q, k and v must be finite (a NaN or infinity would "
+                         "reach rows that do not see it through the block summaries)")
+    return out

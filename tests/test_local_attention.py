@@ -250,3 +250,23 @@ def test_compare_method_parses_and_agrees_with_the_reference(rng):
 def test_compare_method_rejects_bad_specs(spec):
     with pytest.raises(ValueError, match="local:B:W"):
         parse_method(spec, d=4)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_public_function_refuses_non_finite_inputs(which, bad, dtype):
+    # A NaN in a later key of a causal row's own block would reach that row through the full
+    # block products (and through the block's summary every other row): refused, not returned.
+    from kernelkit.attention import local_attention as public
+
+    g = torch.Generator().manual_seed(0)
+    qkv = {name: torch.randn(1, 2, 40, 8, generator=g, dtype=dtype) for name in "qkv"}
+    qkv[which][0, 1, 17, 3] = bad
+    before = {name: t.clone() for name, t in qkv.items()}
+    with pytest.raises(ValueError, match="q, k and v must be finite"):
+        public(qkv["q"], qkv["k"], qkv["v"], block=16, window=0, is_causal=True)
+    for name in "qkv":  # inputs never modified
+        assert torch.equal(qkv[name].nan_to_num(), before[name].nan_to_num())
+    finite = public(*(t.nan_to_num(posinf=0.0) for t in qkv.values()), block=16, window=0)
+    assert torch.isfinite(finite).all()
