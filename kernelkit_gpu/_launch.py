@@ -35,8 +35,9 @@ class _NoTriton:
     """
 
     @staticmethod
-    def jit(fn):
-        return fn
+    def jit(fn=None, **options):
+        """``@triton.jit`` and ``@triton.jit(do_not_specialize=...)``: the function, unchanged."""
+        return fn if fn is not None else (lambda f: f)
 
     class constexpr:  # noqa: N801 - the name of triton.language.constexpr
         def __init__(self, value):
