@@ -33,6 +33,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
+from kernelkit import distributed
 from kernelkit._device import resolve_device
 from kernelkit.gp._structure import parse_kernel
 from kernelkit.kernels import RBF
@@ -294,6 +295,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         device, dtype = self._torch_setup()
         jitter = 0.0 if self._exact else self._alpha
+        if distributed.active() and not self._exact:  # rows sharded over the process group
+            from kernelkit.distributed._gp import ShardedCovarianceOperator as CovarianceOperator
         return CovarianceOperator(self.X_train_, structure, jitter, device, dtype)
 
     def _probes(self, op, settings):
@@ -375,6 +378,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"The number of targets seen in `y` is different from the parameter "
                 f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
+        sharded = distributed.active()  # a process group (kernelkit.distributed._gp)
+        if sharded:
+            from kernelkit.distributed import _gp
+
+            _gp.check_data(X, y)
         n = X.shape[0]
         self._alpha = _check_alpha(self.alpha, n)
         self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
@@ -397,6 +405,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         op = self._operator(structure)
         lml_at = self._lml_function(op, settings)
+        if sharded:
+            lml_at = _gp.rank0_objective(lml_at)
 
         def obj_func(theta, eval_gradient=True):
             if eval_gradient:
@@ -434,6 +444,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.log_marginal_likelihood_value_ = np.float64(lml)
             alpha = torch.stack(columns, dim=1)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
+        if sharded:
+            _gp.share_fit(self)
         return self
 
     def _optimize(self, obj_func, initial_theta, bounds):
