@@ -22,7 +22,7 @@ import pytest
 
 from kernelkit_math import get_kernel
 from tests.conftest import TOL
-from tests.distributed_worker import inputs, ridge
+from tests.distributed_worker import gp_fits, inputs, ridge
 
 pytestmark = pytest.mark.subprocess
 
@@ -275,6 +275,46 @@ def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
     np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), coef, rtol=1e-6, atol=1e-8)
     # every product K @ P ran on the rank's own rows of the 10
     assert _work(ranks, "ridge_cg_triton")[:, 2].tolist() == _shares(ranks[0], 10)
+
+
+# ---------------------------------------------------------------------------- GaussianProcessRegressor
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", ["gp_fit", "gp_uneven", "gp_small", "gp_exact"])
+def test_gp_equals_one_process(ranks, data, name):
+    """Hyperparameters, log-likelihood, alpha_, predictive mean and std and the LML gradient:
+    equal on every rank and to one process. gp_fit: iterative path (exact_max_n=0), 40 rows,
+    L-BFGS; gp_uneven: 7 offset rows (uneven shards), two targets; gp_small: 2 rows (a rank
+    with none on 3 ranks); gp_exact: the dense Cholesky path, rank 0's result broadcast."""
+    single = gp_fits(data)[name]()
+    # float64 throughout; the sharded products differ from one process's only in the rounding
+    # of the row-block matrix products (~1e-16 relative), so CG takes the same steps and the
+    # results agree far inside the solver tolerance (cg_tol=1e-3)
+    np.testing.assert_allclose(_result(ranks, name), single, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.subprocess
+def test_gp_products_are_row_sharded(ranks):
+    """Every K @ V of an iterative-path fit ran on this rank's rows of the 7 only."""
+    world, found, _ = ranks
+    shares = _shares(world, 7)
+    for r, (results, errors) in enumerate(found):
+        assert "gp_rows" not in errors, errors["gp_rows"]
+        lo, hi, fewest, most, calls = results["gp_rows"].tolist()
+        assert (lo, hi) == (7 * r // world, 7 * (r + 1) // world)
+        assert fewest == most == shares[r] and calls > 0
+
+
+@pytest.mark.subprocess
+def test_gp_errors_are_shared(ranks):
+    """A rank that raises in its rows makes every rank raise the same error, at once; ranks
+    passing different y all get a ValueError."""
+    world, found, _ = ranks
+    for _, errors in found:
+        assert errors["error_gp_rank"] == [
+            "MemoryError", f"rank {world - 1} of {world}: injected: no memory for this rank's rows"]
+        kind, message = errors["error_gp_data"]
+        assert kind == "ValueError"
+        assert message.startswith("GaussianProcessRegressor.fit: the ranks passed different")
 
 
 # ---------------------------------------------------------------------------- a rank that dies
