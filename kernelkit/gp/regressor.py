@@ -215,6 +215,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     unless every point is certified). The bound is pessimistic for rough kernels or tiny noise,
     where most points go to CG. Exact path: one triangular solve per batch of test points.
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
+    ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
+    shards the rows of every K @ V and of the gradient's kernel terms over the ranks
+    (:mod:`kernelkit.distributed._gp`); the exact path runs on every rank alone and keeps rank
+    0's result. docs/distributed.md.
+
     Examples
     --------
     >>> import numpy as np
