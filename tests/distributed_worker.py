@@ -86,6 +86,8 @@ def gp_fits(data):
         "gp_fit": lambda: gp_summary(fit(gp(optimizer_max_iter=2), Xr, yr[:, 0]), Xr[:5]),
         "gp_uneven": lambda: gp_summary(fit(gp(iso, optimizer=None), X, U), X[:3]),
         "gp_small": lambda: gp_summary(fit(gp(iso, optimizer=None), X[:2], U[:2, 0]), X[:3]),
+        "gp_float32": lambda: gp_summary(fit(gp(iso, optimizer=None, dtype="float32"), Xr,
+                                             yr[:, 0]), Xr[:5]),
         "gp_exact": lambda: gp_summary(fit(gp(exact_max_n=None, optimizer_max_iter=3), Xr,
                                            yr[:, 1]), Xr[:5]),
     }
