@@ -137,6 +137,34 @@ def _gp_raises(data, rank, size):
         ShardedCovarianceOperator._matmul_rows = original
 
 
+def _gp_linalg(data, rank, size):
+    """The last rank's preconditioner is not positive definite: every rank raises
+    LinAlgError (which the regressor's L-BFGS objective turns into -inf)."""
+    import torch
+
+    from kernelkit.gp import _lml
+
+    original = _lml.preconditioner
+
+    def fail(*args, **kwargs):
+        raise torch.linalg.LinAlgError("injected: not positive definite")
+
+    if rank == size - 1:
+        _lml.preconditioner = fail
+    try:
+        model = gp(optimizer=None)
+        objective = []
+        try:
+            model.fit(data["Xr"], data["yr"][:, 0])
+        except torch.linalg.LinAlgError as exc:  # the final LML at the fixed theta
+            objective.append(str(exc))
+        structure = _structure(model)
+        lml_at = model._lml_function(model._operator(structure), model._check_params())
+        return np.array([len(objective), lml_at(model.kernel_.theta, True)[0]])
+    finally:
+        _lml.preconditioner = original
+
+
 def _checks(data, outdir, rank, size):
     """``{name: callable returning an array}``; each runs on every rank."""
     import torch
@@ -208,6 +236,7 @@ def _checks(data, outdir, rank, size):
         **gp_fits(data),
         "gp_rows": lambda: _gp_rows(data),
         "error_gp_rank": lambda: _gp_raises(data, rank, size),
+        "gp_linalg": lambda: _gp_linalg(data, rank, size),
         "error_gp_data": lambda: gp(optimizer=None).fit(data["Xr"], data["yr"][:, 0] + rank
                                                         ).alpha_,
     }

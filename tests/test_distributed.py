@@ -319,6 +319,8 @@ def test_gp_errors_are_shared(ranks):
         kind, message = errors["error_gp_data"]
         assert kind == "ValueError"
         assert message.startswith("GaussianProcessRegressor.fit: the ranks passed different")
+    # a LinAlgError on one rank: fit raises it on every rank, the L-BFGS objective is -inf
+    np.testing.assert_array_equal(_result(ranks, "gp_linalg"), [1.0, -np.inf])
 
 
 # ---------------------------------------------------------------------------- a rank that dies

@@ -58,14 +58,14 @@ class ShardedCovarianceOperator(CovarianceOperator):
         from kernelkit_gpu import distributed as D
 
         with D.local():
-            return D.all_gather_rows(D.agree(rows_fn), self.n)
+            return D.all_gather_rows(_agree(rows_fn), self.n)
 
     def reduce(self, part_fn):
         """The float64 all-reduce of the ranks' ``part_fn()``."""
         from kernelkit_gpu import distributed as D
 
         with D.local():
-            return D.all_reduce(D.agree(part_fn))
+            return D.all_reduce(_agree(part_fn))
 
     def agree(self, fn, *args):
         """``fn(*args)`` on every rank (replicated work). For the preconditioner, the constant
@@ -74,11 +74,35 @@ class ShardedCovarianceOperator(CovarianceOperator):
         from kernelkit_gpu import distributed as D
 
         with D.local():
-            result = D.agree(fn, *args)
+            result = _agree(fn, *args)
         if isinstance(result, LowRankPreconditioner) and result.rank:
             result.U, result.lam = D.broadcast(result.U), D.broadcast(result.lam)
             result._Vh = D.broadcast(result._Vh)
         return result
+
+
+_LINALG = "torch.linalg.LinAlgError: "
+
+
+def _agree(fn, *args):
+    """:func:`kernelkit_gpu.distributed.agree`, keeping ``torch.linalg.LinAlgError`` (a matrix
+    that is not positive definite at an extreme theta) as itself on every rank: the regressor
+    turns it into a -inf objective, as in one process."""
+    from kernelkit_gpu import distributed as D
+
+    def guarded():
+        try:
+            return fn(*args)
+        except torch.linalg.LinAlgError as exc:  # shared as a standard type, then restored
+            raise ArithmeticError(_LINALG + str(exc)) from exc
+
+    try:
+        return D.agree(guarded)
+    except ArithmeticError as exc:
+        head, found, message = str(exc).partition(_LINALG)
+        if found:
+            raise torch.linalg.LinAlgError(head + message) from exc
+        raise
 
 
 def check_data(X, y):
