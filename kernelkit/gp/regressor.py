@@ -659,7 +659,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         from kernelkit.gp._lml import preconditioner, solve
 
         with torch.no_grad():
-            pre = preconditioner(op, params, settings.preconditioner_rank)
+            pre = op.agree(preconditioner, op, params, settings.preconditioner_rank)
             m = Z.shape[0]
             batch = max(1, min(m, VARIANCE_BATCH_ELEMENTS // op.n))
             K_all = op.cross_block_T(Z, params).to(torch.float64) if keep else None
