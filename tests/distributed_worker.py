@@ -253,6 +253,10 @@ def _checks(data, outdir, rank, size):
         "gp_rows": lambda: _gp_rows(data),
         "error_gp_rank": lambda: _gp_raises(data, rank, size),
         "gp_linalg": lambda: _gp_linalg(data, rank, size),
+        # random_state=None: rank 0's probes and restart points on every rank
+        "gp_unseeded": lambda: gp(random_state=None, n_restarts_optimizer=1,
+                                  optimizer_max_iter=1).fit(data["Xr"][:9], data["yr"][:9, 0]
+                                                            ).alpha_,
         "error_gp_data": lambda: gp(optimizer=None).fit(data["Xr"], data["yr"][:, 0] + rank
                                                         ).alpha_,
     }

@@ -319,7 +319,7 @@ def test_gp_products_are_row_sharded(ranks):
 @pytest.mark.subprocess
 def test_gp_errors_are_shared(ranks):
     """A rank that raises in its rows makes every rank raise the same error, at once; ranks
-    passing different y all get a ValueError."""
+    passing different y all get a ValueError; unseeded draws are rank 0's."""
     world, found, _ = ranks
     for _, errors in found:
         assert errors["error_gp_rank"] == [
@@ -327,6 +327,8 @@ def test_gp_errors_are_shared(ranks):
         kind, message = errors["error_gp_data"]
         assert kind == "ValueError"
         assert message.startswith("GaussianProcessRegressor.fit: the ranks passed different")
+    # random_state=None with a restart: the same probes and starts on every rank
+    assert _result(ranks, "gp_unseeded").shape == (9,)
     # a LinAlgError on one rank: fit raises it on every rank, the L-BFGS objective is -inf
     np.testing.assert_array_equal(_result(ranks, "gp_linalg"), [1.0, -np.inf])
 

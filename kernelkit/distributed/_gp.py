@@ -19,7 +19,8 @@ t x t Lanczos quadrature and L-BFGS. Where floating point could differ between r
 values are broadcast: the preconditioner's factors that CG and the probes use (k x k and n x k,
 once per evaluation), so every rank runs the same CG step for step (the same number of
 collectives), and the objective value and gradient L-BFGS sees, so every rank takes the same
-steps.
+steps. Random draws (the probe seed, restart points) are rank 0's, so ``random_state=None``
+works too.
 
 The exact path (n <= ``exact_max_n``: dense Cholesky) is not sharded: every rank computes it
 alone, then rank 0's hyperparameters, ``alpha_``, ``L_`` and log-likelihood are broadcast.
@@ -36,7 +37,8 @@ import torch
 from kernelkit.gp._operator import CovarianceOperator
 from kernelkit.solvers._precond import LowRankPreconditioner
 
-__all__ = ["ShardedCovarianceOperator", "check_data", "rank0_objective", "share_fit"]
+__all__ = ["ShardedCovarianceOperator", "check_data", "from_rank0", "rank0_objective",
+           "share_fit"]
 
 
 class ShardedCovarianceOperator(CovarianceOperator):
@@ -114,7 +116,8 @@ def check_data(X, y):
                  float(np.sum(X)), float(np.sum(y)))
 
 
-def _broadcast(values):
+def from_rank0(values):
+    """Rank 0's float64 ``values`` (flattened; exact for integers below 2**53) on every rank."""
     from kernelkit_gpu import distributed as D
 
     t = torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(-1))
@@ -128,8 +131,8 @@ def rank0_objective(lml_at):
     def shared(theta, eval_gradient):
         out = lml_at(theta, eval_gradient)
         if not eval_gradient:
-            return float(_broadcast([out])[0])
-        flat = _broadcast(np.concatenate([[out[0]], out[1]]))
+            return float(from_rank0([out])[0])
+        flat = from_rank0(np.concatenate([[out[0]], out[1]]))
         return float(flat[0]), flat[1:]
 
     return shared
@@ -138,9 +141,9 @@ def rank0_objective(lml_at):
 def share_fit(model):
     """Rank 0's fitted hyperparameters, ``alpha_``, ``L_`` (exact path) and log-likelihood on
     every rank (the exact path's dense factorisation runs on every rank alone)."""
-    model.kernel_.theta = _broadcast(model.kernel_.theta)
-    model.alpha_ = _broadcast(model.alpha_).reshape(model.alpha_.shape)
+    model.kernel_.theta = from_rank0(model.kernel_.theta)
+    model.alpha_ = from_rank0(model.alpha_).reshape(model.alpha_.shape)
     if getattr(model, "L_", None) is not None:
-        model.L_ = _broadcast(model.L_).reshape(model.L_.shape)
+        model.L_ = from_rank0(model.L_).reshape(model.L_.shape)
     model.log_marginal_likelihood_value_ = np.float64(
-        _broadcast([model.log_marginal_likelihood_value_])[0])
+        from_rank0([model.log_marginal_likelihood_value_])[0])

@@ -408,6 +408,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self._love = None  # the predictive-variance cache of the previous fit
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
+        if sharded:  # random_state=None: rank 0's draws
+            self._probe_seed = int(_gp.from_rank0([self._probe_seed])[0])
 
         op = self._operator(structure)
         lml_at = self._lml_function(op, settings)
@@ -429,6 +431,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                                      "requires that all bounds are finite.")
                 for _ in range(self.n_restarts_optimizer):
                     start = rng.uniform(bounds[:, 0], bounds[:, 1])
+                    start = _gp.from_rank0(start) if sharded else start
                     runs.append(self._optimize(obj_func, start, bounds))
             best = min(range(len(runs)), key=lambda i: runs[i][1])
             self.kernel_.theta = runs[best][0]
