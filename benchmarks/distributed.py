@@ -22,6 +22,13 @@ between barriers, so it is the slowest rank's time):
   written to ``--scratch`` (a local disk: 64 GiB at the default size; the file is deleted
   afterwards); time, GB/s written, and ``--check-rows`` sampled rows against float64. The disk
   may bound this part; the figure is recorded as it is.
+- ``gp``: :class:`kernelkit.GaussianProcessRegressor`, iterative path (``exact_max_n=0``),
+  n = ``--gp-n`` (2e5), d = 8 (uniform on [-2, 2]^8), ARD RBF (length scales 3 to 6) times a
+  constant plus white noise (0.1), float32, preconditioner rank 100, 16 probes: one log
+  marginal likelihood + gradient evaluation at the fixed initial theta (``fit`` with
+  ``optimizer=None`` first: it draws the probes and is the warm-up). Recorded: the LML, its
+  gradient (compare the two runs), and the float64 residual |K alpha - y| / |y| on
+  ``--check-rows`` sampled rows of the fitted alpha_ (CG tolerance 1e-3).
 
 Rank 0 writes the JSON (``--out``, atomically) and prints a table; ``--compare`` prints the
 ratios of two such files (speed-up = one-process time / group time). ``--smoke`` runs tiny sizes
@@ -41,7 +48,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import device_facts, log, now, versions, write_json_atomic  # noqa: E402
 
-PARTS = ("matvec", "ridge", "gram")
+PARTS = ("matvec", "ridge", "gram", "gp")
 
 
 def _group():
@@ -169,6 +176,49 @@ def part_gram(dev, rank, world):
                 scratch=os.path.abspath(ARGS.scratch))
 
 
+def part_gp(dev, rank, world):
+    import torch
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+    from kernelkit import GaussianProcessRegressor
+    from kernelkit.gp._structure import parse_kernel
+
+    n, d = ARGS.gp_n, 8
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2.0, 2.0, size=(n, d))
+    y = np.sin(X).sum(1) + 0.1 * rng.normal(size=n)
+    # CG iterations grow about as sqrt(n) here (CPU, n = 4e3: 12); length scales 1..3 and
+    # noise 0.05 would need about 4x as many
+    kernel = C(1.0) * RBF(np.linspace(3.0, 6.0, d)) + WhiteKernel(0.1)
+    model = GaussianProcessRegressor(kernel=kernel, optimizer=None, exact_max_n=0,
+                                     dtype="float32", random_state=0,
+                                     device="cpu" if ARGS.smoke else "cuda")
+    _sync()
+    t = time.perf_counter()
+    model.fit(X, y)  # LML without gradient, alpha_ (and the warm-up)
+    _sync()
+    fit_seconds = time.perf_counter() - t
+    theta = model.kernel_.theta
+    # a dense K (this rank's rows, when they fit half the free memory) would make the ranks'
+    # speed-up more than the sharding: recorded
+    dense = bool(model._operator(parse_kernel(model.kernel_, d)).dense)
+    seconds, (lml, grad) = timed(lambda: model.log_marginal_likelihood(theta, True),
+                                 ARGS.gp_repeats, warmup=False)
+    # the fitted alpha_ against float64 kernel rows (sampled)
+    rows = np.sort(rng.choice(n, min(ARGS.check_rows, n), replace=False))
+    X64 = torch.as_tensor(X, device=dev)
+    ls = torch.as_tensor(np.exp(theta[1:1 + d]), device=dev)
+    d2 = torch.cdist(X64[rows] / ls, X64 / ls) ** 2
+    Krows = float(np.exp(theta[0])) * torch.exp(-0.5 * d2)
+    alpha = torch.as_tensor(model.alpha_.ravel(), device=dev)
+    noise = float(np.exp(theta[-1])) + float(model.alpha)
+    resid = (Krows @ alpha + noise * alpha[rows] - torch.as_tensor(y[rows], device=dev)).cpu()
+    return dict(n=n, d=d, seconds=seconds, fit_seconds=fit_seconds, dense_K=dense, lml=float(lml),
+                grad=[float(g) for g in grad],
+                sampled_rel_residual=float(np.linalg.norm(resid) / np.linalg.norm(y[rows])))
+
+
 def compare(one, two):
     a, b = (json.load(open(p)) for p in (one, two))
     print(f"{'part':<16}{'1 process (s)':>15}{b['world']:>3} ranks (s){'speed-up':>10}  check")
@@ -179,7 +229,9 @@ def compare(one, two):
         note = {"matvec": lambda r: f"err {r['max_rel_err_sampled']:.1e}",
                 "ridge": lambda r: f"rmse {r['test_rmse']:.6f} it {r['n_iter']}",
                 "gram": lambda r: f"err {r['max_abs_err_sampled']:.1e} "
-                                  f"{r['GB_per_s_written']:.2f} GB/s"}[part]
+                                  f"{r['GB_per_s_written']:.2f} GB/s",
+                "gp": lambda r: f"lml {r['lml']:.6g} resid {r['sampled_rel_residual']:.1e} "
+                                f"dense {r['dense_K']}"}[part]
         print(f"{part:<16}{ra['seconds']:>15.3f}{rb['seconds']:>12.3f}"
               f"{ra['seconds'] / rb['seconds']:>10.2f}  {note(ra)} | {note(rb)}")
         if part == "matvec" and "streamed_seconds" in rb:
@@ -187,6 +239,11 @@ def compare(one, two):
                   f"{ra['seconds'] / rb['streamed_seconds']:>10.2f}")
         if part == "ridge":
             print(f"{'':<16}test RMSE difference {abs(ra['test_rmse'] - rb['test_rmse']):.2e}")
+        if part == "gp":
+            ga, gb = np.array(ra["grad"]), np.array(rb["grad"])
+            print(f"{'':<16}LML rel. difference {abs(ra['lml'] - rb['lml']) / abs(ra['lml']):.2e}"
+                  f", gradient max rel. difference "
+                  f"{np.max(np.abs(ga - gb)) / max(np.max(np.abs(ga)), 1e-300):.2e}")
 
 
 def main():
@@ -226,6 +283,8 @@ def parse(argv=None):
     p.add_argument("--ridge-m", type=int, default=20_000)
     p.add_argument("--n-test", type=int, default=10_000)
     p.add_argument("--gram-n", type=int, default=131_072)
+    p.add_argument("--gp-n", type=int, default=200_000)
+    p.add_argument("--gp-repeats", type=int, default=1)
     p.add_argument("--check-rows", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--ridge-repeats", type=int, default=1)
@@ -240,6 +299,7 @@ def parse(argv=None):
     if args.smoke:
         args.matvec_n, args.ridge_n, args.ridge_m, args.n_test = 200, 300, 30, 50
         args.gram_n, args.check_rows, args.repeats = 40, 8, 1
+        args.gp_n = 300
     return args
 
 

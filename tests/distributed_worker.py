@@ -40,6 +40,147 @@ def ridge(**kw):
                        max_iter=200, **kw)
 
 
+def gp(kernel=None, **kw):
+    """The GP of the distributed checks (CPU, float64): iterative path unless told otherwise,
+    a preconditioner of rank 5 (so CG iterates), CG to 1e-10 (so runs that stop an iteration
+    apart still agree to 1e-7)."""
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+    from sklearn.gaussian_process.kernels import ConstantKernel as C
+
+    from kernelkit import GaussianProcessRegressor
+
+    kernel = (C(1.0) * RBF([1.0, 1.0]) + WhiteKernel(0.1, noise_level_bounds=(1e-2, 1.0))
+              if kernel is None else kernel)
+    kw = {"exact_max_n": 0, "random_state": 0, "preconditioner_rank": 5, "cg_tol": 1e-10,
+          "max_cg_iter": 200, **kw}
+    return GaussianProcessRegressor(kernel=kernel, device="cpu", **kw)
+
+
+def gp_summary(model, Z, grad=True):
+    """Fitted hyperparameters, log-likelihood, alpha_, the predictive mean and std at Z, and the
+    log-likelihood gradient at the fitted theta, as one flat array."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mean, std = model.predict(Z, return_std=True)
+        parts = [model.kernel_.theta, [model.log_marginal_likelihood_value_],
+                 model.alpha_.ravel(), mean.ravel(), std.ravel()]
+        if grad:
+            parts.append(model.log_marginal_likelihood(model.kernel_.theta, True)[1])
+    return np.concatenate([np.ravel(p) for p in parts])
+
+
+def gp_fits(data):
+    """``{name: callable}`` of the GP checks, shared by the worker and the test (one process)."""
+    import warnings
+
+    from sklearn.gaussian_process.kernels import RBF, WhiteKernel
+
+    Xr, yr, X, U = data["Xr"], data["yr"], data["X"], data["U"]
+    iso = RBF(1.0) + WhiteKernel(0.1)
+
+    def fit(model, X, y):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # L-BFGS stopped early, on purpose
+            return model.fit(X, y)
+
+    def chunked():
+        """K never dense, row chunks of 2 rows: chunk boundaries inside the ranks' shards."""
+        from kernelkit.gp import _operator
+
+        saved = _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS
+        _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS = 0, 14
+        try:
+            return gp_summary(fit(gp(iso, optimizer=None), X, U[:, 1]), X[:3])
+        finally:
+            _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS = saved
+
+    return {
+        "gp_chunked": chunked,
+        "gp_fit": lambda: gp_summary(fit(gp(optimizer_max_iter=2), Xr[:20], yr[:20, 0]),
+                                     Xr[:5]),
+        "gp_uneven": lambda: gp_summary(fit(gp(iso, optimizer=None), X, U), X[:3]),
+        "gp_small": lambda: gp_summary(fit(gp(iso, optimizer=None), X[:2], U[:2, 0]), X[:3]),
+        "gp_float32": lambda: gp_summary(fit(gp(iso, optimizer=None, dtype="float32",
+                                                cg_tol=1e-6), X, U[:, 0]), X[:3]),
+        "gp_exact": lambda: gp_summary(fit(gp(exact_max_n=None, optimizer_max_iter=3), Xr,
+                                           yr[:, 1]), Xr[:5]),
+    }
+
+
+def _gp_rows(data):
+    """This rank's (lo, hi) and the row counts its K @ V products computed."""
+    from kernelkit.distributed._gp import ShardedCovarianceOperator
+
+    seen = []
+    original = ShardedCovarianceOperator._matmul_rows
+
+    def counted(self, V, params):
+        out = original(self, V, params)
+        seen.append(out.shape[0])
+        return out
+
+    ShardedCovarianceOperator._matmul_rows = counted
+    try:
+        model = gp(optimizer=None).fit(data["Xr"][:7], data["yr"][:7, 0])
+        op = model._operator(_structure(model))
+    finally:
+        ShardedCovarianceOperator._matmul_rows = original
+    return np.array([*op.rows, min(seen), max(seen), len(seen)])
+
+
+def _structure(model):
+    from kernelkit.gp._structure import parse_kernel
+
+    return parse_kernel(model.kernel_, model.X_train_.shape[1])
+
+
+def _gp_raises(data, rank, size):
+    """The last rank runs out of memory in its rows of K @ V: every rank must raise."""
+    from kernelkit.distributed._gp import ShardedCovarianceOperator
+
+    original = ShardedCovarianceOperator._matmul_rows
+
+    def fail(self, V, params):
+        raise MemoryError("injected: no memory for this rank's rows")
+
+    if rank == size - 1:
+        ShardedCovarianceOperator._matmul_rows = fail
+    try:
+        return gp(optimizer=None).fit(data["Xr"], data["yr"][:, 0]).alpha_
+    finally:
+        ShardedCovarianceOperator._matmul_rows = original
+
+
+def _gp_linalg(data, rank, size):
+    """The last rank's preconditioner is not positive definite: every rank raises
+    LinAlgError (which the regressor's L-BFGS objective turns into -inf)."""
+    import torch
+
+    from kernelkit.gp import _lml
+
+    original = _lml.preconditioner
+
+    def fail(*args, **kwargs):
+        raise torch.linalg.LinAlgError("injected: not positive definite")
+
+    if rank == size - 1:
+        _lml.preconditioner = fail
+    try:
+        model = gp(optimizer=None)
+        objective = []
+        try:
+            model.fit(data["Xr"], data["yr"][:, 0])
+        except torch.linalg.LinAlgError as exc:  # the final LML at the fixed theta
+            objective.append(str(exc))
+        structure = _structure(model)
+        lml_at = model._lml_function(model._operator(structure), model._check_params())
+        return np.array([len(objective), lml_at(model.kernel_.theta, True)[0]])
+    finally:
+        _lml.preconditioner = original
+
+
 def _checks(data, outdir, rank, size):
     """``{name: callable returning an array}``; each runs on every rank."""
     import torch
@@ -108,6 +249,16 @@ def _checks(data, outdir, rank, size):
             t(X), t(Y), t(V + rank), "rbf").numpy(),
         "error_write": lambda: _failing_write(X, outdir, rank, size),
         "local": lambda: _local(X, Y, V),
+        **gp_fits(data),
+        "gp_rows": lambda: _gp_rows(data),
+        "error_gp_rank": lambda: _gp_raises(data, rank, size),
+        "gp_linalg": lambda: _gp_linalg(data, rank, size),
+        # random_state=None: rank 0's probes and restart points on every rank
+        "gp_unseeded": lambda: gp(random_state=None, n_restarts_optimizer=1,
+                                  optimizer_max_iter=1).fit(data["Xr"][:9], data["yr"][:9, 0]
+                                                            ).alpha_,
+        "error_gp_data": lambda: gp(optimizer=None).fit(data["Xr"], data["yr"][:, 0] + rank
+                                                        ).alpha_,
     }
 
 
@@ -210,6 +361,7 @@ def main(outdir, scenario="checks"):
     import torch
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)  # 2 or 3 ranks share the CI's 2 cores
     torch.distributed.init_process_group(
         "gloo", init_method="env://", timeout=datetime.timedelta(seconds=30))
     import kernelkit

@@ -9,6 +9,7 @@ cover uneven shards (7 rows over 2 and 3 ranks) and fewer rows than ranks (2 row
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -22,7 +23,7 @@ import pytest
 
 from kernelkit_math import get_kernel
 from tests.conftest import TOL
-from tests.distributed_worker import inputs, ridge
+from tests.distributed_worker import gp_fits, inputs, ridge
 
 pytestmark = pytest.mark.subprocess
 
@@ -275,6 +276,61 @@ def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
     np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), coef, rtol=1e-6, atol=1e-8)
     # every product K @ P ran on the rank's own rows of the 10
     assert _work(ranks, "ridge_cg_triton")[:, 2].tolist() == _shares(ranks[0], 10)
+
+
+# ---------------------------------------------------------------------- GaussianProcessRegressor
+@functools.lru_cache(maxsize=None)
+def _gp_single(name):
+    """The one-process result of GP check ``name`` (computed once for both world sizes)."""
+    return gp_fits(inputs())[name]()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name", ["gp_fit", "gp_uneven", "gp_small", "gp_exact", "gp_float32", "gp_chunked"])
+def test_gp_equals_one_process(ranks, data, name):
+    """Hyperparameters, log-likelihood, alpha_, predictive mean and std and the LML gradient:
+    equal on every rank and to one process. gp_fit: iterative path (exact_max_n=0), 40 rows,
+    L-BFGS; gp_uneven: 7 offset rows (uneven shards), two targets; gp_small: 2 rows (a rank
+    with none on 3 ranks); gp_exact: the dense Cholesky path, rank 0's result broadcast;
+    gp_float32: float32 blocks (the float64 true residual of CG sharded too); gp_chunked: no
+    dense K, chunks of 2 rows (boundaries inside the shards)."""
+    single = _gp_single(name)
+    # The sharded products differ from one process's only in the rounding of the row-block
+    # matrix products, so CG may stop an iteration apart: the results agree to the CG tolerance
+    # times the condition of K (< 1e3 here). float64: cg_tol=1e-10, so 1e-6; float32
+    # (gp_float32: blocks and K @ V in float32, eps 1.2e-7): cg_tol=1e-6, so 1e-3 (seen: 2e-7)
+    tol = dict(rtol=1e-3, atol=1e-5) if name == "gp_float32" else dict(rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(_result(ranks, name), single, **tol)
+
+
+@pytest.mark.subprocess
+def test_gp_products_are_row_sharded(ranks):
+    """Every K @ V of an iterative-path fit ran on this rank's rows of the 7 only."""
+    world, found, _ = ranks
+    shares = _shares(world, 7)
+    for r, (results, errors) in enumerate(found):
+        assert "gp_rows" not in errors, errors["gp_rows"]
+        lo, hi, fewest, most, calls = results["gp_rows"].tolist()
+        assert (lo, hi) == (7 * r // world, 7 * (r + 1) // world)
+        assert fewest == most == shares[r] and calls > 0
+
+
+@pytest.mark.subprocess
+def test_gp_errors_are_shared(ranks):
+    """A rank that raises in its rows makes every rank raise the same error, at once; ranks
+    passing different y all get a ValueError; unseeded draws are rank 0's."""
+    world, found, _ = ranks
+    for _, errors in found:
+        assert errors["error_gp_rank"] == [
+            "MemoryError", f"rank {world - 1} of {world}: injected: no memory for this rank's rows"]
+        kind, message = errors["error_gp_data"]
+        assert kind == "ValueError"
+        assert message.startswith("GaussianProcessRegressor.fit: the ranks passed different")
+    # random_state=None with a restart: the same probes and starts on every rank
+    assert _result(ranks, "gp_unseeded").shape == (9,)
+    # a LinAlgError on one rank: fit raises it on every rank, the L-BFGS objective is -inf
+    np.testing.assert_array_equal(_result(ranks, "gp_linalg"), [1.0, -np.inf])
 
 
 # ---------------------------------------------------------------------------- a rank that dies

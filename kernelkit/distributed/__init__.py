@@ -2,11 +2,12 @@
 
 Detection, not an argument: when a process group of more than one rank is initialised
 (``torchrun`` plus ``torch.distributed.init_process_group``, or :func:`init_from_env`),
-:func:`kernelkit.gram`, :func:`kernelkit_gpu.kernel_matvec` and :class:`kernelkit.KernelRidge`
-run distributed. Every rank makes the same call with the same full arguments (the whole X and
-y: scikit-learn's ``fit(X, y)`` contract is unchanged) and gets the same full result; each rank
-computes its contiguous block of rows. ``with kernelkit_gpu.distributed.local():`` runs a call
-on this rank alone. See docs/distributed.md.
+:func:`kernelkit.gram`, :func:`kernelkit_gpu.kernel_matvec`, :class:`kernelkit.KernelRidge` and
+:class:`kernelkit.GaussianProcessRegressor` run distributed. Every rank makes the same call
+with the same full arguments (the whole X and y: scikit-learn's ``fit(X, y)`` contract is
+unchanged) and gets the same full result; each rank computes its contiguous block of rows.
+``with kernelkit_gpu.distributed.local():`` runs a call on this rank alone. See
+docs/distributed.md.
 
 This module does not import torch: without it loaded no process group can exist.
 """

@@ -98,15 +98,16 @@ def preconditioner(op, params, rank, params_ng=None):
 
 def exact_matmul(op, params, V):
     """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
+    def rows():  # this process's rows (op.rows)
+        X, (first, last) = op.X64, op.rows
+        out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
+        for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
+            out[lo - first:hi - first] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
+                                                  dtype=torch.float64) @ V
+        return out + float(params["noise"] + op.jitter) * V[first:last]
+
     with torch.no_grad():
-        X = op.X64
-        out = torch.empty_like(V)
-        step = op.chunk_rows(op.n)
-        for lo in range(0, op.n, step):
-            hi = min(lo + step, op.n)
-            out[lo:hi] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
-                                  dtype=torch.float64) @ V
-        return out + float(params["noise"] + op.jitter) * V
+        return op.gather(rows)
 
 
 def solve(op, params, rhs, pre, settings, what, lanczos=False):
@@ -159,7 +160,7 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False)
         params_ng = op.structure.params(theta_t.detach())
     with torch.set_grad_enabled(eval_gradient):
         params = op.structure.params(theta_t)
-        pre = preconditioner(op, params, settings.preconditioner_rank, params_ng)
+        pre = op.agree(preconditioner, op, params, settings.preconditioner_rank, params_ng)
     z = pre.sample(*probes)
     t = z.shape[1]
     rhs = torch.cat([y[:, None].to(torch.float64), z], dim=1)

@@ -166,9 +166,13 @@ class CovarianceOperator:
         float32 or float64: the dtype of the kernel blocks and of the CG vectors.
     block_elements : int, optional
         Kernel values per row chunk; default :data:`BLOCK_ELEMENTS`.
+    rows : tuple of int, optional
+        ``(lo, hi)``: the rows of every n-row product this process computes (default all);
+        :meth:`gather`, :meth:`reduce` and :meth:`agree` combine the processes' parts (the
+        identity here; over a process group in :mod:`kernelkit.distributed._gp`).
     """
 
-    def __init__(self, X, structure, jitter, device, dtype, block_elements=None):
+    def __init__(self, X, structure, jitter, device, dtype, block_elements=None, rows=None):
         X64 = torch.from_numpy(np.array(X, dtype=np.float64))
         self.center = X64.mean(0, keepdim=True)
         self.device = torch.device(device)
@@ -178,8 +182,10 @@ class CovarianceOperator:
         self.jitter = float(jitter)
         self.dtype = dtype
         self.block_elements = int(block_elements or BLOCK_ELEMENTS)
+        self.rows = (0, self.n) if rows is None else tuple(rows)
         itemsize = torch.empty((), dtype=dtype).element_size()
-        self.dense = self.n * self.n * itemsize <= dense_budget(self.device)
+        n_rows = self.rows[1] - self.rows[0]
+        self.dense = n_rows * self.n * itemsize <= dense_budget(self.device)
         self._dense_key, self._dense_K = None, None
 
     @property
@@ -191,8 +197,25 @@ class CovarianceOperator:
         if dtype == self.dtype:
             return self
         X = (self.X64 + self.center).cpu().numpy()
-        return CovarianceOperator(X, self.structure, self.jitter, self.device, dtype,
-                                  self.block_elements)
+        return type(self)(X, self.structure, self.jitter, self.device, dtype,
+                          self.block_elements)
+
+    def gather(self, rows_fn):
+        """All n rows of a product whose rows ``self.rows`` ``rows_fn()`` computes."""
+        return rows_fn()
+
+    def reduce(self, part_fn):
+        """The sum over the row blocks of ``part_fn()`` (this process's rows' share)."""
+        return part_fn()
+
+    def agree(self, fn, *args):
+        """``fn(*args)``, computed by every process alike (an error on one is raised on all)."""
+        return fn(*args)
+
+    def row_chunks(self, step):
+        """``(lo, hi)`` row chunks of at most ``step`` rows covering ``self.rows``."""
+        first, last = self.rows
+        return [(lo, min(lo + step, last)) for lo in range(first, last, step)]
 
     def chunk_rows(self, n_cols):
         """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
@@ -233,32 +256,37 @@ class CovarianceOperator:
         return (value.to(dtype) + torch.zeros(Z.shape[0], dtype=dtype, device=Z.device))
 
     def kernel_matrix(self, params):
-        """The kernel part k(X, X) (dense mode only), formed once per hyperparameter setting."""
+        """The rows ``self.rows`` of the kernel part k(X, X) (dense mode only), formed once per
+        hyperparameter setting."""
         key = params["theta"].detach().cpu().tolist()
         if key != self._dense_key:
             self._dense_K = None  # free the old matrix before forming the new one
+            first, last = self.rows
             with torch.no_grad():
-                K = torch.empty((self.n, self.n), dtype=self.dtype, device=self.device)
-                step = self.chunk_rows(self.n)
-                for lo in range(0, self.n, step):
-                    hi = min(lo + step, self.n)
-                    K[lo:hi] = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
+                K = torch.empty((last - first, self.n), dtype=self.dtype, device=self.device)
+                for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                    K[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
+                                                          diagonal_offset=lo)
             self._dense_key, self._dense_K = key, K
         return self._dense_K
 
     def matmul(self, V, params):
         """K_theta @ V for V of shape (n, t) in this operator's dtype (no autograd)."""
+        return self.gather(lambda: self._matmul_rows(V, params))
+
+    def _matmul_rows(self, V, params):
+        """The rows ``self.rows`` of K_theta @ V."""
+        first, last = self.rows
         with torch.no_grad():
             if self.dense:
-                return torch.addmm(V, self.kernel_matrix(params), V,
+                return torch.addmm(V[first:last], self.kernel_matrix(params), V,
                                    beta=float(params["noise"] + self.jitter))
-            out = torch.empty_like(V)
-            step = self.chunk_rows(self.n)
-            for lo in range(0, self.n, step):
-                hi = min(lo + step, self.n)
+            out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
+                              device=V.device)
+            for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
                 Kb = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
-                out[lo:hi] = Kb @ V
-            out += (params["noise"] + self.jitter).to(V.dtype) * V
+                out[lo - first:hi - first] = Kb @ V
+            out += (params["noise"] + self.jitter).to(V.dtype) * V[first:last]
         return out
 
     def cross_matmul(self, Z, V, params):
@@ -284,15 +312,18 @@ class _Bilinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, theta, op, A, B):
         params = op.structure.params(theta)
-        if op.dense:
-            total = (A * (op.kernel_matrix(params) @ B)).sum(dtype=torch.float64)
-        else:
+
+        def part():  # this process's rows
+            first, last = op.rows
+            if op.dense:
+                return (A[first:last] * (op.kernel_matrix(params) @ B)).sum(dtype=torch.float64)
             total = torch.zeros((), dtype=torch.float64, device=A.device)
-            step = op.chunk_rows(op.n)
-            for lo in range(0, op.n, step):
-                hi = min(lo + step, op.n)
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
                 Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo)
                 total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
+            return total
+
+        total = op.reduce(part)
         ctx.save_for_backward(theta)
         ctx.op, ctx.A, ctx.B = op, A, B
         return total
@@ -313,21 +344,22 @@ def theta_gradient(op, theta, contract, dtype=None):
     chunk holds at most ``block_elements / d`` values, since the backward of per-feature length
     scales keeps one difference per feature.
     """
-    grad = torch.zeros_like(theta)
-    step = op.chunk_rows(op.n * op.X64.shape[1])
-    with torch.enable_grad():
-        leaf = theta.detach().requires_grad_(True)
-        for lo in range(0, op.n, step):
-            hi = min(lo + step, op.n)
-            params = op.structure.params(leaf)
-            Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
-            value = contract(lo, hi, Kb)
-            if not value.requires_grad:  # a kernel part with no free hyperparameter
-                continue
-            (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
-            if g is not None:
-                grad += g
-    return grad
+    def part():  # this process's rows
+        grad = torch.zeros_like(theta)
+        with torch.enable_grad():
+            leaf = theta.detach().requires_grad_(True)
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n * op.X64.shape[1])):
+                params = op.structure.params(leaf)
+                Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
+                value = contract(lo, hi, Kb)
+                if not value.requires_grad:  # a kernel part with no free hyperparameter
+                    continue
+                (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
+                if g is not None:
+                    grad += g
+        return grad
+
+    return op.reduce(part).to(theta.dtype)
 
 
 def bilinear(op, theta, A, B):

@@ -33,6 +33,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import validate_data
 
+from kernelkit import distributed
 from kernelkit._device import resolve_device
 from kernelkit.gp._structure import parse_kernel
 from kernelkit.kernels import RBF
@@ -214,6 +215,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     unless every point is certified). The bound is pessimistic for rough kernels or tiny noise,
     where most points go to CG. Exact path: one triangular solve per batch of test points.
 
+    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
+    ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
+    shards the rows of every K @ V and of the gradient's kernel terms over the ranks
+    (:mod:`kernelkit.distributed._gp`); the exact path runs on every rank alone and keeps rank
+    0's result. docs/distributed.md.
+
     Examples
     --------
     >>> import numpy as np
@@ -294,6 +301,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         device, dtype = self._torch_setup()
         jitter = 0.0 if self._exact else self._alpha
+        if distributed.active() and not self._exact:  # rows sharded over the process group
+            from kernelkit.distributed._gp import ShardedCovarianceOperator as CovarianceOperator
         return CovarianceOperator(self.X_train_, structure, jitter, device, dtype)
 
     def _probes(self, op, settings):
@@ -375,6 +384,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"The number of targets seen in `y` is different from the parameter "
                 f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
+        sharded = distributed.active()  # a process group (kernelkit.distributed._gp)
+        if sharded:
+            from kernelkit.distributed import _gp
+
+            _gp.check_data(X, y)
         n = X.shape[0]
         self._alpha = _check_alpha(self.alpha, n)
         self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
@@ -394,9 +408,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self._love = None  # the predictive-variance cache of the previous fit
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
+        if sharded:  # random_state=None: rank 0's draws
+            self._probe_seed = int(_gp.from_rank0([self._probe_seed])[0])
 
         op = self._operator(structure)
         lml_at = self._lml_function(op, settings)
+        if sharded:
+            lml_at = _gp.rank0_objective(lml_at)
 
         def obj_func(theta, eval_gradient=True):
             if eval_gradient:
@@ -413,6 +431,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                                      "requires that all bounds are finite.")
                 for _ in range(self.n_restarts_optimizer):
                     start = rng.uniform(bounds[:, 0], bounds[:, 1])
+                    start = _gp.from_rank0(start) if sharded else start
                     runs.append(self._optimize(obj_func, start, bounds))
             best = min(range(len(runs)), key=lambda i: runs[i][1])
             self.kernel_.theta = runs[best][0]
@@ -434,6 +453,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.log_marginal_likelihood_value_ = np.float64(lml)
             alpha = torch.stack(columns, dim=1)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
+        if sharded:
+            _gp.share_fit(self)
         return self
 
     def _optimize(self, obj_func, initial_theta, bounds):
@@ -641,7 +662,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         from kernelkit.gp._lml import preconditioner, solve
 
         with torch.no_grad():
-            pre = preconditioner(op, params, settings.preconditioner_rank)
+            pre = op.agree(preconditioner, op, params, settings.preconditioner_rank)
             m = Z.shape[0]
             batch = max(1, min(m, VARIANCE_BATCH_ELEMENTS // op.n))
             K_all = op.cross_block_T(Z, params).to(torch.float64) if keep else None

@@ -1,0 +1,149 @@
+r""":class:`kernelkit.GaussianProcessRegressor` over a process group: the n-sized kernel products
+row-sharded.
+
+Every rank holds the whole X and y (scikit-learn's ``fit(X, y)``) and runs the same fit. On the
+iterative path (n > ``exact_max_n``) the covariance operator is a
+:class:`ShardedCovarianceOperator`: rank r owns the contiguous rows ``shard(n)`` of
+K = k(X, X) + sigma^2 I and computes, with the single-process code of
+:mod:`kernelkit.gp._operator` unchanged, only its rows' part of every n x n product:
+
+- K @ V (CG and its Lanczos coefficients, the float64 true residual, LOVE): its rows of K @ V
+  against the whole V, then an all-gather of the rows (exact: no rounding);
+- the gradient's bilinear terms sum_j a_j^T K_i b_j (forward and the backward of
+  :func:`~kernelkit.gp._operator.theta_gradient`): its rows' share, then a float64 all-reduce.
+
+Everything else is replicated: the CG vectors (n x (t + 1), float64) and scalars, the
+preconditioner (pivoted Cholesky on the kernel diagonal and the n x k pivot block, O(n k)
+work against the O(n^2) products, and differentiable: it is computed whole on every rank), the
+t x t Lanczos quadrature and L-BFGS. Where floating point could differ between ranks, rank 0's
+values are broadcast: the preconditioner's factors that CG and the probes use (k x k and n x k,
+once per evaluation), so every rank runs the same CG step for step (the same number of
+collectives), and the objective value and gradient L-BFGS sees, so every rank takes the same
+steps. Random draws (the probe seed, restart points) are rank 0's, so ``random_state=None``
+works too.
+
+The exact path (n <= ``exact_max_n``: dense Cholesky) is not sharded: every rank computes it
+alone, then rank 0's hyperparameters, ``alpha_``, ``L_`` and log-likelihood are broadcast.
+
+Errors inside a rank's part (its rows, or the replicated preconditioner) are shared by
+:func:`kernelkit_gpu.distributed.agree`: every rank raises ``rank R of W: ...``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kernelkit.gp._operator import CovarianceOperator
+from kernelkit.solvers._precond import LowRankPreconditioner
+
+__all__ = ["ShardedCovarianceOperator", "check_data", "from_rank0", "rank0_objective",
+           "share_fit"]
+
+
+class ShardedCovarianceOperator(CovarianceOperator):
+    """:class:`~kernelkit.gp._operator.CovarianceOperator` computing this rank's rows
+    (:func:`kernelkit_gpu.distributed.shard`) and combining the ranks' parts.
+
+    Same arguments as :class:`~kernelkit.gp._operator.CovarianceOperator` (the full X); a dense
+    K holds only this rank's rows.
+    """
+
+    def __init__(self, X, structure, jitter, device, dtype, block_elements=None):
+        from kernelkit_gpu import distributed as D
+
+        super().__init__(X, structure, jitter, device, dtype, block_elements,
+                         rows=D.shard(len(X)))
+
+    def gather(self, rows_fn):
+        """All n rows: this rank's from ``rows_fn()``, the others' by all-gather."""
+        from kernelkit_gpu import distributed as D
+
+        with D.local():
+            return D.all_gather_rows(_agree(rows_fn), self.n)
+
+    def reduce(self, part_fn):
+        """The float64 all-reduce of the ranks' ``part_fn()``."""
+        from kernelkit_gpu import distributed as D
+
+        with D.local():
+            return D.all_reduce(_agree(part_fn))
+
+    def agree(self, fn, *args):
+        """``fn(*args)`` on every rank (replicated work). For the preconditioner, the constant
+        tensors CG and the probes use (U, lambda, V^T) are then rank 0's (broadcast), so every
+        rank runs the same CG even if the ranks' floating point differed."""
+        from kernelkit_gpu import distributed as D
+
+        with D.local():
+            result = _agree(fn, *args)
+        if isinstance(result, LowRankPreconditioner) and result.rank:
+            result.U, result.lam = D.broadcast(result.U), D.broadcast(result.lam)
+            result._Vh = D.broadcast(result._Vh)
+        return result
+
+
+_LINALG = "torch.linalg.LinAlgError: "
+
+
+def _agree(fn, *args):
+    """:func:`kernelkit_gpu.distributed.agree`, keeping ``torch.linalg.LinAlgError`` (a matrix
+    that is not positive definite at an extreme theta) as itself on every rank: the regressor
+    turns it into a -inf objective, as in one process."""
+    from kernelkit_gpu import distributed as D
+
+    def guarded():
+        try:
+            return fn(*args)
+        except torch.linalg.LinAlgError as exc:  # shared as a standard type, then restored
+            raise ArithmeticError(_LINALG + str(exc)) from exc
+
+    try:
+        return D.agree(guarded)
+    except ArithmeticError as exc:
+        head, found, message = str(exc).partition(_LINALG)
+        if found:
+            raise torch.linalg.LinAlgError(head + message) from exc
+        raise
+
+
+def check_data(X, y):
+    """ValueError on every rank unless every rank passed the same X and y."""
+    from kernelkit_gpu import distributed as D
+
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    D.check_same("GaussianProcessRegressor.fit", X.ndim, *X.shape, y.ndim, *y.shape,
+                 float(np.sum(X)), float(np.sum(y)))
+
+
+def from_rank0(values):
+    """Rank 0's float64 ``values`` (flattened; exact for integers below 2**53) on every rank."""
+    from kernelkit_gpu import distributed as D
+
+    t = torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(-1))
+    return D.broadcast(t).numpy() if t.numel() else t.numpy()
+
+
+def rank0_objective(lml_at):
+    """``lml_at(theta, eval_gradient)`` returning rank 0's value (and gradient) on every rank,
+    so that L-BFGS takes the same steps everywhere."""
+
+    def shared(theta, eval_gradient):
+        out = lml_at(theta, eval_gradient)
+        if not eval_gradient:
+            return float(from_rank0([out])[0])
+        flat = from_rank0(np.concatenate([[out[0]], out[1]]))
+        return float(flat[0]), flat[1:]
+
+    return shared
+
+
+def share_fit(model):
+    """Rank 0's fitted hyperparameters, ``alpha_``, ``L_`` (exact path) and log-likelihood on
+    every rank (the exact path's dense factorisation runs on every rank alone)."""
+    model.kernel_.theta = from_rank0(model.kernel_.theta)
+    model.alpha_ = from_rank0(model.alpha_).reshape(model.alpha_.shape)
+    if getattr(model, "L_", None) is not None:
+        model.L_ = from_rank0(model.L_).reshape(model.L_.shape)
+    model.log_marginal_likelihood_value_ = np.float64(
+        from_rank0([model.log_marginal_likelihood_value_])[0])
