@@ -213,7 +213,8 @@ def _triton_max_dim():
 
 def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left",
                      normalize=True, eps=1e-6, initial_state=None, return_state=False, seed=0,
-                     causal=None, scale=None, layout="bhtd", cu_seqlens=None, max_seqlen=None):
+                     causal=None, scale=None, layout="bhtd", cu_seqlens=None, max_seqlen=None,
+                     guard=None):
     r"""Linear attention with the feature-map kernel phi(q)·phi(k).
 
     .. math::
@@ -253,11 +254,16 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     normalize : bool
         Divide by the guarded denominator; False returns the numerator.
     eps : float
-        Denominator guard: max(den, eps). That is all: with a signed map (``"identity"``,
-        ``"rff:M"``), whose weights phi(q)·phi(k) can cancel, a denominator near 0 gives huge
-        outputs, and guarding them is the caller's job (the comparison tool runs these maps
-        through :func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive` with
-        ``guard=``, see :data:`kernelkit.compare.methods.SIGNED_GUARD`).
+        Denominator floor: max(den, eps). With a signed map (``"identity"``, ``"rff:M"``), whose
+        weights phi(q)·phi(k) can cancel, a denominator near 0 gives huge outputs: pass
+        ``guard``.
+    guard : float or None
+        delta > 0: the denominator is also raised to delta |phi(q_t)|·sum_s |phi(k_s)| (over the
+        visible keys; linear time), so |out_t| <= max |v| / delta whatever the signs
+        (:data:`kernelkit.compare.methods.SIGNED_GUARD` has the values measured on real heads:
+        rff 0.1, identity 0.5). Runs the plain-PyTorch path
+        (:func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`); not with
+        ``initial_state``. None (the default): no guard.
     initial_state : tuple (S0, z0) or None
         S0 (B, H, M, Dv) and z0 (B, H, M), float32 (float64 with float64 input): continue from
         an earlier call.
@@ -343,6 +349,10 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
     kwargs = dict(feature_map=fused, is_causal=causal, causal_alignment=causal_alignment,
                   normalize=normalize, eps=eps)
+    if guard is not None:  # the guarded denominator exists in the plain-PyTorch path only
+        from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
+
+        kwargs["guard"] = guard
     if cu_seqlens is not None:
         return _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_state,
                               kwargs)

@@ -34,8 +34,8 @@ Every :class:`Method` computes, for float64 NumPy q, k, v of shape (..., T, D):
   (Triton on CUDA, and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise), for timing. The
   signed maps run the plain-PyTorch twin
   (:func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`) instead, the path that
-  has their guard: the Triton linear-attention kernels have none, so signed maps there are the
-  caller's responsibility.
+  has their guard (``kernelkit.attention.linear_attention(..., guard=)`` routes there too; the
+  Triton linear-attention kernels have no guard).
 
 Examples
 --------
