@@ -284,8 +284,14 @@ def test_markdown(report):
     md = rep.to_markdown()
     for label in METHODS:
         assert f"| {label} |" in md
-    for unit in ("time (ms)", "peak memory (MiB)", "KL mean / max (nats)", "SVD floor, rank 4"):
+    for unit in ("time (ms)", "peak memory (MiB)", "KL mean / max (nats)", "SVD floor, rank 4",
+                 "rows guarded"):
         assert unit in md
+    header = next(line for line in md.splitlines() if line.startswith("| method |"))
+    rows = [line for line in md.splitlines() if line.startswith(tuple(f"| {m} |" for m in METHODS))]
+    assert len(rows) == len(METHODS)
+    for row in rows:
+        assert row.count("|") == header.count("|")  # every row has every column
     assert str(rep) == md and repr(rep) == md
 
 

@@ -198,10 +198,9 @@ class CompareReport:
             f"{m.get('dtype') or '–'} on {m.get('device')}.",
             "",
             "| method | M | output rel. error (mean ± std) | weights rel. error | "
-            "TV mean / max | KL mean / max (nats) | rows KL=inf | den ≤ 0 | time (ms): median "
-            "(min–max) | "
-            "peak memory (MiB) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "TV mean / max | KL mean / max (nats) | rows KL=inf | den ≤ 0 | rows guarded | "
+            "time (ms): median (min–max) | peak memory (MiB) |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in self.rows:
             peak = r.get("peak_bytes")
@@ -215,7 +214,7 @@ class CompareReport:
                 f"| {_fmt(r['weights_rel_error'])} | {_fmt(r['tv_mean'])} / {_fmt(r['tv_max'])} "
                 f"| {_fmt(r['kl_mean'])} / {_fmt(r['kl_max'])} "
                 f"| {r['kl_inf_rows']} / {r['n_rows']} | {r['nonpositive_denominators']} "
-                f"| {time_cell} | {mem} |"
+                f"| {r.get('guarded_rows', 0)} | {time_cell} | {mem} |"
             )
         c = self.context
         u = c.get("uniform", {})
