@@ -24,11 +24,10 @@ GPU: ``PYTHONPATH=. python benchmarks/gp_fused_grad.py --out benchmarks/results/
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
-from _common import (check_mode, default_out, device_facts, log, now, peak_mib, sync, versions,
+from _common import (check_mode, default_out, device_facts, log, now, peak_mib, versions, wall_s,
                      write_json_atomic)
 
 
@@ -40,14 +39,7 @@ def rel_err(a, ref):
 def seconds(fn, dev, runs):
     """Median wall-clock seconds of ``runs`` synchronised calls after one warm-up call."""
     fn()
-    times = []
-    for _ in range(runs):
-        sync(dev)
-        t = time.perf_counter()
-        fn()
-        sync(dev)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return wall_s(fn, dev, runs)
 
 
 def main(argv=None):
