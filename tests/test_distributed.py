@@ -287,14 +287,16 @@ def _gp_single(name):
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    "name", ["gp_fit", "gp_uneven", "gp_small", "gp_exact", "gp_float32", "gp_chunked"])
+    "name",
+    ["gp_fit", "gp_uneven", "gp_small", "gp_exact", "gp_float32", "gp_chunked", "gp_fused"])
 def test_gp_equals_one_process(ranks, data, name):
     """Hyperparameters, log-likelihood, alpha_, predictive mean and std and the LML gradient:
     equal on every rank and to one process. gp_fit: iterative path (exact_max_n=0), 40 rows,
     L-BFGS; gp_uneven: 7 offset rows (uneven shards), two targets; gp_small: 2 rows (a rank
     with none on 3 ranks); gp_exact: the dense Cholesky path, rank 0's result broadcast;
     gp_float32: float32 blocks (the float64 true residual of CG sharded too); gp_chunked: no
-    dense K, chunks of 2 rows (boundaries inside the shards)."""
+    dense K, chunks of 2 rows (boundaries inside the shards); gp_fused: the gradient's
+    contractions from the fused pass on each rank's rows, all-reduced."""
     single = _gp_single(name)
     # The sharded products differ from one process's only in the rounding of the row-block
     # matrix products, so CG may stop an iteration apart: the results agree to the CG tolerance

@@ -158,7 +158,7 @@ def test_other_trees_take_the_autograd_path(name, device, fused_here, monkeypatc
     assert np.isfinite(grad).all()
 
 
-def test_wide_data_sharded_rows_and_other_devices_take_the_autograd_path(device, monkeypatch):
+def test_wide_data_and_other_devices_take_the_autograd_path(device, monkeypatch):
     kernel = C(1.5) * RBF(0.8) + W(0.05)
     X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
     X3, _ = _data(n=20, d=3)
@@ -167,8 +167,8 @@ def test_wide_data_sharded_rows_and_other_devices_take_the_autograd_path(device,
                                                 torch.float64)) is None
     op3 = CovarianceOperator(X3, parse_kernel(kernel), 0.0, device, torch.float64)
     assert _fused.fused_tree(op3) is not None
-    op3.rows = (0, 10)  # this process's share of rows under a process group: not fused yet
-    assert _fused.fused_tree(op3) is None
+    op3.rows = (0, 10)  # this process's share of rows under a process group: fused on them
+    assert _fused.fused_tree(op3) is not None
     monkeypatch.setattr(_fused, "DEVICES", ("cuda",))  # the default: never on the CPU
     cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
     assert _fused.fused_tree(cpu) is None
@@ -189,3 +189,51 @@ def test_ard_rational_quadratic_autograd_gradient_is_finite():
     fd = [(gp.log_marginal_likelihood(theta + h * e) - gp.log_marginal_likelihood(theta - h * e))
           / (2 * h) for e in np.eye(len(theta))]
     np.testing.assert_allclose(grad, fd, rtol=0, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("name", ["rbf-ard", "matern15-ard", "reordered-nested-constants"])
+def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, monkeypatch):
+    """K @ V when K is not held dense (large n), and the float64 K @ V of CG's true residual:
+    the Triton K @ V for the common trees, equal to the torch row blocks to rounding, on a
+    process's share of the rows too. Tolerance: both sum n products of the same kernel values
+    in ``dtype``, so n eps(dtype) (|K| |V|) bounds the difference (with the float64 residual
+    product, eps of float64)."""
+    from kernelkit.gp._lml import exact_matmul
+    from kernelkit_gpu.pairwise import matvec_fused
+
+    kernel = {**FAST, **FAST_MORE}[name]
+    X, _ = _data(n=70)
+    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, DTYPES[dtype])
+    assert not op.dense
+    params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
+    V = torch.as_tensor(np.random.default_rng(1).standard_normal((70, 3)), device=op.device)
+    launches = []
+    launch = matvec_fused.kernel_matvec
+
+    def spy(*args, **kwargs):
+        launches.append(args[0].shape[0])
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(matvec_fused, "kernel_matvec", spy)
+    import kernelkit_gpu
+    monkeypatch.setattr(kernelkit_gpu, "kernel_matvec", spy)
+    results = {}
+    for fused in (False, True):
+        monkeypatch.setattr(_fused, "DEVICES", (device,) if fused else ())
+        op.rows = (0, 70)
+        whole = op.matmul(V.to(op.dtype), params).to(torch.float64)
+        exact = exact_matmul(op, params, V)
+        op.rows = (13, 50)  # a process's share
+        share = op._matmul_rows(V.to(op.dtype), params).to(torch.float64)
+        results[fused] = (whole, exact, share)
+    assert launches == [70, 70, 37]  # the Triton K @ V ran, on the share's rows too
+    Kabs = torch.as_tensor(np.abs(kernel(X)), device=op.device)
+    scale = Kabs @ V.abs()
+    for got, want, eps, rows in zip(results[True], results[False],
+                                    (torch.finfo(op.dtype).eps, 2.0**-52, torch.finfo(op.dtype).eps),
+                                    (slice(None), slice(None), slice(13, 50))):
+        assert got.shape == want.shape
+        bound = 70 * eps * scale[rows] + 1e-300
+        assert ((got - want).abs() <= bound).all(), float(((got - want).abs() / bound).max())

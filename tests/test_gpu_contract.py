@@ -264,3 +264,38 @@ def test_no_samples(impl, device):
     res = f(x, u, w, "rbf", v=v, gamma=[0.1, 0.2, 0.3])
     assert torch.equal(res.grad.cpu(), torch.zeros(3, dtype=torch.float64))
     assert float(res.kg) == 0.0 and res.kv.shape == (0, 2)
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("d", [3, 17], ids=["triton", "twin-d17"])
+def test_row_range_is_the_share_of_a_row_sharded_sum(d, dtype_name, device, poisoned_outputs):
+    """``rows=(first, last)``: the sums over i restricted to those rows (the same numbers as u
+    zeroed outside them, checked against the float64 reference) and kv's rows first:last; the
+    shares of a partition, empty and ragged ones included, add up to the whole."""
+    params = dict(gamma=np.linspace(0.2, 1.5, d))
+    x, u, w, v = data(63, d, 3, 2, 1000.0, DTYPES[dtype_name], device, seed=3)
+    whole = fused.kernel_contractions(x, u, w, "rbf", v=v, **params)
+    shares = [(0, 40), (40, 40), (40, 63)]
+    total_grad, total_kg = 0.0, 0.0
+    for first, last in shares:
+        res = fused.kernel_contractions(x, u, w, "rbf", v=v, rows=(first, last), **params)
+        keep = torch.zeros_like(u)
+        keep[first:last] = 1
+        check(res._replace(kv=None), x, u * keep, w, None, "rbf", params, dtype_name)
+        assert res.kv.shape == (last - first, 2)
+        np.testing.assert_allclose(f64(res.kv), f64(whole.kv)[first:last],
+                                   rtol=TOL[dtype_name]["rtol"], atol=TOL[dtype_name]["atol"])
+        total_grad, total_kg = total_grad + f64(res.grad), total_kg + float(res.kg)
+    # the same float32 row sums added in another float64 order: a few units of the sum's terms
+    scale = (np.abs(f64(whole.grad)).max() + abs(float(whole.kg))) * 64 * UNIT[dtype_name]
+    np.testing.assert_allclose(total_grad, f64(whole.grad), rtol=0, atol=scale)
+    assert abs(total_kg - float(whole.kg)) <= scale
+
+
+@pytest.mark.parametrize("rows,error", [((5, 3), ValueError), ((0, 64), ValueError),
+                                        ((-1, 3), ValueError), ("ab", TypeError),
+                                        ((1, 2, 3), TypeError)])
+def test_bad_row_range_is_refused_by_name(rows, error, device):
+    x, u, w, _ = data(63, 3, 2, None, 0.0, torch.float32, device)
+    with pytest.raises(error, match="rows"):
+        fused.kernel_contractions(x, u, w, "rbf", rows=rows, gamma=0.5)

@@ -22,9 +22,9 @@ derivatives along the registry's log-parameters. They map to theta (scikit-learn
   :func:`~kernelkit.gp._operator.bilinear`.
 
 Only on :data:`DEVICES` (CUDA); on the CPU the float64 autograd path stays (tests add "cpu" to
-run the Triton interpreter). Every other tree, wider data, and an operator whose rows are sharded
-over a process group (``op.rows`` not all n rows: the fused pass has no row range yet) take the
-autograd path.
+run the Triton interpreter). Every other tree and wider data take the autograd path. An operator
+whose rows are sharded over a process group runs the pass on its rows (``rows=op.rows``) and
+all-reduces the sums (``op.reduce``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from kernelkit.gp import _operator
 from kernelkit.gp import _structure as S
 
-__all__ = ["FusedTree", "fused_tree", "bilinear", "DEVICES"]
+__all__ = ["FusedTree", "fused_tree", "bilinear", "kernel_part_matmul", "DEVICES"]
 
 #: Device types where the gradient's contractions run fused.
 DEVICES = ("cuda",)
@@ -65,8 +65,7 @@ def fused_tree(op):
     from kernelkit_gpu.pairwise.contract_fused import FUSED_KERNELS
 
     if (op.device.type not in DEVICES or not _launch.HAS_TRITON
-            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None
-            or tuple(getattr(op, "rows", (0, op.n))) != (0, op.n)):  # rows sharded over ranks
+            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None):
         return None
     factors = _factors(op.structure.root)
     leaves = [f for f in factors if isinstance(f, S.Leaf)]
@@ -77,20 +76,47 @@ def fused_tree(op):
     return FusedTree(leaves[0], constants)
 
 
+def _leaf_numbers(op, tree, theta):
+    """``(registry parameters as NumPy values, amplitude)`` of the tree at ``theta``."""
+    numbers = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
+               for k, v in tree.leaf.numbers(theta, op.X64.shape[1]).items()}
+    amplitude = 1.0
+    for c in tree.constants:
+        amplitude *= float(c.number(theta))
+    return numbers, amplitude
+
+
+def kernel_part_matmul(op, tree, params, V, dtype):
+    """This process's rows (``op.rows``) of k_theta(X, X) @ V, the kernel part of ``tree``, by
+    the Triton K @ V (:func:`kernelkit_gpu.kernel_matvec`) in ``dtype``: float32 ("accurate":
+    float32 products of centred operands) or float64 (float64 arithmetic). Nothing of size
+    n x n is formed; the torch row blocks it replaces walk d elementwise passes over every
+    chunk. Result in ``dtype``."""
+    from kernelkit_gpu import assume_finite, kernel_matvec
+
+    numbers, amplitude = _leaf_numbers(op, tree, params["theta"].detach())
+    first, last = op.rows
+    X = op.X64.to(dtype)
+    with assume_finite():  # training data checked at fit, CG columns finite
+        out = kernel_matvec(X[first:last], X, V.to(dtype), tree.leaf.spec.name, **numbers)
+    return out if amplitude == 1.0 else amplitude * out
+
+
 def _contract(op, tree, theta, A, B):
     """(value, gradient along theta) of sum_j a_j^T k_theta(X, X) b_j, kernel part only."""
     from kernelkit_gpu import assume_finite
     from kernelkit_gpu.pairwise.contract_fused import kernel_contractions
 
-    d = op.X64.shape[1]
     leaf = tree.leaf
-    numbers = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
-               for k, v in leaf.numbers(theta, d).items()}
-    amplitude = 1.0
-    for c in tree.constants:
-        amplitude *= float(c.number(theta))
-    with assume_finite():  # CG columns: finite, checked nowhere else per iteration
-        res = kernel_contractions(op.X64.to(op.dtype), A, B, leaf.spec.name, **numbers)
+    numbers, amplitude = _leaf_numbers(op, tree, theta)
+    def share():  # this process's rows of the sums (all n rows on one process)
+        with assume_finite():  # CG columns: finite, checked nowhere else per iteration
+            res = kernel_contractions(op.X64.to(op.dtype), A, B, leaf.spec.name, rows=op.rows,
+                                      **numbers)
+        return torch.cat([res.grad, res.kg.reshape(1)])
+
+    summed = op.reduce(share)  # float64; all-reduced over the ranks of a sharded operator
+    res_grad, res_kg = summed[:-1], summed[-1]
     # res.grad: the registry's hyperparameters in order, one entry per element of each value
     where, pos = {}, 0
     for p in leaf.spec.hyperparameters:
@@ -101,11 +127,11 @@ def _contract(op, tree, theta, A, B):
     maps = {m.name: m for m in leaf.kernel._param_map}
     for name, start, size, _ in leaf.free:
         m = maps[name]
-        grad[start:start + size] += amplitude * m.power * res.grad[where[m.registry]]
+        grad[start:start + size] += amplitude * m.power * res_grad[where[m.registry]]
     for c in tree.constants:
         if c.start is not None:
-            grad[c.start] += c.power * amplitude * res.kg
-    return amplitude * res.kg, grad
+            grad[c.start] += c.power * amplitude * res_kg
+    return amplitude * res_kg, grad
 
 
 class _FusedBilinear(torch.autograd.Function):

@@ -73,12 +73,9 @@ def make_probes(n, rank, n_probes, seed, device):
 
 
 def _diagonal(op, params):
-    """diag(k(X, X)) of the kernel part in float64 (no noise), from small diagonal blocks."""
-    X = op.X64
-    step = 64  # diagonal blocks of 64 x 64 values: n x 64 work, far below any chunk
-    return torch.cat([op.block(X[lo:lo + step], X[lo:lo + step], params,
-                               diagonal_offset=0, dtype=torch.float64).diagonal()
-                      for lo in range(0, op.n, step)])
+    """diag(k(X, X)) of the kernel part in float64 (no noise), in one pass over the n points
+    (the per-block loop it replaces cost 186 ms at n = 2e4 on an H200, 34% of an LML+grad)."""
+    return op.kernel_diagonal(op.X64, params)
 
 
 def preconditioner(op, params, rank, params_ng=None):
@@ -100,10 +97,15 @@ def exact_matmul(op, params, V):
     """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
     def rows():  # this process's rows (op.rows)
         X, (first, last) = op.X64, op.rows
-        out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
-        for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
-            out[lo - first:hi - first] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
-                                                  dtype=torch.float64) @ V
+        tree = _fused.fused_tree(op)
+        if tree is not None:  # the Triton K @ V on float64 operands (float64 arithmetic)
+            out = _fused.kernel_part_matmul(op, tree, params, V, torch.float64)
+        else:
+            out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
+                              device=V.device)
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
+                out[lo - first:hi - first] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
+                                                      dtype=torch.float64) @ V
         return out + float(params["noise"] + op.jitter) * V[first:last]
 
     with torch.no_grad():

@@ -281,11 +281,17 @@ class CovarianceOperator:
             if self.dense:
                 return torch.addmm(V[first:last], self.kernel_matrix(params), V,
                                    beta=float(params["noise"] + self.jitter))
-            out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
-                              device=V.device)
-            for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
-                Kb = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
-                out[lo - first:hi - first] = Kb @ V
+            from kernelkit.gp import _fused
+
+            tree = _fused.fused_tree(self)
+            if tree is not None:  # the Triton K @ V (CUDA, common trees)
+                out = _fused.kernel_part_matmul(self, tree, params, V, V.dtype)
+            else:
+                out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
+                                  device=V.device)
+                for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                    Kb = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
+                    out[lo - first:hi - first] = Kb @ V
             out += (params["noise"] + self.jitter).to(V.dtype) * V[first:last]
         return out
 

@@ -102,27 +102,30 @@ def _alpha_factor(k, s, p0, p1):
     return p1 * k * (q / w - lg)
 
 
-@triton.jit(do_not_specialize=["N", "T", "R"])
+@triton.jit(do_not_specialize=["ROW0", "ROW_END", "N", "T", "R"])
 def _contract_kernel(
     x_ptr, u_ptr, w_ptr, v_ptr, prm_ptr, part_ptr, kv_ptr,
-    N, T, R,
+    ROW0, ROW_END, N, T, R,
     stride_xk, stride_um, stride_ut, stride_wm, stride_wt, stride_vm, stride_vr,
     stride_pm, stride_kvm, stride_kvr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr, DK: tl.constexpr, KIND: tl.constexpr, L1: tl.constexpr,
     ALPHA: tl.constexpr, HAS_V: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
-    """part[rows, :DK] = per-feature row sums of phi o G o Delta^2; part[rows, DK] = row sums of
-    K o G; part[rows, DK + 1] (ALPHA) = row sums of psi o G; kv[rows] = K @ v (HAS_V).
+    """For the rows ROW0 <= i < ROW_END of K(X, X) (a process's share; 0 and N for all):
+    part[i - ROW0, :DK] = per-feature row sums of phi o G o Delta^2; part[i - ROW0, DK] = row
+    sums of K o G; part[i - ROW0, DK + 1] (ALPHA) = row sums of psi o G; kv[i - ROW0] = K @ v
+    (HAS_V).
 
     x is feature-major, (DK, N) with unit stride along rows. Every column tile is masked (loads
     give 0 beyond N: G and v vanish there); loop bounds depend on N only.
     """
     ACC: tl.constexpr = part_ptr.dtype.element_ty
     pid = tl.program_id(0)
-    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    mask_m = offs_m < N
+    offs_m = ROW0 + pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask_m = offs_m < ROW_END
     rows = offs_m.to(tl.int64)
+    out_rows = rows - ROW0
     offs_t = tl.arange(0, BLOCK_T)
     mask_t = offs_t < T
     offs_d = tl.arange(0, BLOCK_D)
@@ -178,21 +181,23 @@ def _contract_kernel(
             kmask = tl.where(mask_n[None, :], kval, 0.0)
             acc_kv = tl.dot(kmask, vb, acc_kv, input_precision=DOT_PREC, out_dtype=ACC)
 
-    tl.store(part_ptr + rows[:, None] * stride_pm + offs_d[None, :], acc_d,
+    tl.store(part_ptr + out_rows[:, None] * stride_pm + offs_d[None, :], acc_d,
              mask=mask_m[:, None] & (offs_d[None, :] < DK))
-    tl.store(part_ptr + rows * stride_pm + DK, acc_kg, mask=mask_m)
+    tl.store(part_ptr + out_rows * stride_pm + DK, acc_kg, mask=mask_m)
     if ALPHA:
-        tl.store(part_ptr + rows * stride_pm + DK + 1, acc_a, mask=mask_m)
+        tl.store(part_ptr + out_rows * stride_pm + DK + 1, acc_a, mask=mask_m)
     if HAS_V:
-        tl.store(kv_ptr + rows[:, None] * stride_kvm + offs_r[None, :] * stride_kvr, acc_kv,
+        tl.store(kv_ptr + out_rows[:, None] * stride_kvm + offs_r[None, :] * stride_kvr, acc_kv,
                  mask=mask_m[:, None] & mask_r[None, :])
 
 
-def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
+def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
     """Launch one pass: ``xt`` (D, n) prepared feature-major operand, ``u``/``w`` (n, t <= 64),
-    ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (n, D + 2) and ``kv``
-    (n, r) outputs in the accumulation dtype."""
+    ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (m, D + 2) and ``kv``
+    (m, r) outputs in the accumulation dtype for the m rows ``rows = (first, last)`` of K
+    (default all n)."""
     d, n = xt.shape
+    first, last = (0, n) if rows is None else rows
     t = u.shape[1]
     r = 0 if v is None else v.shape[1]
     cfg = dict(_configs())
@@ -200,10 +205,10 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
     dot_prec = "ieee" if acc == torch.float64 else DOT_PREC_F32
     if v is None:
         v = kv = part  # never read (HAS_V False)
-    grid = (triton.cdiv(n, cfg["BLOCK_M"]),)
+    grid = (triton.cdiv(last - first, cfg["BLOCK_M"]),)
     _contract_kernel[grid](
         xt, u, w, v, prm, part, kv,
-        n, t, r,
+        first, last, n, t, r,
         xt.stride(0), u.stride(0), u.stride(1), w.stride(0), w.stride(1), v.stride(0),
         v.stride(1), part.stride(0), kv.stride(0), kv.stride(1),
         BLOCK_T=_launch.block_size(t), BLOCK_R=_launch.block_size(max(r, 1)),
@@ -212,12 +217,25 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha):
     )
 
 
+def _check_rows(rows, n):
+    """``(first, last)`` of ``rows`` (None: all n), checked: 0 <= first <= last <= n."""
+    if rows is None:
+        return 0, n
+    try:
+        first, last = (int(r) for r in rows)
+    except (TypeError, ValueError):
+        raise TypeError(f"rows must be None or a pair of ints (first, last); got {rows!r}") from None
+    if not 0 <= first <= last <= n:
+        raise ValueError(f"rows must satisfy 0 <= first <= last <= n = {n}; got {rows!r}")
+    return first, last
+
+
 def _fused_ok(plan, x):
     return (plan.name in FUSED_KERNELS and _launch.HAS_TRITON and x.shape[1] <= P.DIRECT_MAX_D
             and (x.device.type == "cuda" or (x.device.type == "cpu" and _launch.INTERPRET)))
 
 
-def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
+def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     r"""Derivative contractions sum_i u_i^T (dK / dlog theta_j) w_i, and K @ v, in one pass.
 
     K = K(X, X) of a registry kernel; nothing of size n x n is stored. Equivalent, up to dtype
@@ -239,6 +257,10 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
         autograd: O(n^2 d) work per hyperparameter, block-sized memory).
     v : torch.Tensor, shape (n,) or (n, r), optional
         If given, ``kv = K @ v`` is computed in the same pass.
+    rows : tuple of int, optional
+        ``(first, last)``: only the rows first <= i < last of K take part (a process's share of
+        a row-sharded sum: the sums over i are restricted to those rows, the sums over j stay
+        over all n; ``kv`` has last - first rows). Default all n rows.
     **params
         Kernel parameters with the registry's names (``gamma`` for rbf / laplacian with
         gamma = 1 / (2 length_scale^2) resp. 1 / length_scale; ``length_scale`` for matern and
@@ -282,10 +304,17 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
     """
     x, u2, w2, v2, squeeze = check_contraction_args(x, u, w, v)
     n, d = x.shape
+    first, last = _check_rows(rows, n)
     plan = P.kernel_plan(kernel, d, params)
     P.check_params_range(plan, x.dtype)
     if not _fused_ok(plan, x):
-        return kernel_contractions_naive(x, u, w, kernel, v=v, **params)
+        if (first, last) == (0, n):
+            return kernel_contractions_naive(x, u, w, kernel, v=v, **params)
+        # the twin has no row range: zero u outside the rows (sum_i u_i^T ... restricted)
+        keep = torch.zeros((n,) + (1,) * (u.dim() - 1), dtype=u.dtype, device=u.device)
+        keep[first:last] = 1
+        res = kernel_contractions_naive(x, u * keep, w, kernel, v=v, **params)
+        return res._replace(kv=None if res.kv is None else res.kv[first:last])
     spec = get_kernel(kernel)
     acc = P.acc_dtype(x.dtype)
     resolved = spec.explicit(d, plan.params)
@@ -299,20 +328,21 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, **params):
     xt = xt.T.contiguous()
     prm_t = torch.tensor([float(p) for p in prm], dtype=acc, device=x.device)
     alpha = plan.name == "rational_quadratic"
-    part = _launch.alloc((n, d + 2), acc, x.device)
+    m = last - first
+    part = _launch.alloc((m, d + 2), acc, x.device)
     part_sum = torch.zeros(d + 2, dtype=torch.float64, device=x.device)
     r = 0 if v2 is None else v2.shape[1]
-    kv = None if v2 is None else _launch.alloc((n, r), acc, x.device)
-    if kv is not None and n == 0:
+    kv = None if v2 is None else _launch.alloc((m, r), acc, x.device)
+    if kv is not None and m == 0:
         kv.zero_()
     t = u2.shape[1]
     step = MAX_BLOCK_T
-    for c0 in range(0, max(t, r, 1) if n else 0, step):  # n = 0: empty sums, no launch
+    for c0 in range(0, max(t, r, 1) if m else 0, step):  # no rows: empty sums, no launch
         uc, wc = u2[:, c0:c0 + step].to(acc), w2[:, c0:c0 + step].to(acc)
         vc = None if c0 >= r else v2[:, c0:c0 + step].to(acc)
         kvc = None if vc is None else kv[:, c0:c0 + step]
         contract_fwd(xt, uc, wc, vc, prm_t, part, kvc, plan.kind,
-                     plan.pairwise == E.PW_MANHATTAN.value, alpha)
+                     plan.pairwise == E.PW_MANHATTAN.value, alpha, rows=(first, last))
         if not alpha:
             part[:, d + 1] = 0
         part_sum += part.sum(dim=0, dtype=torch.float64)
