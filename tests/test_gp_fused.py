@@ -204,7 +204,7 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
 
     kernel = {**FAST, **FAST_MORE}[name]
     X, _ = _data(n=70)
-    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)
+    monkeypatch.setattr(_operator, "dense_budget", lambda device: 0)  # no dense K, any device
     op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, DTYPES[dtype])
     assert not op.dense
     params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))

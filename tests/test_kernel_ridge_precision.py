@@ -240,3 +240,35 @@ def test_dense_fallback_checks_memory(rng, monkeypatch):
     monkeypatch.setattr(_memory, "available_bytes", lambda where: 2 * 2**20)
     with pytest.raises(ValueError, match="broke down"):
         KernelRidge(alpha=1e-300, gamma=0.3, solver="cg", n_components=10, device="cpu").fit(X, y)
+
+
+def test_falkon_factor_models_the_system_ridge_and_falls_back_when_it_is_indefinite(rng):
+    """The Falkon preconditioner's factor A A^T = S + alpha R, R = L^{-1} (K_MM + s_sys I) L^{-T}
+    (the system's ridge in the preconditioned variables): checked against a dense float64
+    product; and where S + alpha R is not positive definite (K_MM's rounding below -s_sys, seen
+    on a 16-core host's BLAS for a finite-rank kernel) the factor of S + alpha I instead of an
+    error."""
+    from kernelkit.solvers._nystrom import _ridge_metric, _shifted_factors
+
+    m = 30
+    G = rng.standard_normal((m, 5))
+    Kmm = torch.as_tensor(G @ G.T)  # rank 5: a finite-rank kernel's landmark matrix
+    shift, system_shift = 1e-6, 1e-8
+    L = torch.linalg.cholesky(Kmm + shift * torch.eye(m, dtype=torch.float64))
+    R = _ridge_metric(L, shift, system_shift)
+    Linv = torch.linalg.inv(L)
+    want_R = Linv @ (Kmm + system_shift * torch.eye(m, dtype=torch.float64)) @ Linv.T
+    # R is formed as I - (s - s_sys) L^{-1} L^{-T}: the cancellation costs eps / s_sys relative
+    np.testing.assert_allclose(R.numpy(), want_R.numpy(), rtol=0, atol=1e-12 / system_shift)
+    S = torch.as_tensor(np.eye(m) * 3.0)
+    alphas = torch.tensor([0.5, 0.5, 2.0], dtype=torch.float64)
+    factors = _shifted_factors(S, alphas, R)
+    assert [cols.tolist() for _, cols in factors] == [[0, 1], [2]]
+    for (A, _), alpha in zip(factors, (0.5, 2.0)):
+        np.testing.assert_allclose((A @ A.T).numpy(), (S + alpha * R).numpy(), rtol=1e-12,
+                                   atol=1e-12)
+    indefinite = torch.eye(m, dtype=torch.float64)
+    indefinite[0, 0] = -100.0  # S + alpha R has a negative eigenvalue for either alpha
+    for (A, _), alpha in zip(_shifted_factors(S, alphas, indefinite), (0.5, 2.0)):
+        np.testing.assert_allclose((A @ A.T).numpy(), (S + alpha * torch.eye(m)).numpy(),
+                                   rtol=1e-12, atol=1e-12)

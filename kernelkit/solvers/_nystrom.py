@@ -119,10 +119,18 @@ def _per_alpha(factors, V, fn):
 def _shifted_factors(S, alphas, R=None):
     """``[(Cholesky factor of S + alpha R, columns with that alpha)]`` for each distinct alpha
     (R None: the identity; :func:`~kernelkit.solvers._dense.shifted_solve` is the dense solve of
-    the same shifts)."""
-    R = torch.eye(S.shape[0], dtype=S.dtype, device=S.device) if R is None else R
-    return [(cholesky_jitter(S + alpha * R, 0.0)[0], cols)
-            for alpha, cols in alpha_groups(alphas)]
+    the same shifts). Where S + alpha R is not positive definite in floating point, S + alpha I:
+    R = L^{-1} (K_MM + s_sys I) L^{-T} is indefinite when K_MM's rounding (eigenvalues of either
+    sign, of order M eps mean(diag)) exceeds s_sys along its numerical null space, as for a
+    finite-rank kernel with M above its rank."""
+    eye = torch.eye(S.shape[0], dtype=S.dtype, device=S.device)
+    factors = []
+    for alpha, cols in alpha_groups(alphas):
+        factor, info = (None, 1) if R is None else torch.linalg.cholesky_ex(S + alpha * R)
+        if int(info) != 0:
+            factor = cholesky_jitter(S + alpha * eye, 0.0)[0]
+        factors.append((factor, cols))
+    return factors
 
 
 def _ridge_metric(L, shift, system_shift):
