@@ -99,21 +99,21 @@ def gp_fits(data):
     def fused():
         """The gradient's contractions from the fused Triton pass (interpreter), each rank on its
         rows, sums all-reduced; fails unless the pass ran (not the autograd fallback)."""
-        from kernelkit.gp import _fused
+        from kernelkit.gp import _fused_tree
         from kernelkit_gpu.pairwise import contract_fused
 
-        saved, original = _fused.DEVICES, contract_fused.kernel_contractions
+        saved, original = _fused_tree.DEVICES, contract_fused.kernel_contractions
         calls = []
 
         def counted(*args, **kwargs):
             calls.append(kwargs.get("rows"))
             return original(*args, **kwargs)
 
-        _fused.DEVICES, contract_fused.kernel_contractions = ("cpu",), counted
+        _fused_tree.DEVICES, contract_fused.kernel_contractions = ("cpu",), counted
         try:
             out = gp_summary(fit(gp(optimizer=None), Xr[:23], yr[:23, 0]), Xr[:3])
         finally:
-            _fused.DEVICES, contract_fused.kernel_contractions = saved, original
+            _fused_tree.DEVICES, contract_fused.kernel_contractions = saved, original
         assert calls, "the fused pass did not run"
         return out
 

@@ -1,8 +1,9 @@
 """The GP gradient through the fused Triton contractions (kernelkit.gp._fused) against the
 autograd-of-blocks path (kernelkit.gp._operator.bilinear) at the same probes and CG solves.
 
-On the CPU the fused path is off (``_fused.DEVICES`` is CUDA only); these tests switch it on for
-the CPU so the Triton kernel runs under the interpreter, and a spy on its launcher proves it ran.
+On the CPU the fused path is off (``_fused_tree.DEVICES`` is CUDA only); these tests switch it on
+for the CPU so the Triton kernel runs under the interpreter, and a spy on its launcher proves it
+ran.
 Under ``--device cuda`` they run on the GPU as written.
 
 Tolerance: both paths contract the same columns A, B with the same kernel matrix; they differ
@@ -26,7 +27,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import _fused, _operator
+from kernelkit.gp import _fused, _fused_tree, _operator
 from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
 from kernelkit.gp._operator import CovarianceOperator
 from kernelkit.gp._structure import parse_kernel
@@ -62,7 +63,7 @@ pytestmark = pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
 @pytest.fixture
 def fused_here(monkeypatch, device):
     """Switch the fused path on for the test's device and count the Triton launches."""
-    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    monkeypatch.setattr(_fused_tree, "DEVICES", (device,))
     calls = []
     launch = contract_fused.contract_fwd
 
@@ -104,7 +105,7 @@ def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_
     assert fused_here, "the fused Triton contraction did not run"
     assert all(shape == (3, len(y)) for shape in fused_here)
 
-    monkeypatch.setattr(_fused, "DEVICES", ())  # the autograd-of-blocks path, same probes
+    monkeypatch.setattr(_fused_tree, "DEVICES", ())  # the autograd-of-blocks path, same probes
     n_fused = len(fused_here)
     ref_value, ref_grad, _ = _lml(op, kernel, y)
     assert len(fused_here) == n_fused
@@ -162,14 +163,14 @@ def test_wide_data_and_other_devices_take_the_autograd_path(device, monkeypatch)
     kernel = C(1.5) * RBF(0.8) + W(0.05)
     X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
     X3, _ = _data(n=20, d=3)
-    monkeypatch.setattr(_fused, "DEVICES", (device,))
+    monkeypatch.setattr(_fused_tree, "DEVICES", (device,))
     assert _fused.fused_tree(CovarianceOperator(X17, parse_kernel(kernel), 0.0, device,
                                                 torch.float64)) is None
     op3 = CovarianceOperator(X3, parse_kernel(kernel), 0.0, device, torch.float64)
     assert _fused.fused_tree(op3) is not None
     op3.rows = (0, 10)  # this process's share of rows under a process group: fused on them
     assert _fused.fused_tree(op3) is not None
-    monkeypatch.setattr(_fused, "DEVICES", ("cuda",))  # the default: never on the CPU
+    monkeypatch.setattr(_fused_tree, "DEVICES", ("cuda",))  # the default: never on the CPU
     cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
     assert _fused.fused_tree(cpu) is None
 
@@ -221,7 +222,7 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
     monkeypatch.setattr(kernelkit_gpu, "kernel_matvec", spy)
     results = {}
     for fused in (False, True):
-        monkeypatch.setattr(_fused, "DEVICES", (device,) if fused else ())
+        monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
         op.rows = (0, 70)
         whole = op.matmul(V.to(op.dtype), params).to(torch.float64)
         exact = exact_matmul(op, params, V)
@@ -232,7 +233,8 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
     Kabs = torch.as_tensor(np.abs(kernel(X)), device=op.device)
     scale = Kabs @ V.abs()
     for got, want, eps, rows in zip(results[True], results[False],
-                                    (torch.finfo(op.dtype).eps, 2.0**-52, torch.finfo(op.dtype).eps),
+                                    (torch.finfo(op.dtype).eps, 2.0**-52,
+                                     torch.finfo(op.dtype).eps),
                                     (slice(None), slice(None), slice(13, 50))):
         assert got.shape == want.shape
         bound = 70 * eps * scale[rows] + 1e-300

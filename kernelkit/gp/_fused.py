@@ -21,86 +21,21 @@ derivatives along the registry's log-parameters. They map to theta (scikit-learn
 - the noise summands: (noise + jitter) sum_j a_j^T b_j, differentiated by autograd as in
   :func:`~kernelkit.gp._operator.bilinear`.
 
-Only on :data:`DEVICES` (CUDA); on the CPU the float64 autograd path stays (tests add "cpu" to
-run the Triton interpreter). Every other tree and wider data take the autograd path. An operator
-whose rows are sharded over a process group runs the pass on its rows (``rows=op.rows``) and
-all-reduces the sums (``op.reduce``).
+Only on :data:`kernelkit.gp._fused_tree.DEVICES` (CUDA); on the CPU the float64 autograd path
+stays (tests add "cpu" to run the Triton interpreter). Every other tree and wider data take the
+autograd path. An operator whose rows are sharded over a process group runs the pass on its rows
+(``rows=op.rows``) and all-reduces the sums (``op.reduce``).
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from kernelkit.gp import _operator
-from kernelkit.gp import _structure as S
+from kernelkit.gp._fused_tree import _leaf_numbers, fused_tree
 
-__all__ = ["FusedTree", "fused_tree", "bilinear", "kernel_part_matmul", "DEVICES"]
-
-#: Device types where the gradient's contractions run fused.
-DEVICES = ("cuda",)
-
-
-class FusedTree(NamedTuple):
-    """A kernel part the fused pass computes: the leaf and the constant factors beside it."""
-
-    leaf: S.Leaf
-    constants: tuple
-
-
-def _factors(node):
-    """The factors of a (nested) product, left to right."""
-    if isinstance(node, S.Product):
-        return _factors(node.k1) + _factors(node.k2)
-    return [node]
-
-
-def fused_tree(op):
-    """The :class:`FusedTree` of ``op``'s kernel part, or None where the autograd path stays
-    (another device or tree, more than ``DIRECT_MAX_D`` features, no Triton)."""
-    from kernelkit_gpu import _launch
-    from kernelkit_gpu import _prepare as P
-    from kernelkit_gpu.pairwise.contract_fused import FUSED_KERNELS
-
-    if (op.device.type not in DEVICES or not _launch.HAS_TRITON
-            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None):
-        return None
-    factors = _factors(op.structure.root)
-    leaves = [f for f in factors if isinstance(f, S.Leaf)]
-    constants = tuple(f for f in factors if isinstance(f, S.Scalar) and not f.white)
-    if (len(leaves) != 1 or len(leaves) + len(constants) != len(factors)
-            or leaves[0].spec.name not in FUSED_KERNELS):
-        return None
-    return FusedTree(leaves[0], constants)
-
-
-def _leaf_numbers(op, tree, theta):
-    """``(registry parameters as NumPy values, amplitude)`` of the tree at ``theta``."""
-    numbers = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
-               for k, v in tree.leaf.numbers(theta, op.X64.shape[1]).items()}
-    amplitude = 1.0
-    for c in tree.constants:
-        amplitude *= float(c.number(theta))
-    return numbers, amplitude
-
-
-def kernel_part_matmul(op, tree, params, V, dtype):
-    """This process's rows (``op.rows``) of k_theta(X, X) @ V, the kernel part of ``tree``, by
-    the Triton K @ V (:func:`kernelkit_gpu.kernel_matvec`) in ``dtype``: float32 ("accurate":
-    float32 products of centred operands) or float64 (float64 arithmetic). Nothing of size
-    n x n is formed; the torch row blocks it replaces walk d elementwise passes over every
-    chunk. Result in ``dtype``."""
-    from kernelkit_gpu import assume_finite, kernel_matvec
-
-    numbers, amplitude = _leaf_numbers(op, tree, params["theta"].detach())
-    first, last = op.rows
-    X = op.X64.to(dtype)
-    with assume_finite():  # training data checked at fit, CG columns finite
-        out = kernel_matvec(X[first:last], X, V.to(dtype), tree.leaf.spec.name, **numbers)
-    return out if amplitude == 1.0 else amplitude * out
-
+__all__ = ["bilinear"]
 
 def _contract(op, tree, theta, A, B):
     """(value, gradient along theta) of sum_j a_j^T k_theta(X, X) b_j, kernel part only."""

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from kernelkit.gp import _fused
+from kernelkit.gp import _fused, _fused_tree
 from kernelkit.solvers._cg import conjugate_gradient
 from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
                                         pivoted_cholesky_pivots)
@@ -97,9 +97,9 @@ def exact_matmul(op, params, V):
     """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
     def rows():  # this process's rows (op.rows)
         X, (first, last) = op.X64, op.rows
-        tree = _fused.fused_tree(op)
+        tree = _fused_tree.fused_tree(op)
         if tree is not None:  # the Triton K @ V on float64 operands (float64 arithmetic)
-            out = _fused.kernel_part_matmul(op, tree, params, V, torch.float64)
+            out = _fused_tree.kernel_part_matmul(op, tree, params, V, torch.float64)
         else:
             out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
                               device=V.device)

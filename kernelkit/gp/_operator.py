@@ -281,11 +281,11 @@ class CovarianceOperator:
             if self.dense:
                 return torch.addmm(V[first:last], self.kernel_matrix(params), V,
                                    beta=float(params["noise"] + self.jitter))
-            from kernelkit.gp import _fused
+            from kernelkit.gp import _fused_tree
 
-            tree = _fused.fused_tree(self)
+            tree = _fused_tree.fused_tree(self)
             if tree is not None:  # the Triton K @ V (CUDA, common trees)
-                out = _fused.kernel_part_matmul(self, tree, params, V, V.dtype)
+                out = _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
             else:
                 out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
                                   device=V.device)

@@ -224,7 +224,8 @@ def _check_rows(rows, n):
     try:
         first, last = (int(r) for r in rows)
     except (TypeError, ValueError):
-        raise TypeError(f"rows must be None or a pair of ints (first, last); got {rows!r}") from None
+        raise TypeError(
+            f"rows must be None or a pair of ints (first, last); got {rows!r}") from None
     if not 0 <= first <= last <= n:
         raise ValueError(f"rows must satisfy 0 <= first <= last <= n = {n}; got {rows!r}")
     return first, last

@@ -1,0 +1,81 @@
+"""Which kernel trees the fused Triton passes cover, and the Triton K @ V for them.
+
+A kernel part ``[ConstantKernel *] one stationary leaf`` (rbf, laplacian, matern, rational
+quadratic; d <= 16) with pure-noise summands beside it is a :class:`FusedTree`; on
+:data:`DEVICES` its gradient contractions come from one fused pass (:mod:`._fused`) and, when K
+is not held dense, its products K @ V from :func:`kernelkit_gpu.kernel_matvec`
+(:func:`kernel_part_matmul`). This module imports no other GP module but the structure, so the
+operator (:mod:`._operator`) and the gradient (:mod:`._fused`) can both use it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from kernelkit.gp import _structure as S
+
+__all__ = ["DEVICES", "FusedTree", "fused_tree", "kernel_part_matmul"]
+
+#: Device types where the gradient's contractions run fused.
+DEVICES = ("cuda",)
+
+
+class FusedTree(NamedTuple):
+    """A kernel part the fused pass computes: the leaf and the constant factors beside it."""
+
+    leaf: S.Leaf
+    constants: tuple
+
+
+def _factors(node):
+    """The factors of a (nested) product, left to right."""
+    if isinstance(node, S.Product):
+        return _factors(node.k1) + _factors(node.k2)
+    return [node]
+
+
+def fused_tree(op):
+    """The :class:`FusedTree` of ``op``'s kernel part, or None where the autograd path stays
+    (another device or tree, more than ``DIRECT_MAX_D`` features, no Triton)."""
+    from kernelkit_gpu import _launch
+    from kernelkit_gpu import _prepare as P
+    from kernelkit_gpu.pairwise.contract_fused import FUSED_KERNELS
+
+    if (op.device.type not in DEVICES or not _launch.HAS_TRITON
+            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None):
+        return None
+    factors = _factors(op.structure.root)
+    leaves = [f for f in factors if isinstance(f, S.Leaf)]
+    constants = tuple(f for f in factors if isinstance(f, S.Scalar) and not f.white)
+    if (len(leaves) != 1 or len(leaves) + len(constants) != len(factors)
+            or leaves[0].spec.name not in FUSED_KERNELS):
+        return None
+    return FusedTree(leaves[0], constants)
+
+
+def _leaf_numbers(op, tree, theta):
+    """``(registry parameters as NumPy values, amplitude)`` of the tree at ``theta``."""
+    numbers = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
+               for k, v in tree.leaf.numbers(theta, op.X64.shape[1]).items()}
+    amplitude = 1.0
+    for c in tree.constants:
+        amplitude *= float(c.number(theta))
+    return numbers, amplitude
+
+
+def kernel_part_matmul(op, tree, params, V, dtype):
+    """This process's rows (``op.rows``) of k_theta(X, X) @ V, the kernel part of ``tree``, by
+    the Triton K @ V (:func:`kernelkit_gpu.kernel_matvec`) in ``dtype``: float32 ("accurate":
+    float32 products of centred operands) or float64 (float64 arithmetic). Nothing of size
+    n x n is formed; the torch row blocks it replaces walk d elementwise passes over every
+    chunk. Result in ``dtype``."""
+    from kernelkit_gpu import assume_finite, kernel_matvec
+
+    numbers, amplitude = _leaf_numbers(op, tree, params["theta"].detach())
+    first, last = op.rows
+    X = op.X64.to(dtype)
+    with assume_finite():  # training data checked at fit, CG columns finite
+        out = kernel_matvec(X[first:last], X, V.to(dtype), tree.leaf.spec.name, **numbers)
+    return out if amplitude == 1.0 else amplitude * out
