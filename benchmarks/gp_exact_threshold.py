@@ -2,8 +2,10 @@
 (dense float64 Cholesky) vs iterative (default settings), at fixed hyperparameters.
 
 Sets :data:`kernelkit.gp._exact.EXACT_MAX_N`. GPU: ``python benchmarks/gp_exact_threshold.py``
-(n = 2000 ... 20 000, d = 8, ARD RBF + noise); ``--smoke`` runs small sizes on the CPU.
-Writes ``results/gp-exact-threshold-<gpu>-<date>.json``.
+(n = 2000 ... 20 000, d = 8, ARD RBF + noise); ``--cpu`` times the CPU's paths (float64, no
+Triton) at ``--sizes``, one run each after a warm-up; ``--smoke`` runs small sizes on the CPU
+interpreter. Both paths' LML values are recorded (the iterative one is an estimate).
+Writes ``results/gp-exact-threshold-<device>-<date>.json``.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ def main(argv=None):
     p.add_argument("--sizes", default="2000,5000,10000,15000,20000")
     p.add_argument("--features", type=int, default=8)
     p.add_argument("--smoke", action="store_true", help="CPU, n = 200 and 400")
+    p.add_argument("--cpu", action="store_true", help="time the CPU paths at --sizes")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
-    dev = check_mode(__file__, args.smoke)
+    dev = "cpu" if args.cpu else check_mode(__file__, args.smoke)
     sizes = [200, 400] if args.smoke else [int(s) for s in args.sizes.split(",")]
 
     from sklearn.gaussian_process.kernels import ConstantKernel, WhiteKernel
@@ -31,6 +34,11 @@ def main(argv=None):
     import kernelkit as kk
 
     facts = device_facts(dev)
+    if args.cpu:
+        import os
+
+        import torch
+        facts = dict(name=f"cpu-{os.cpu_count()}-cores", threads=torch.get_num_threads())
     out = args.out or default_out("gp-exact-threshold", facts["name"])
     record = dict(date=now(), device=facts, versions=versions(), rows=[])
     kernel = ConstantKernel(1.0) * kk.RBF(np.ones(args.features)) + WhiteKernel(0.1)
@@ -46,9 +54,11 @@ def main(argv=None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 gp.fit(X, y)
-                gp.log_marginal_likelihood(theta, eval_gradient=True)  # warm-up
+                lml, _ = gp.log_marginal_likelihood(theta, eval_gradient=True)  # warm-up
+                row[f"{path}_lml"] = float(lml)
                 row[f"{path}_s"] = wall_s(
-                    lambda: gp.log_marginal_likelihood(theta, eval_gradient=True), dev, runs=3)
+                    lambda: gp.log_marginal_likelihood(theta, eval_gradient=True), dev,
+                    runs=1 if args.cpu else 3)
         log(row)
         record["rows"].append(row)
         write_json_atomic(out, record)

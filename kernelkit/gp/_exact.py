@@ -26,14 +26,18 @@ import torch
 
 from kernelkit.gp._operator import theta_gradient
 
-__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "cholesky", "reduced"]
+__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "lml_from_factor",
+           "cholesky", "reduced"]
 
-#: Default largest n of the exact path, by device type. CPU: one LML + gradient, exact vs
-#: iterative (default settings, d = 3, 2-core CPU under load, 2026-11-25): n = 1000 0.8 vs 1.1 s,
-#: 2000 2.3 vs 3.2 s, 4000 18 vs 22 s, 6000 70 vs 33 s. GPU (H200, d = 8, 2026-11-25,
+#: Default largest n of the exact path, by device type: where exact is not much slower than the
+#: iterative estimate, whose LML error at default settings is tens of nats there. CPU (2 cores,
+#: d = 8, ARD RBF + noise, one LML + gradient, exact vs iterative, 2026-11-26,
+#: ``benchmarks/gp_exact_threshold.py --cpu``, results/gp-exact-threshold-cpu-2core-2026-11-26
+#: .json): n = 4000 2.5 vs 1.6 s (iterative LML off by 15 nats), 6000 5.4 vs 2.9 s (36),
+#: 8000 9.8 vs 7.3 s (35), 10 000 17.2 vs 10.6 s (29). GPU (H200, d = 8, 2026-11-25,
 #: ``benchmarks/gp_exact_threshold.py``, results/gp-exact-threshold-h200-2026-11-25.json):
 #: n = 5000 0.049 vs 0.096 s, 10 000 0.21 vs 0.19 s, 15 000 0.50 vs 0.33 s: the crossover.
-EXACT_MAX_N = {"cpu": 4_000, "cuda": 10_000}
+EXACT_MAX_N = {"cpu": 10_000, "cuda": 10_000}
 
 
 def exact_max_n(setting, device):
@@ -82,8 +86,7 @@ def exact_lml(op, theta, Y, alpha, eval_gradient=False):
         return (-np.inf, np.zeros(theta_t.shape[0])) if eval_gradient else -np.inf
     A = torch.cholesky_solve(Y, L)
     t = Y.shape[1]
-    lml = float(-0.5 * (Y * A).sum() - t * torch.log(torch.diagonal(L)).sum()
-                - 0.5 * t * op.n * math.log(2.0 * math.pi))
+    lml = lml_from_factor(L, Y, A)
     if not eval_gradient:
         return lml
     W = torch.cholesky_inverse(L)
@@ -101,6 +104,13 @@ def exact_lml(op, theta, Y, alpha, eval_gradient=False):
         if noise.requires_grad:
             grad += torch.autograd.grad(noise * diag_W, leaf)[0]
     return lml, (0.5 * grad).cpu().numpy()
+
+
+def lml_from_factor(L, Y, A):
+    """log p(Y) summed over the t columns of Y, from L L^T = K and A = K^{-1} Y (float)."""
+    t, n = Y.shape[1], Y.shape[0]
+    return float(-0.5 * (Y * A).sum() - t * torch.log(torch.diagonal(L)).sum()
+                 - 0.5 * t * n * math.log(2.0 * math.pi))
 
 
 def cholesky(op, params, alpha, kernel=None):

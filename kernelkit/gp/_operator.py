@@ -62,9 +62,15 @@ def _squared_distances(A, B, diagonal_offset):
     """||a_i - b_j||^2 of prepared operands: direct differences up to DIRECT_MAX_D features."""
     if A.shape[1] <= P.DIRECT_MAX_D:
         s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+        if A.requires_grad or B.requires_grad:  # autograd: out-of-place
+            for k in range(A.shape[1]):
+                t = A[:, k, None] - B[None, :, k]
+                s = s + t * t
+            return s
+        t = torch.empty_like(s)  # no autograd: one buffer, in place (half the memory passes)
         for k in range(A.shape[1]):
-            t = A[:, k, None] - B[None, :, k]
-            s = s + t * t
+            torch.sub(A[:, k, None], B[None, :, k], out=t)
+            s.addcmul_(t, t)
         return s
     s = ((A * A).sum(1)[:, None] + (B * B).sum(1)[None, :] - 2.0 * (A @ B.T)).clamp_min(0.0)
     if diagonal_offset is not None:

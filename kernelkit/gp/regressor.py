@@ -162,7 +162,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         path is float64 throughout.
     exact_max_n : int or None, default=None
         Largest n for the exact path; None means
-        :data:`kernelkit.gp._exact.EXACT_MAX_N` (4000 on the CPU, 10 000 on a GPU); 0 always
+        :data:`kernelkit.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0 always
         takes the iterative path.
     n_probes : int, default=16
         Iterative path: probe vectors for the log-determinant and trace estimates.
@@ -369,7 +369,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         import torch
 
-        from kernelkit.gp._exact import cholesky, exact_max_n
+        from kernelkit.gp._exact import cholesky, exact_max_n, lml_from_factor
         from kernelkit.gp._lml import log_marginal_likelihood
 
         settings = self._check_params()
@@ -440,9 +440,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if self._exact:
             params = op.structure.params(torch.as_tensor(theta, device=op.device))
             L = cholesky(op, params, self._alpha_tensor(op), self.kernel_)
-            self.log_marginal_likelihood_value_ = np.float64(lml_at(theta, False))
+            Y = self._targets(op)
+            alpha = torch.cholesky_solve(Y, L)
+            # the same value as lml_at(theta) (exact_lml), from this factor: K formed once
+            self.log_marginal_likelihood_value_ = np.float64(lml_from_factor(L, Y, alpha))
             self.L_ = L.cpu().numpy()
-            alpha = torch.cholesky_solve(self._targets(op), L)
         else:
             Y, probes = self._targets(op), self._probes(op, settings)
             lml, columns = 0.0, []
