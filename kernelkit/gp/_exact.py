@@ -33,8 +33,8 @@ __all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "lml_f
 #: iterative estimate, whose LML error at default settings is tens of nats there. CPU (2 cores,
 #: d = 8, ARD RBF + noise, one LML + gradient, exact vs iterative, 2026-11-26,
 #: ``benchmarks/gp_exact_threshold.py --cpu``, results/gp-exact-threshold-cpu-2core-2026-11-26
-#: .json): n = 4000 2.5 vs 1.6 s (iterative LML off by 15 nats), 6000 5.4 vs 2.9 s (36),
-#: 8000 9.8 vs 7.3 s (35), 10 000 17.2 vs 10.6 s (29). GPU (H200, d = 8, 2026-11-25,
+#: .json): n = 4000 1.6 vs 0.9 s (iterative LML off by 15 nats), 6000 5.4 vs 3.3 s (36),
+#: 8000 9.8 vs 5.4 s (35), 10 000 18.0 vs 10.0 s (29). GPU (H200, d = 8, 2026-11-25,
 #: ``benchmarks/gp_exact_threshold.py``, results/gp-exact-threshold-h200-2026-11-25.json):
 #: n = 5000 0.049 vs 0.096 s, 10 000 0.21 vs 0.19 s, 15 000 0.50 vs 0.33 s: the crossover.
 EXACT_MAX_N = {"cpu": 10_000, "cuda": 10_000}
