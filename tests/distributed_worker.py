@@ -149,7 +149,19 @@ def _gp_rows(data):
         op = model._operator(_structure(model))
     finally:
         ShardedCovarianceOperator._matmul_rows = original
-    return np.array([*op.rows, min(seen), max(seen), len(seen)])
+    # the predictive mean: blocks k(Z, X) over this rank's training rows only
+    cross, block = [], ShardedCovarianceOperator.block
+
+    def cross_block(self, A, B, *args, **kwargs):
+        cross.append(B.shape[0])
+        return block(self, A, B, *args, **kwargs)
+
+    ShardedCovarianceOperator.block = cross_block
+    try:
+        model.predict(data["Xr"][:5])
+    finally:
+        ShardedCovarianceOperator.block = block
+    return np.array([*op.rows, min(seen), max(seen), len(seen), min(cross), max(cross)])
 
 
 def _structure(model):

@@ -308,14 +308,16 @@ def test_gp_equals_one_process(ranks, data, name):
 
 @pytest.mark.subprocess
 def test_gp_products_are_row_sharded(ranks):
-    """Every K @ V of an iterative-path fit ran on this rank's rows of the 7 only."""
+    """Every K @ V of an iterative-path fit, and the predictive mean's k(Z, X) blocks, ran on
+    this rank's rows of the 7 only."""
     world, found, _ = ranks
     shares = _shares(world, 7)
     for r, (results, errors) in enumerate(found):
         assert "gp_rows" not in errors, errors["gp_rows"]
-        lo, hi, fewest, most, calls = results["gp_rows"].tolist()
+        lo, hi, fewest, most, calls, cross_min, cross_max = results["gp_rows"].tolist()
         assert (lo, hi) == (7 * r // world, 7 * (r + 1) // world)
         assert fewest == most == shares[r] and calls > 0
+        assert cross_min == cross_max == shares[r]
 
 
 @pytest.mark.subprocess

@@ -302,15 +302,22 @@ class CovarianceOperator:
         return out
 
     def cross_matmul(self, Z, V, params):
-        """k(Z, X) @ V (kernel part) for centred float64 test rows Z, in V's dtype (no
-        autograd)."""
-        with torch.no_grad():
-            out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
-            step = self.chunk_rows(self.n)
-            for lo in range(0, Z.shape[0], step):
-                hi = min(lo + step, Z.shape[0])
-                out[lo:hi] = self.block(Z[lo:hi], self.X64, params, dtype=V.dtype) @ V
-        return out
+        """k(Z, X) @ V (kernel part) for centred float64 test rows Z and V of shape (n, k), in
+        V's dtype (no autograd). Each process contracts its rows ``self.rows`` of X and V; the
+        shares are summed by :meth:`reduce` (float64 under a process group)."""
+        first, last = self.rows
+
+        def share():
+            with torch.no_grad():
+                out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
+                step = self.chunk_rows(last - first)
+                for lo in range(0, Z.shape[0], step):
+                    hi = min(lo + step, Z.shape[0])
+                    out[lo:hi] = (self.block(Z[lo:hi], self.X64[first:last], params,
+                                             dtype=V.dtype) @ V[first:last])
+            return out
+
+        return self.reduce(share).to(V.dtype)
 
     def cross_block_T(self, Z, params, dtype=None):
         """k(X, Z) (kernel part), shape (n, m), for centred float64 test rows Z (no autograd)."""
