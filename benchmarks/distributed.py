@@ -18,6 +18,13 @@ between barriers, so it is the slowest rank's time):
   (``make_friedman1``, as benchmarks/kernel_ridge.py), M = ``--ridge-m`` (2e4) landmarks,
   alpha = 1e-6 n, gamma 0.1, tol 1e-4; fit time (after a warm-up fit on 5e4 points),
   CG iterations, test RMSE (1e4 test points).
+- ``ridge_iter`` (only when named): one Nyström iteration's kernel work, K_nM^T (K_nM v), as two
+  Gaussian :func:`kernelkit_gpu.kernel_matvec` products of the ``--ridge-n`` points against
+  ``--ridge-m`` of them (rows sharded over the group); median of ``--repeats``. Issue 22's
+  strong-scaling run: ``--parts ridge_iter,ridge --ridge-data higgs --ridge-n 10000000
+  --ridge-m 50000``.
+- ``--ridge-data higgs``: both ridge parts on HIGGS-shaped synthetic data (d = 28, labels +-1,
+  ``kernel_ridge.higgs_like``) instead of friedman1; the fit also records the test error rate.
 - ``gram``: :func:`kernelkit.gram` of N = ``--gram-n`` (131072) points, D = 64, float32, RBF,
   written to ``--scratch`` (a local disk: 64 GiB at the default size; the file is deleted
   afterwards); time, GB/s written, and ``--check-rows`` sampled rows against float64. The disk
@@ -49,6 +56,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import device_facts, log, now, versions, write_json_atomic  # noqa: E402
 
 PARTS = ("matvec", "ridge", "gram", "gp")
+#: Parts run only when named in ``--parts``.
+EXTRA_PARTS = ("ridge_iter",)
 
 
 def _group():
@@ -124,14 +133,23 @@ def part_matvec(dev, rank, world):
     return row
 
 
-def part_ridge(dev, rank, world):
-    from kernel_ridge import dataset
+def _ridge_data():
+    """(X, y, X_test, y_test, d) of ``--ridge-data``: friedman1 (d = 20) or higgs (d = 28)."""
+    from kernel_ridge import dataset, higgs_like
 
+    n = ARGS.ridge_n
+    if ARGS.ridge_data == "higgs":
+        X, y, Xt, yt = higgs_like(n, ARGS.n_test, seed=0)
+    else:
+        X, y, Xt, yt = dataset(n, ARGS.n_test, 20, seed=0)
+    return X.astype(np.float32), y, Xt.astype(np.float32), yt, X.shape[1]
+
+
+def part_ridge(dev, rank, world):
     from kernelkit import KernelRidge
 
     n, m = ARGS.ridge_n, ARGS.ridge_m
-    X, y, Xt, yt = dataset(n, ARGS.n_test, 20, seed=0)
-    X, Xt = X.astype(np.float32), Xt.astype(np.float32)
+    X, y, Xt, yt, d = _ridge_data()
 
     def fit(rows=n, landmarks=m):
         return KernelRidge(alpha=1e-6 * rows, gamma=0.1, solver="nystrom",
@@ -140,9 +158,38 @@ def part_ridge(dev, rank, world):
 
     fit(min(n, 50_000), min(m, 1000))  # warm-up: compiles the kernels at a small size
     seconds, model = timed(fit, ARGS.ridge_repeats, warmup=False)
-    rmse = float(np.sqrt(np.mean((model.predict(Xt) - yt) ** 2)))
-    return dict(n=n, d=20, m=m, seconds=seconds, n_iter=int(model.n_iter_),
-                residual=float(model.residuals_[-1]), test_rmse=rmse)
+    pred = model.predict(Xt)
+    rmse = float(np.sqrt(np.mean((pred - yt) ** 2)))
+    out = dict(n=n, d=d, m=m, data=ARGS.ridge_data, seconds=seconds,
+               n_iter=int(model.n_iter_), residual=float(model.residuals_[-1]), test_rmse=rmse)
+    if ARGS.ridge_data == "higgs":
+        out["test_error_rate"] = float(np.mean(np.sign(pred) != yt))
+    return out
+
+
+def part_ridge_iter(dev, rank, world):
+    """One Nystrom KernelRidge iteration's kernel work, K_nM^T (K_nM v): two Gaussian K @ V
+    products of the ``--ridge-data`` points against M of them (:func:`kernelkit_gpu.
+    kernel_matvec`, rows sharded over the group), median of ``--repeats``."""
+    import torch
+
+    import kernelkit_gpu
+
+    X, _, _, _, d = _ridge_data()
+    device = "cpu" if ARGS.smoke else "cuda"
+    Xd = torch.from_numpy(X).to(device)
+    Z = Xd[torch.from_numpy(np.random.default_rng(4).choice(len(X), ARGS.ridge_m,
+                                                              replace=False)).to(device)]
+    v = torch.from_numpy(np.random.default_rng(5).standard_normal((ARGS.ridge_m, 1))
+                         .astype(np.float32)).to(device)
+
+    def iteration():
+        u = kernelkit_gpu.kernel_matvec(Xd, Z, v, "rbf", gamma=0.1)
+        return kernelkit_gpu.kernel_matvec(Xd, Z, u, "rbf", transpose=True, gamma=0.1)
+
+    seconds, out = timed(iteration, ARGS.repeats)
+    return dict(n=len(X), d=d, m=ARGS.ridge_m, data=ARGS.ridge_data, seconds=seconds,
+                result_norm=float(torch.linalg.vector_norm(out.double())))
 
 
 def part_gram(dev, rank, world):
@@ -222,12 +269,13 @@ def part_gp(dev, rank, world):
 def compare(one, two):
     a, b = (json.load(open(p)) for p in (one, two))
     print(f"{'part':<16}{'1 process (s)':>15}{b['world']:>3} ranks (s){'speed-up':>10}  check")
-    for part in PARTS:
+    for part in PARTS + EXTRA_PARTS:
         if part not in a["results"] or part not in b["results"]:
             continue
         ra, rb = a["results"][part], b["results"][part]
         note = {"matvec": lambda r: f"err {r['max_rel_err_sampled']:.1e}",
                 "ridge": lambda r: f"rmse {r['test_rmse']:.6f} it {r['n_iter']}",
+                "ridge_iter": lambda r: f"|K_nM^T K_nM v| {r['result_norm']:.7g}",
                 "gram": lambda r: f"err {r['max_abs_err_sampled']:.1e} "
                                   f"{r['GB_per_s_written']:.2f} GB/s",
                 "gp": lambda r: f"lml {r['lml']:.6g} resid {r['sampled_rel_residual']:.1e} "
@@ -281,6 +329,8 @@ def parse(argv=None):
     p.add_argument("--matvec-n", type=int, default=2_000_000)
     p.add_argument("--ridge-n", type=int, default=2_000_000)
     p.add_argument("--ridge-m", type=int, default=20_000)
+    p.add_argument("--ridge-data", choices=("friedman1", "higgs"), default="friedman1",
+                   help="friedman1 (d = 20) or HIGGS-shaped synthetic data (d = 28, labels +-1)")
     p.add_argument("--n-test", type=int, default=10_000)
     p.add_argument("--gram-n", type=int, default=131_072)
     p.add_argument("--gp-n", type=int, default=200_000)
@@ -296,6 +346,9 @@ def parse(argv=None):
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."),
                                                  "distributed.json"))
     args = p.parse_args(argv)
+    unknown = set(args.parts.split(",")) - set(PARTS + EXTRA_PARTS)
+    if unknown:
+        p.error(f"--parts: unknown {sorted(unknown)}; choose from {PARTS + EXTRA_PARTS}")
     if args.smoke:
         args.matvec_n, args.ridge_n, args.ridge_m, args.n_test = 200, 300, 30, 50
         args.gram_n, args.check_rows, args.repeats = 40, 8, 1
