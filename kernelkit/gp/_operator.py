@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kernelkit.gp import _fused_tree
 from kernelkit.gp import _structure as S
 from kernelkit_gpu import _epilogues as E
 from kernelkit_gpu import _prepare as P
@@ -287,8 +288,6 @@ class CovarianceOperator:
             if self.dense:
                 return torch.addmm(V[first:last], self.kernel_matrix(params), V,
                                    beta=float(params["noise"] + self.jitter))
-            from kernelkit.gp import _fused_tree
-
             tree = _fused_tree.fused_tree(self)
             if tree is not None:  # the Triton K @ V (CUDA, common trees)
                 out = _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
