@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
-from kernelkit.gp import _fused, _fused_tree
+from kernelkit.gp import _fused
 from kernelkit.solvers._cg import conjugate_gradient
 from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
                                         pivoted_cholesky_pivots)
@@ -95,18 +95,10 @@ def preconditioner(op, params, rank, params_ng=None):
 
 def exact_matmul(op, params, V):
     """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
-    def rows():  # this process's rows (op.rows)
-        X, (first, last) = op.X64, op.rows
-        tree = _fused_tree.fused_tree(op)
-        if tree is not None:  # the Triton K @ V on float64 operands (float64 arithmetic)
-            out = _fused_tree.kernel_part_matmul(op, tree, params, V, torch.float64)
-        else:
-            out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
-                              device=V.device)
-            for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
-                out[lo - first:hi - first] = op.block(X[lo:hi], X, params, diagonal_offset=lo,
-                                                      dtype=torch.float64) @ V
-        return out + float(params["noise"] + op.jitter) * V[first:last]
+    def rows():  # this process's rows (op.rows); V is float64, so float64 arithmetic
+        first, last = op.rows
+        return (op.kernel_rows_matmul(V, params)
+                + float(params["noise"] + op.jitter) * V[first:last])
 
     with torch.no_grad():
         return op.gather(rows)

@@ -288,16 +288,23 @@ class CovarianceOperator:
             if self.dense:
                 return torch.addmm(V[first:last], self.kernel_matrix(params), V,
                                    beta=float(params["noise"] + self.jitter))
-            tree = _fused_tree.fused_tree(self)
-            if tree is not None:  # the Triton K @ V (CUDA, common trees)
-                out = _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
-            else:
-                out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype,
-                                  device=V.device)
-                for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
-                    Kb = self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
-                    out[lo - first:hi - first] = Kb @ V
+            out = self.kernel_rows_matmul(V, params)
             out += (params["noise"] + self.jitter).to(V.dtype) * V[first:last]
+        return out
+
+    def kernel_rows_matmul(self, V, params):
+        """The rows ``self.rows`` of k_theta(X, X) @ V (kernel part, no noise), computed in V's
+        dtype (no autograd): the Triton K @ V for the common trees on CUDA
+        (:func:`~kernelkit.gp._fused_tree.kernel_part_matmul`), else row blocks of the tree."""
+        tree = _fused_tree.fused_tree(self)
+        if tree is not None:
+            return _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
+        first, last = self.rows
+        out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
+        with torch.no_grad():
+            for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                out[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
+                                                        diagonal_offset=lo, dtype=V.dtype) @ V
         return out
 
     def cross_matmul(self, Z, V, params):
