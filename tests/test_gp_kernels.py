@@ -13,7 +13,7 @@ Tolerances (measured on this data, 2026-11-26, CPU float64; each about 10x the w
   mean/std are CG solutions to relative residual 1e-10 on K with cond(K) <= ~1e2 (noise 0.1):
   measured <= 7e-12, except 1.3e-10 where a WhiteKernel sits inside a product with a non-constant
   kernel (its identity part then belongs to the kernel part, which the low-rank preconditioner
-  cannot capture, so CG stops at the same residual with a larger error). The LML and its gradient use the rank-n pivoted-Cholesky preconditioner,
+  cannot capture, so CG stops at the same residual with a larger error). The LML and its gradient use the rank-n Nystrom preconditioner (every point a landmark),
   which stops once the largest remaining diagonal is below 1e-8 of the largest kernel diagonal
   (low-rank kernels: periodic, exponential, linear), so P differs from K by at most n 1e-8
   k_max per diagonal and the stochastic log-det part is of that order: measured LML error
@@ -126,7 +126,7 @@ def test_kernel_algebra_matches_sklearn(case, path):
     # away from the initial values, so each hyperparameter's gradient column is exercised
     theta = kernel.theta + np.linspace(-0.3, 0.3, kernel.theta.shape[0])
     # A WhiteKernel times a non-constant kernel belongs to the kernel part, whose identity the
-    # Nystrom preconditioner leaves out (its pivot blocks pair distinct points), so there P != K
+    # Nystrom preconditioner leaves out (its landmark blocks pair distinct points), so there P != K
     # even at rank n and the iterative LML is the stochastic estimate (error ~1 nat with 4
     # probes): its LML is checked on the exact path only.
     _compare(kernel, X, y, Xt, path, theta,

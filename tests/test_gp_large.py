@@ -66,7 +66,7 @@ def _exact(kernel, X, y, jitter):
 # ------------------------------------------------------------------ LML against sklearn
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_lml_and_gradient_exact_when_rank_is_n(name):
-    # With rank n the pivoted Cholesky stops at a residual diagonal <= 1e-8 * outputscale, so
+    # With rank n every point is a landmark: P = K up to the Nystrom shift nu ~ eps ||K||, so
     # ||P^-1 K - I|| <= 1e-8 * outputscale / (noise + jitter) (<= 1e-6 here); SLQ then sees
     # P^-1/2 K P^-1/2 = I to that level and the control variate cancels the Hutchinson term, so
     # both estimates are exact up to ~1e-6 relative (measured <= 2.1e-6 in the gradients).
@@ -145,15 +145,19 @@ def test_fit_and_predict_match_sklearn(d, kernel):
     X, y, Xt = _toy(d, 300)
     ref = SklearnGPR(kernel, random_state=0).fit(X, y)
     ours = kk.GaussianProcessRegressor(kernel, device="cpu", random_state=0, cg_tol=1e-8,
-                                       preconditioner_rank=50, exact_max_n=0).fit(X, y)
-    # The stochastic objective has a probe-dependent optimum: log-hyperparameters within 0.05.
-    np.testing.assert_allclose(ours.kernel_.theta, ref.kernel_.theta, rtol=0, atol=5e-2)
+                                       preconditioner_rank=100, exact_max_n=0).fit(X, y)
+    # The stochastic objective has a probe-dependent optimum. Measured (100 uniform landmarks,
+    # 2-D Matern): scikit-learn's exact LML at our theta 2.2e-4 nats below its optimum, our
+    # LML estimate 0.04 nats off, theta 0.051 off along the flat amplitude / length-scale ridge
+    # (the 1-D RBF: rank 100 of 300 is exact to 1e-11); tolerances ~10x, theta 2x.
+    gap = ref.log_marginal_likelihood_value_ - ref.log_marginal_likelihood(ours.kernel_.theta)
+    assert gap <= 2e-3, gap
+    np.testing.assert_allclose(ours.kernel_.theta, ref.kernel_.theta, rtol=0, atol=0.1)
     np.testing.assert_allclose(ours.log_marginal_likelihood_value_,
-                               ref.log_marginal_likelihood_value_, rtol=0, atol=0.5)
+                               ref.log_marginal_likelihood_value_, rtol=0, atol=0.4)
     mean, std = ours.predict(Xt, return_std=True)
     ref_mean, ref_std = ref.predict(Xt, return_std=True)
-    # Measured: theta within 0.02, mean within 1.5e-4, std within 5e-5 (2-D Matern); the
-    # posterior moves by about that much per 0.02 in log-hyperparameters; tolerances ~10x.
+    # Measured: mean within 1.7e-4, std within 6.4e-5 (2-D Matern); tolerances ~10x.
     np.testing.assert_allclose(mean, ref_mean, rtol=0, atol=2e-3)
     np.testing.assert_allclose(std, ref_std, rtol=0, atol=5e-4)
 
@@ -279,7 +283,7 @@ def test_dense_and_matrix_free_paths_agree(monkeypatch):
     def counting(self, params):
         key_before = self._dense_key
         out = real(self, params)
-        builds.append(self._dense_key != key_before)
+        builds.append(self._dense_key is not key_before)
         return out
 
     monkeypatch.setattr(_operator.CovarianceOperator, "kernel_matrix", counting)
@@ -313,6 +317,8 @@ def test_unsupported_kernels_raise_type_error(kernel, name):
     ({"cg_tol": -1.0}, ValueError, "cg_tol"),
     ({"max_cg_iter": 0}, ValueError, "max_cg_iter"),
     ({"preconditioner_rank": -1}, ValueError, "preconditioner_rank"),
+    ({"preconditioner_rank": "max"}, ValueError, "preconditioner_rank.*auto"),
+    ({"preconditioner_rank": 2.5}, TypeError, "preconditioner_rank"),
     ({"alpha": -1.0}, ValueError, "alpha"),
     ({"alpha": np.ones(19)}, ValueError, "alpha"),
     ({"alpha": np.array(["a"] * 20)}, TypeError, "alpha"),

@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import (LowRankPreconditioner, nystrom_factor,
-                                        pivoted_cholesky_pivots)
+from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor
 
 
 def _rbf(X, length_scale=0.9, scale=1.5):
@@ -18,7 +17,7 @@ def _rbf(X, length_scale=0.9, scale=1.5):
 
 def _build(K, rank, mu):
     Kt = torch.from_numpy(K)
-    pivots = pivoted_cholesky_pivots(Kt.diagonal(), lambda i: Kt[i], rank)
+    pivots = torch.from_numpy(np.random.default_rng(5).permutation(len(K))[:rank])
     B, nu = nystrom_factor(Kt[:, pivots], Kt[pivots][:, pivots], rows=pivots)
     return LowRankPreconditioner(B, mu, nu), pivots.numpy()
 
@@ -29,25 +28,12 @@ def K():
     return _rbf(X)
 
 
-def test_pivots_are_greedy_pivoted_cholesky(K):
-    """The first pivot is the largest diagonal (all equal: the first index); each next one the
-    largest diagonal of the Schur complement, computed here densely."""
-    _, pivots = _build(K, 5, 0.05)
-    S = K.copy()
-    expected = []
-    for _ in range(5):
-        i = int(np.argmax(np.diag(S)))
-        expected.append(i)
-        S = S - np.outer(S[:, i], S[i]) / S[i, i]
-    assert pivots.tolist() == expected
-
-
 def test_solve_logdet_probes_and_quad_match_dense_nystrom(K):
     mu = 0.05
     pre, S = _build(K, 20, mu)
     n = K.shape[0]
     P = K[:, S] @ np.linalg.solve(K[np.ix_(S, S)], K[S]) + mu * np.eye(n)
-    # cond(K_SS) ~ 1e4 with rel_tol-capped pivots, the shift nu ~ 1e-13: agreement to ~1e-10
+    # 20 landmarks drawn uniformly, the shift nu ~ 1e-13: agreement to ~1e-10
     np.testing.assert_allclose(float(pre.logdet), np.linalg.slogdet(P)[1], rtol=1e-10, atol=0)
     V = np.random.default_rng(0).standard_normal((n, 3))
     np.testing.assert_allclose(pre.solve(torch.from_numpy(V)).numpy(), np.linalg.solve(P, V),

@@ -13,7 +13,7 @@ K = k(X, X) + sigma^2 I and computes, with the single-process code of
   :func:`~kernelkit.gp._operator.theta_gradient`): its rows' share, then a float64 all-reduce.
 
 Everything else is replicated: the CG vectors (n x (t + 1), float64) and scalars, the
-preconditioner (pivoted Cholesky on the kernel diagonal and the n x k pivot block, O(n k)
+preconditioner (the n x k landmark block and its factor, O(n k^2)
 work against the O(n^2) products, and differentiable: it is computed whole on every rank), the
 t x t Lanczos quadrature and L-BFGS. Where floating point could differ between ranks, rank 0's
 values are broadcast: the preconditioner's factors that CG and the probes use (k x k and n x k,

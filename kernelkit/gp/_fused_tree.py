@@ -16,7 +16,7 @@ import torch
 
 from kernelkit.gp import _structure as S
 
-__all__ = ["DEVICES", "FusedTree", "fused_tree", "kernel_part_matmul"]
+__all__ = ["DEVICES", "FusedTree", "fused_tree", "kernel_part_gram", "kernel_part_matmul"]
 
 #: Device types where the gradient's contractions run fused.
 DEVICES = ("cuda",)
@@ -56,12 +56,17 @@ def fused_tree(op):
 
 
 def _leaf_numbers(op, tree, theta):
-    """``(registry parameters as NumPy values, amplitude)`` of the tree at ``theta``."""
+    """``(registry parameters as NumPy values, amplitude)`` of the tree at ``theta``; kept for
+    the last ``theta`` object, so the products of one evaluation do not wait for the device."""
+    held = op._leaf_numbers_memo
+    if held is not None and held[0] is theta:
+        return held[1]
     numbers = {k: (v.detach().cpu().numpy() if torch.is_tensor(v) else v)
                for k, v in tree.leaf.numbers(theta, op.X64.shape[1]).items()}
     amplitude = 1.0
     for c in tree.constants:
         amplitude *= float(c.number(theta))
+    op._leaf_numbers_memo = (theta, (numbers, amplitude))
     return numbers, amplitude
 
 
@@ -73,9 +78,24 @@ def kernel_part_matmul(op, tree, params, V, dtype):
     chunk. Result in ``dtype``."""
     from kernelkit_gpu import assume_finite, kernel_matvec
 
-    numbers, amplitude = _leaf_numbers(op, tree, params["theta"].detach())
+    numbers, amplitude = _leaf_numbers(op, tree, params["theta"])
     first, last = op.rows
     X = op.X64.to(dtype)
     with assume_finite():  # training data checked at fit, CG columns finite
         out = kernel_matvec(X[first:last], X, V.to(dtype), tree.leaf.spec.name, **numbers)
     return out if amplitude == 1.0 else amplitude * out
+
+
+def kernel_part_gram(op, tree, params, dtype):
+    """This process's rows (``op.rows``) of the kernel part k_theta(X, X) of ``tree`` as a dense
+    matrix in ``dtype``, by the Triton Gram (:func:`kernelkit_gpu.gram`, "accurate" float32:
+    exact differences for d <= 16, exactly symmetric on one process)."""
+    from kernelkit_gpu import assume_finite, gram
+
+    numbers, amplitude = _leaf_numbers(op, tree, params["theta"])
+    first, last = op.rows
+    X = op.X64.to(dtype)
+    with assume_finite():  # training data checked at fit
+        K = gram(X[first:last], None if (first, last) == (0, op.n) else X,
+                 tree.leaf.spec.name, **numbers)
+    return K if amplitude == 1.0 else K.mul_(amplitude)

@@ -193,7 +193,8 @@ class CovarianceOperator:
         itemsize = torch.empty((), dtype=dtype).element_size()
         n_rows = self.rows[1] - self.rows[0]
         self.dense = n_rows * self.n * itemsize <= dense_budget(self.device)
-        self._dense_key, self._dense_K = None, None
+        self._dense_key, self._dense_K, self._dense_noise = None, None, None
+        self._leaf_numbers_memo = None  # (theta object, numbers): kept by _fused_tree
 
     @property
     def n(self):
@@ -262,19 +263,32 @@ class CovarianceOperator:
         value = _Block(self, Z, Z, params["theta"], dtype, None, True)(root)
         return (value.to(dtype) + torch.zeros(Z.shape[0], dtype=dtype, device=Z.device))
 
+    def _same_theta(self, theta):
+        """Whether ``theta`` is the setting of the held dense K: the same tensor object (every
+        CG product of one evaluation: no device sync) or equal values."""
+        held = self._dense_key
+        return held is not None and (held is theta or (held.shape == theta.shape and bool(
+            torch.equal(held, theta.detach()))))
+
     def kernel_matrix(self, params):
         """The rows ``self.rows`` of the kernel part k(X, X) (dense mode only), formed once per
-        hyperparameter setting."""
-        key = params["theta"].detach().cpu().tolist()
-        if key != self._dense_key:
+        hyperparameter setting: by the Triton Gram (:func:`kernelkit_gpu.gram`) for the trees of
+        :func:`~kernelkit.gp._fused_tree.fused_tree`, else row blocks of the tree evaluator."""
+        theta = params["theta"]
+        if not self._same_theta(theta):
             self._dense_K = None  # free the old matrix before forming the new one
             first, last = self.rows
             with torch.no_grad():
-                K = torch.empty((last - first, self.n), dtype=self.dtype, device=self.device)
-                for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
-                    K[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
-                                                          diagonal_offset=lo)
-            self._dense_key, self._dense_K = key, K
+                tree = _fused_tree.fused_tree(self)
+                if tree is not None:
+                    K = _fused_tree.kernel_part_gram(self, tree, params, self.dtype)
+                else:
+                    K = torch.empty((last - first, self.n), dtype=self.dtype, device=self.device)
+                    for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                        K[lo - first:hi - first] = self.block(
+                            self.X64[lo:hi], self.X64, params, diagonal_offset=lo)
+                self._dense_noise = float(params["noise"] + self.jitter)
+            self._dense_key, self._dense_K = theta, K  # later products match by identity
         return self._dense_K
 
     def matmul(self, V, params):
@@ -286,8 +300,8 @@ class CovarianceOperator:
         first, last = self.rows
         with torch.no_grad():
             if self.dense:
-                return torch.addmm(V[first:last], self.kernel_matrix(params), V,
-                                   beta=float(params["noise"] + self.jitter))
+                K = self.kernel_matrix(params)
+                return torch.addmm(V[first:last], K, V, beta=self._dense_noise)
             out = self.kernel_rows_matmul(V, params)
             out += (params["noise"] + self.jitter).to(V.dtype) * V[first:last]
         return out

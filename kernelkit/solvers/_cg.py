@@ -89,6 +89,26 @@ def _col_dot(a, b):
     return (a * b).sum(dim=0)
 
 
+class _HostFlag:
+    """A 0-d device bool on its way to the host: on CUDA copied to pinned memory behind an
+    event, so reading it waits for that copy only, not for work queued after it."""
+
+    def __init__(self, value):
+        self.event = None
+        if value.device.type == "cuda":
+            self.value = torch.empty((), dtype=torch.bool, pin_memory=True)
+            self.value.copy_(value, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.value = value
+
+    def get(self):
+        if self.event is not None:
+            self.event.synchronize()
+        return bool(self.value)
+
+
 def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
     """One PCG run on A X = B from X = 0; ``tol`` per column (tensor of shape (k,)).
 
@@ -96,21 +116,31 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
     ``scale`` (k,) turns them into residuals relative to the caller's right-hand side.
     ``record``: a dict whose lists "alphas", "betas", "active" receive each step's
     coefficients and the columns that took it (float64 tensors / bool tensors of shape (k,)).
+
+    No step waits for the device (without a ``callback``): a column that converges or breaks
+    down (``p^T A p <= 0`` or ``r^T z <= 0``) is switched off on the device, and the host learns
+    whether any column is left one step late on CUDA (:class:`_HostFlag`), after the next step's
+    work is queued. That step then changed nothing (every step length is 0) and is dropped.
     """
+    lag = 1 if B.device.type == "cuda" and callback is None else 0
     bnorm = torch.linalg.vector_norm(B, dim=0)
     safe_bnorm = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
     x = torch.zeros_like(B)
     r = B.clone()
     active = bnorm > 0
-    residuals = []
+    broken = torch.zeros_like(active)
+    residuals, flags = [], []
     z = r if precond is None else precond(r)
     rz = _col_dot(r, z)
     p = z.clone()
-    while len(residuals) < max_iter and bool(active.any()):
+    if not bool(active.any()):
+        return x, [], False
+    while len(residuals) < max_iter:
         Ap = matvec(p)
         pAp = _col_dot(p, Ap)
-        if bool((active & ~(pAp > 0)).any()):
-            return x, residuals, True
+        bad = active & ~(pAp > 0)
+        broken |= bad
+        active = active & ~bad
         step = torch.where(active, rz / torch.where(active, pAp, torch.ones_like(pAp)), 0.0)
         if record is not None:
             record["alphas"].append(step)
@@ -119,22 +149,30 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
         x += step * p
         r -= step * Ap
         rel = torch.linalg.vector_norm(r, dim=0) / safe_bnorm
-        residuals.append(float((rel * scale).max()))
+        residuals.append((rel * scale).max())
         if callback is not None:
-            callback(len(residuals), residuals[-1])
+            callback(len(residuals), float(residuals[-1]))
         active = active & (rel > tol)
-        if not bool(active.any()):
-            break
         z = r if precond is None else precond(r)
         rz_new = _col_dot(r, z)
-        if bool((active & ~(rz_new > 0)).any()):
-            return x, residuals, True
+        bad = active & ~(rz_new > 0)
+        broken |= bad
+        active = active & ~bad
         beta = torch.where(active, rz_new / torch.where(active, rz, torch.ones_like(rz)), 0.0)
         if record is not None:
             record["betas"][-1] = beta
         p = torch.where(active, z + beta * p, 0.0)
         rz = rz_new
-    return x, residuals, False
+        flags.append(_HostFlag(active.any()))
+        if len(flags) > lag and not flags[-1 - lag].get():
+            if lag:  # the step queued after the last active one: a no-op, dropped
+                del residuals[-lag:]
+                if record is not None:
+                    for name in record:
+                        del record[name][-lag:]
+            break
+    residuals = torch.stack(residuals).tolist() if residuals else []
+    return x, residuals, bool(broken.any())
 
 
 def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=None,

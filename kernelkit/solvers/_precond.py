@@ -2,15 +2,16 @@ r"""The low-rank preconditioner of every solver: P = U Lambda U^T + mu I from a 
 
 Both estimators precondition a shifted kernel system A + mu I (A = K for the GP's training
 covariance without its noise, A = S K S for KernelRidge with the sample weights' square roots
-S) by a Nyström approximation of A on k columns: the GP's pivoted-Cholesky pivots
-(:func:`pivoted_cholesky_pivots`), KernelRidge's uniform landmarks. It is built in the stable
+S) by a Nyström approximation of A on k columns, landmarks drawn uniformly (the GP's
+:func:`kernelkit.gp._lml.make_probes`, KernelRidge's plan). It is built in the stable
 form of Frangella, Tropp and Udell (2023, "Randomized Nyström preconditioning"):
 
 1. shift: with Y = A[:, S] (n x k) and G = A[S, S], take nu = eps ||Y||_F and
    C = chol(G + nu I) (nu raised tenfold until the factorisation succeeds, :func:`cholesky_jitter`);
 2. with Y_nu = Y + nu I[:, S] (the columns of A + nu I), B = Y_nu C^{-T}, so that
    B B^T = Y_nu (G + nu I)^{-1} Y_nu^T is the Nyström approximation of A + nu I;
-3. B = Q R (Householder), R = W Sigma V^T, U = Q W: orthonormal columns to rounding;
+3. B = Q R (Householder), R R^T = W Sigma^2 W^T (symmetric eigenproblem), U = Q W: orthonormal
+   columns to rounding;
 4. unshift: Lambda = max(Sigma^2 - nu, 0).
 
 (:func:`nystrom_factor` with ``rows=None`` skips the shift of Y and the unshift: B = Y C^{-T} for a
@@ -37,8 +38,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["cholesky_jitter", "pivoted_cholesky_pivots", "nystrom_factor",
-           "LowRankPreconditioner"]
+__all__ = ["cholesky_jitter", "nystrom_factor", "LowRankPreconditioner"]
 
 #: Cholesky retries: the jitter grows tenfold each time.
 _JITTER_TRIES = 12
@@ -68,45 +68,6 @@ def cholesky_jitter(A, jitter):
         f"the {A.shape[0]} x {A.shape[0]} landmark matrix is not positive definite even with a "
         f"diagonal shift of {shift:.3g}: is the kernel positive semi-definite for these data?"
     )
-
-
-def pivoted_cholesky_pivots(diagonal, row, rank, rel_tol=1e-8):
-    """Greedy pivots of a partial pivoted Cholesky factorisation of a PSD matrix A.
-
-    Parameters
-    ----------
-    diagonal : torch.Tensor of shape (n,), float64
-        diag(A).
-    row : callable
-        ``row(i)`` returns A[i, :] as a float64 tensor of shape (n,).
-    rank : int
-        Most pivots.
-    rel_tol : float
-        Stop when the largest remaining diagonal is <= rel_tol * max(diag A) (the factor is then
-        exact to that level, which also keeps A[S, S] well conditioned).
-
-    Returns
-    -------
-    torch.Tensor of shape (k,), int64, k <= rank
-    """
-    with torch.no_grad():
-        residual = diagonal.detach().to(torch.float64).clone()
-        n = residual.shape[0]
-        rank = min(int(rank), n)
-        top = float(residual.max()) if n else 0.0
-        rows = torch.empty((rank, n), dtype=torch.float64, device=residual.device)
-        pivots = []
-        for m in range(rank):
-            i = int(torch.argmax(residual))
-            pivot_value = float(residual[i])
-            if pivot_value <= rel_tol * top:
-                break
-            r = (row(i).to(torch.float64) - rows[:m, i] @ rows[:m]) / pivot_value ** 0.5
-            rows[m] = r
-            residual = (residual - r * r).clamp_min(0.0)
-            residual[i] = 0.0
-            pivots.append(i)
-    return torch.tensor(pivots, dtype=torch.int64, device=diagonal.device)
 
 
 def nystrom_factor(Y, G, rows=None, jitter=0.0):
@@ -160,11 +121,17 @@ class LowRankPreconditioner:
         self.unshift = float(unshift)
         if k:
             Q, R = torch.linalg.qr(B)
-            W, sigma, Vh = torch.linalg.svd(R)
-            self.sigma2 = sigma.square()
+            # R R^T = W Sigma^2 W^T: a symmetric eigenproblem instead of the SVD of R (k = 1024
+            # on an H200: 11 ms against 81 ms); only the eigenvalues carry gradients (stable
+            # for repeated ones), and U = Q W stays orthonormal to rounding
+            sigma2, W = torch.linalg.eigh(R @ R.T)
+            self.sigma2 = sigma2.clamp_min(0.0)
             with torch.no_grad():
                 self.U = Q @ W
-                self._Vh = Vh
+                sigma = self.sigma2.sqrt()
+                # V^T = Sigma^-1 W^T R (B = U Sigma V^T), 0 where sigma = 0 (lambda is 0 there)
+                self._Vh = torch.where(sigma[:, None] > 0, (W.T @ R)
+                                       / torch.where(sigma > 0, sigma, 1.0)[:, None], 0.0)
                 self.lam = (self.sigma2 - self.unshift).clamp_min(0.0)
             # kept only for the gradient of quad (the GP); KernelRidge frees its n x k factor
             self._B = B if B.requires_grad else None
