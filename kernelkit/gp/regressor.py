@@ -189,7 +189,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         CG then takes 4-15 iterations on a smooth ARD RBF model at n = 1e4, where 100
         landmarks took 62-94 (NOTES.md).
     optimizer_max_iter : int, default=100
-        Most L-BFGS-B iterations per optimiser run.
+        Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
+        when an iteration raises the estimate by less than its standard error (from the
+        probes' spread; 0 where the preconditioner is exact). With SciPy's tolerances alone a
+        default fit at n = 2e4 (H200) took 15 iterations and ~100 evaluations, most in line
+        searches that the stochastic gradient made fail, for 4.5 nats and a test NLPD of
+        -0.8777 against -0.8775 after 10 iterations (15.3 s against 1.5 s). The exact path
+        keeps SciPy's tolerances, as scikit-learn.
 
     Attributes
     ----------
@@ -351,16 +357,19 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         def stochastic(theta, eval_gradient):
             # one estimate per target column (the same probes), summed as scikit-learn sums
-            lml, grad = 0.0, np.zeros(len(theta))
+            lml, grad, variance = 0.0, np.zeros(len(theta)), 0.0
             try:
                 for k in range(Y.shape[1]):
+                    info = {}
                     out = log_marginal_likelihood(op, theta, Y[:, k], probes, settings,
-                                                  eval_gradient)
+                                                  eval_gradient, info)
                     lml += out[0]
+                    variance += info["spread"] ** 2
                     if eval_gradient:
                         grad += out[1]
             except torch.linalg.LinAlgError:
                 return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+            self._lml_spread = float(np.sqrt(variance))
             return (lml, grad) if eval_gradient else lml
 
         return stochastic
@@ -475,10 +484,27 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def _optimize(self, obj_func, initial_theta, bounds):
         if callable(self.optimizer):
             return self.optimizer(obj_func, initial_theta, bounds=bounds)
+        previous = [np.inf]
+
+        def resolved(intermediate_result):
+            # iterative path: stop once an iteration gains less than the estimate's standard
+            # error (its last evaluation's), where the stochastic gradient starts failing
+            # line searches
+            value = float(intermediate_result.fun)
+            spread = self._lml_spread
+            if distributed.active():  # every rank stops at the same iteration
+                from kernelkit.distributed import _gp
+
+                spread = float(_gp.from_rank0([spread])[0])
+            if previous[0] - value < spread:
+                raise StopIteration
+            previous[0] = value
+
+        self._lml_spread = 0.0
         res = scipy.optimize.minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True,
-                                      bounds=bounds,
-                                      options={"maxiter": self.optimizer_max_iter})
-        if res.status != 0:
+                                      bounds=bounds, options={"maxiter": self.optimizer_max_iter},
+                                      callback=None if self._exact else resolved)
+        if res.status not in (0, 99):  # 99: stopped by ``resolved``
             warnings.warn(
                 f"L-BFGS-B stopped without converging after {res.nit} iterations (status "
                 f"{res.status}: {res.message}); the hyperparameters may not maximise the log "
