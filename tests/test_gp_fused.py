@@ -109,7 +109,10 @@ def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_
     n_fused = len(fused_here)
     ref_value, ref_grad, _ = _lml(op, kernel, y)
     assert len(fused_here) == n_fused
-    assert value == ref_value  # the value does not use the contractions
+    # the value does not use the contractions; its float64 residual products (Triton K @ V
+    # against torch blocks) differ in rounding only, which moves the CG iterate at cg_tol 1e-8
+    # (measured 1.6e-8 of -57.6, RQ in float32)
+    assert abs(value - ref_value) <= 1e-6
     assert grad.shape == kernel.theta.shape
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=_tolerance(len(y), dtype, ref_grad))
 
