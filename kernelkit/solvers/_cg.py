@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from kernelkit_gpu.attention._gate import PendingFlag
+
 __all__ = ["CGResult", "LanczosCoefficients", "conjugate_gradient"]
 
 #: A refinement step must shrink the largest true relative residual at least this much, or the
@@ -89,26 +91,6 @@ def _col_dot(a, b):
     return (a * b).sum(dim=0)
 
 
-class _HostFlag:
-    """A 0-d device bool on its way to the host: on CUDA copied to pinned memory behind an
-    event, so reading it waits for that copy only, not for work queued after it."""
-
-    def __init__(self, value):
-        self.event = None
-        if value.device.type == "cuda":
-            self.value = torch.empty((), dtype=torch.bool, pin_memory=True)
-            self.value.copy_(value, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
-        else:
-            self.value = value
-
-    def get(self):
-        if self.event is not None:
-            self.event.synchronize()
-        return bool(self.value)
-
-
 def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
     """One PCG run on A X = B from X = 0; ``tol`` per column (tensor of shape (k,)).
 
@@ -119,7 +101,8 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
 
     No step waits for the device (without a ``callback``): a column that converges or breaks
     down (``p^T A p <= 0`` or ``r^T z <= 0``) is switched off on the device, and the host learns
-    whether any column is left one step late on CUDA (:class:`_HostFlag`), after the next step's
+    whether any column is left one step late on CUDA (a pinned copy behind an event,
+    :class:`kernelkit_gpu.attention._gate.PendingFlag`), after the next step's
     work is queued. That step then changed nothing (every step length is 0) and is dropped.
     """
     lag = 1 if B.device.type == "cuda" and callback is None else 0
@@ -163,8 +146,8 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None):
             record["betas"][-1] = beta
         p = torch.where(active, z + beta * p, 0.0)
         rz = rz_new
-        flags.append(_HostFlag(active.any()))
-        if len(flags) > lag and not flags[-1 - lag].get():
+        flags.append(PendingFlag(active.any()))
+        if len(flags) > lag and not flags[-1 - lag].value():
             if lag:  # the step queued after the last active one: a no-op, dropped
                 del residuals[-lag:]
                 if record is not None:
