@@ -8,8 +8,8 @@ One call of :func:`~kernelkit.solvers._cg.conjugate_gradient` (recording the Lan
 coefficients) solves K [alpha, u_1..u_t] = [y, z_1..z_t] with the low-rank preconditioner P
 (:class:`~kernelkit.solvers._precond.LowRankPreconditioner` on k landmark points drawn once per
 fit, :func:`make_probes`), for t probes z_j ~ N(0, P). CG vectors and scalars are float64
-whatever the operator's dtype; the
-residual that stops it is the true one, from float64 products (:func:`exact_matmul`).
+whatever the operator's dtype; the residual that stops it is the true one, from float64
+products (:func:`exact_matmul`).
 
 - Quadratic term: y^T alpha, to the CG tolerance (exact up to it).
 - log det K = log det P (exact) + log det(P^{-1/2} K P^{-1/2}); the second term by stochastic
@@ -57,9 +57,9 @@ __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "log_marginal_likelihood", "m
 
 #: ``preconditioner_rank="auto"``: min(n, AUTO_RANK, AUTO_FACTOR_ELEMENTS // n) landmarks. The
 #: rank sets the CG iterations: on the benchmark's GP (n = 1e4, d = 8, ARD RBF + noise, float32
-#: products, cg_tol 1e-3; _dev notes in NOTES.md) 100 landmarks took 94 / 62 iterations at the
-#: initial / fitted hyperparameters, 300 took 44 / 17 and 1000 took 15 / 4; the factor's
-#: QR and SVD cost O(n k^2) once per evaluation.
+#: products, cg_tol 1e-3; NOTES.md) 100 landmarks took 94 / 62 iterations at the initial /
+#: fitted hyperparameters, 300 took 44 / 17 and 1000 took 15 / 4; the factor's QR costs
+#: O(n k^2) and its k x k eigenproblem O(k^3) once per evaluation.
 AUTO_RANK = 1024
 #: Elements of one n x k float64 factor (the preconditioner holds a few) under "auto": 2 GiB.
 AUTO_FACTOR_ELEMENTS = 2**28
