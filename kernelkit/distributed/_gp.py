@@ -7,8 +7,8 @@ iterative path (n > ``exact_max_n``) the covariance operator is a
 K = k(X, X) + sigma^2 I and computes, with the single-process code of
 :mod:`kernelkit.gp._operator` unchanged, only its rows' part of every n x n product:
 
-- K @ V (CG and its Lanczos coefficients, the float64 true residual, LOVE): its rows of K @ V
-  against the whole V, then an all-gather of the rows (exact: no rounding);
+- K @ V (CG and its Lanczos coefficients, the float64 true residual, the variance cache): its
+  rows of K @ V against the whole V, then an all-gather of the rows (exact: no rounding);
 - the gradient's bilinear terms sum_j a_j^T K_i b_j (forward and the backward of
   :func:`~kernelkit.gp._operator.theta_gradient`): its rows' share, then a float64 all-reduce.
 

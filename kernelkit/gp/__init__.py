@@ -6,7 +6,8 @@
     float64 Cholesky factor (:mod:`._exact`); above it the log marginal likelihood and its
     gradient by preconditioned batched CG, stochastic Lanczos quadrature and Hutchinson trace
     estimation, never a dense Cholesky or an (n, n, n_theta) tensor (K is held densely only
-    when it fits: half the free GPU memory); predictive variances from a Lanczos (LOVE) cache.
+    when it fits: half the free GPU memory); predictive variances from a Galerkin cache on
+    Nyström columns.
     Any kernel of scikit-learn's kernel algebra over the registry's PSD kernels
     (:mod:`._structure`).
 

@@ -53,7 +53,7 @@ from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor
 from kernelkit.solvers._slq import lanczos_quadrature
 
 __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "log_marginal_likelihood", "make_probes",
-           "preconditioner", "resolve_rank", "solve"]
+           "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
 
 #: ``preconditioner_rank="auto"``: min(n, AUTO_RANK, AUTO_FACTOR_ELEMENTS // n) landmarks. The
 #: rank sets the CG iterations: on the benchmark's GP (n = 1e4, d = 8, ARD RBF + noise, float32
@@ -103,10 +103,18 @@ class Draws(NamedTuple):
     eps_full: torch.Tensor
 
 
+def uniform_landmarks(n, k, seed, device):
+    """k distinct training indices, uniformly at random, sorted: the first k of one permutation
+    of range(n), so a larger k from the same seed extends a smaller one's set."""
+    landmarks = np.sort(np.random.default_rng(seed).permutation(n)[:k])
+    return torch.as_tensor(landmarks, device=device)
+
+
 def make_probes(n, rank, n_probes, seed, device):
-    """The fixed draws of a fit (:class:`Draws`) for ``rank`` landmarks and ``n_probes`` probes."""
+    """The fixed draws of a fit (:class:`Draws`) for ``rank`` landmarks and ``n_probes`` probes
+    (the landmarks are :func:`uniform_landmarks` of the same seed)."""
     rng = np.random.default_rng(seed)
-    landmarks = np.sort(rng.permutation(n)[:rank])
+    landmarks = np.sort(rng.permutation(n)[:rank])  # = uniform_landmarks(n, rank, seed)
     eps_low = rng.standard_normal((rank, n_probes))
     eps_full = rng.standard_normal((n, n_probes))
     return Draws(torch.as_tensor(landmarks, device=device),
