@@ -132,3 +132,27 @@ def test_float32_products_reach_tol_by_refinement_at_n_2000(device):
     cond = (np.abs(K).sum(1).max() + alpha) / alpha  # K is PSD: lambda_min(A) >= alpha
     x_ref = np.linalg.solve(A, B)
     assert np.abs(x - x_ref).max() <= cond * tol * np.abs(x_ref).max()
+
+
+def test_cg_stops_early_when_inexact_products_diverge(monkeypatch):
+    """float32 products cannot resolve A with cond(A) = 1e9: without the periodic true-residual
+    check the recurrence ran all 3000 steps and returned x with a true residual of 32 (worse
+    than x = 0; measured here with the check disabled). With it: one check after 100 steps,
+    back to x = 0, residual 1, not converged."""
+    from kernelkit.solvers import _cg
+
+    A = torch.as_tensor(_spd(200, cond=1e9))
+    B = torch.as_tensor(np.random.default_rng(1).standard_normal((200, 2)))
+
+    def solve():
+        return conjugate_gradient(lambda V: (A.float() @ V.float()).double(), B, tol=1e-10,
+                                  max_iter=3000, exact_matvec=lambda V: A @ V)
+
+    res = solve()
+    assert not res.converged and res.n_iter == _cg.CHECK_EVERY
+    true = _relres(A.numpy(), B.numpy(), res.x.numpy())
+    assert np.all(true <= 1.0 + 1e-12)
+    np.testing.assert_allclose(res.column_residuals, true, rtol=1e-10)
+    monkeypatch.setattr(_cg, "CHECK_EVERY", 10**9)
+    unchecked = solve()
+    assert unchecked.n_iter == 3000 and unchecked.residuals[-1] > 10.0  # what the check avoids

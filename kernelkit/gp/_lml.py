@@ -147,10 +147,10 @@ def exact_matmul(op, params, V):
         return op.gather(rows)
 
 
-def solve(op, params, rhs, pre, settings, what, lanczos=False):
+def solve(op, params, rhs, pre, settings, what, lanczos=False, warn=True):
     """K_theta^{-1} rhs by :func:`~kernelkit.solvers._cg.conjugate_gradient` (float64 vectors;
-    products in the operator's dtype, the exit residual from float64 products); warns
-    ``ConvergenceWarning`` naming ``what`` when the true residual is above ``cg_tol``."""
+    products in the operator's dtype, the exit residual from float64 products); with ``warn``,
+    :func:`warn_unconverged` when the true residual is above ``cg_tol``."""
     def matvec(V):
         return op.matmul(V.to(op.dtype), params).to(torch.float64)
 
@@ -158,18 +158,24 @@ def solve(op, params, rhs, pre, settings, what, lanczos=False):
     result = conjugate_gradient(matvec, rhs.to(torch.float64), precond=pre.solve,
                                 tol=settings.cg_tol, max_iter=settings.max_cg_iter,
                                 exact_matvec=exact, lanczos=lanczos)
-    if not result.converged:
-        warnings.warn(
-            f"{what}: conjugate gradients stopped after {result.n_iter} iterations "
-            f"(max_cg_iter={settings.max_cg_iter}) with true relative residual "
-            f"{result.residuals[-1]:.2e} > cg_tol={settings.cg_tol:g}; the result is "
-            f"approximate. Raise max_cg_iter or preconditioner_rank, or add noise (WhiteKernel "
-            f"or alpha).", ConvergenceWarning, stacklevel=4,
-        )
+    if warn and not result.converged:
+        warn_unconverged(what, result, settings, stacklevel=4)
     return result
 
 
-def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False, info=None):
+def warn_unconverged(what, result, settings, stacklevel):
+    """The ConvergenceWarning of a solve (``result``, a CGResult) that stopped above cg_tol."""
+    warnings.warn(
+        f"{what}: conjugate gradients stopped after {result.n_iter} iterations "
+        f"(max_cg_iter={settings.max_cg_iter}) with true relative residual "
+        f"{result.residuals[-1]:.2e} > cg_tol={settings.cg_tol:g}; the result is "
+        f"approximate. Raise max_cg_iter or preconditioner_rank, or add noise (WhiteKernel "
+        f"or alpha).", ConvergenceWarning, stacklevel=stacklevel + 1,
+    )
+
+
+def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False, info=None,
+                            warn=True):
     """Estimate log p(y | theta) (and its gradient) for the covariance ``op``.
 
     Parameters
@@ -184,7 +190,10 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     eval_gradient : bool
     info : dict, optional
         Receives ``"spread"``: the standard error of the estimate, 0.5 sd(per-probe log-det
-        terms) / sqrt(t) (0 without probes; the quadratic term is exact to ``cg_tol``).
+        terms) / sqrt(t) (0 without probes; the quadratic term is exact to ``cg_tol``), and
+        ``"cg"``: the solve's CGResult (``converged`` says whether the estimate can be trusted).
+    warn : bool, default True
+        Warn (ConvergenceWarning) when the solve stops above ``cg_tol``.
 
     Returns
     -------
@@ -204,7 +213,8 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     z = pre.sample(probes.eps_low, probes.eps_full)
     t = z.shape[1]
     rhs = torch.cat([y[:, None].to(torch.float64), z], dim=1)
-    result = solve(op, params_ng, rhs, pre, settings, "log_marginal_likelihood", lanczos=True)
+    result = solve(op, params_ng, rhs, pre, settings, "log_marginal_likelihood", lanczos=True,
+                   warn=warn)
     alpha = result.x[:, 0].to(op.dtype)
     u = result.x[:, 1:]
     w = pre.solve(z)  # float64
@@ -217,7 +227,7 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
         slq = float(np.mean(terms))
         spread = 0.5 * float(np.std(terms, ddof=1)) / math.sqrt(t) if t > 1 else 0.0
     if info is not None:
-        info["spread"] = spread
+        info["spread"], info["cg"] = spread, result
     logdet = float(pre.logdet.detach()) + slq
     n = y.shape[0]
     lml = -0.5 * quadratic - 0.5 * logdet - 0.5 * n * math.log(2.0 * math.pi)

@@ -50,6 +50,9 @@ BLOCK_ELEMENTS = 2**24
 DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
+#: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
+#: row blocks and a GEMM (H200, n = 1e5, 2048 float64 columns: 1.65 s against 5.4 s).
+TRITON_MATMUL_MAX_COLUMNS = 128
 
 
 def dense_budget(device):
@@ -309,9 +312,10 @@ class CovarianceOperator:
     def kernel_rows_matmul(self, V, params):
         """The rows ``self.rows`` of k_theta(X, X) @ V (kernel part, no noise), computed in V's
         dtype (no autograd): the Triton K @ V for the common trees on CUDA
-        (:func:`~kernelkit.gp._fused_tree.kernel_part_matmul`), else row blocks of the tree."""
+        (:func:`~kernelkit.gp._fused_tree.kernel_part_matmul`) with at most
+        :data:`TRITON_MATMUL_MAX_COLUMNS` columns, else row blocks of the tree."""
         tree = _fused_tree.fused_tree(self)
-        if tree is not None:
+        if tree is not None and V.shape[1] <= TRITON_MATMUL_MAX_COLUMNS:
             return _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
         first, last = self.rows
         out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)

@@ -43,12 +43,13 @@ __all__ = ["GaussianProcessRegressor"]
 #: Test points per batch of predictive variances: n * batch <= this many values.
 VARIANCE_BATCH_ELEMENTS = 2**27
 #: Iterative path's predictive-variance cache: min(n, VARIANCE_RANK, VARIANCE_FACTOR_ELEMENTS // n)
-#: landmarks (at least the preconditioner's rank). The cache holds a few n x k float64 matrices
+#: landmarks (at least the preconditioner's rank). The cache holds two n x k float64 matrices
 #: and its build costs k float64 products with K. At n = 2e4 (d = 8, fitted ARD RBF, CPU
 #: simulation) 1024 landmarks certified every test point at cg_tol = 1e-3 with bounds up to
-#: 9.3e-4 of the prior variance; the bound grows about like n / k^2, hence 2048 where it fits.
+#: 9.3e-4 of the prior variance; the error grows about like n / k^2. At n = 1e5 on an H200,
+#: 2048 landmarks: largest error 1.7e-4, but K U took 1.65 s (1342 landmarks here).
 VARIANCE_RANK = 2048
-VARIANCE_FACTOR_ELEMENTS = 2**28
+VARIANCE_FACTOR_ELEMENTS = 2**27
 
 _DTYPES = ("auto", "float32", "float64")
 
@@ -232,9 +233,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Iterative path: predictive variances come from a cache built once per fit at the first
     variance request (:mod:`kernelkit.solvers._galerkin`): the Galerkin projection of K^{-1} onto
     the span of the kernel's columns at ``VARIANCE_RANK`` (2048, fewer where n x k float64
-    values exceed 2^28) uniformly drawn landmarks, from float64 products. Each test point gets a
-    certified bound on the cache's error (r^T P^{-1} r for the Galerkin residual r, with the
-    Nyström preconditioner P <= K); where it exceeds ``cg_tol`` times the prior variance, that
+    values exceed 2^27) uniformly drawn landmarks, from float64 products. Each test point gets a
+    certified bound on the cache's error (||r||^2 / (noise + alpha) for the Galerkin residual
+    r); where it exceeds ``cg_tol`` times the prior variance, that
     point's column K(X, x*) is solved by batched CG instead. So every variance is within
     ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix by CG
     unless every point is certified). Rough kernels (Matérn 0.5) or tiny noise send more
@@ -348,33 +349,50 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         return torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
 
-    def _lml_function(self, op, settings):
-        """theta, eval_gradient -> lml or (lml, grad) on this fit's path."""
+    def _lml_function(self, op, settings, optimizing=False):
+        """theta, eval_gradient -> lml or (lml, grad) on this fit's path.
+
+        ``optimizing``: the objective of L-BFGS-B. Where CG stops above ``cg_tol`` (a trial
+        point with far too little noise for float32 products, say) the estimate is not
+        trusted: the value is the best one so far minus max(1, |best|), with a zero gradient,
+        so the line search steps back (an infinite value would end L-BFGS-B at once). Only a
+        failure before any trusted value warns."""
         import torch
 
         from kernelkit.gp._exact import exact_lml
-        from kernelkit.gp._lml import log_marginal_likelihood
+        from kernelkit.gp._lml import log_marginal_likelihood, warn_unconverged
 
         Y = self._targets(op)
         if self._exact:
             alpha = self._alpha_tensor(op)
             return lambda theta, eval_gradient: exact_lml(op, theta, Y, alpha, eval_gradient)
         probes = self._probes(op, settings)
+        best = [-np.inf]
 
         def stochastic(theta, eval_gradient):
             # one estimate per target column (the same probes), summed as scikit-learn sums
-            lml, grad, variance = 0.0, np.zeros(len(theta)), 0.0
+            lml, grad, variance, failed = 0.0, np.zeros(len(theta)), 0.0, None
             try:
                 for k in range(Y.shape[1]):
                     info = {}
                     out = log_marginal_likelihood(op, theta, Y[:, k], probes, settings,
-                                                  eval_gradient, info)
+                                                  eval_gradient, info, warn=not optimizing)
                     lml += out[0]
                     variance += info["spread"] ** 2
                     if eval_gradient:
                         grad += out[1]
-            except torch.linalg.LinAlgError:
-                return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+                    if not info["cg"].converged:
+                        failed = info["cg"]
+            except torch.linalg.LinAlgError:  # the preconditioner's factorisation
+                if not (optimizing and np.isfinite(best[0])):
+                    return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
+                failed = True
+            if optimizing and failed is not None:
+                if np.isfinite(best[0]):
+                    penalty = best[0] - max(1.0, abs(best[0]))
+                    return (penalty, np.zeros_like(theta)) if eval_gradient else penalty
+                warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
+            best[0] = max(best[0], lml)
             self._lml_spread = float(np.sqrt(variance))
             return (lml, grad) if eval_gradient else lml
 
@@ -440,7 +458,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self._probe_seed = int(_gp.from_rank0([self._probe_seed])[0])
 
         op = self._operator(structure)
-        lml_at = self._lml_function(op, settings)
+        lml_at = self._lml_function(op, settings, optimizing=True)
         if sharded:
             lml_at = _gp.rank0_objective(lml_at)
 
@@ -655,20 +673,26 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         None when K has no positive lower bound on its eigenvalues (no noise, no alpha)."""
         import torch
 
-        from kernelkit.gp._lml import exact_matmul, preconditioner, resolve_rank, uniform_landmarks
+        from kernelkit.gp._lml import exact_matmul, resolve_rank, uniform_landmarks
         from kernelkit.solvers._galerkin import SubspaceCache
 
-        if float(params["noise"]) + op.jitter <= 0:
+        lambda_min = float(params["noise"]) + op.jitter
+        if lambda_min <= 0:
             return None
         if getattr(self, "_variance_cache", None) is None:
             k = max(resolve_rank(settings.preconditioner_rank, op.n),
                     min(op.n, VARIANCE_RANK, max(1, VARIANCE_FACTOR_ELEMENTS // op.n)))
-            with torch.no_grad():
+
+            def basis():  # orthonormal columns spanning k(X, X[landmarks])
                 landmarks = uniform_landmarks(op.n, k, self._probe_seed, op.device)
-                pre = op.agree(preconditioner, op, params, landmarks)
+                return torch.linalg.qr(op.block(op.X64, op.X64[landmarks], params,
+                                                dtype=torch.float64))[0]
+
+            with torch.no_grad():
+                U = op.agree(basis)
                 # float64 products: the bound assumes K U to round-off of K, which float32
                 # products (error ~ u ||K||, ||K|| ~ n) would not give at large n
-                self._variance_cache = SubspaceCache(pre, exact_matmul(op, params, pre.U))
+                self._variance_cache = SubspaceCache(U, exact_matmul(op, params, U), lambda_min)
         return self._variance_cache
 
     def _cached_columns(self, op, params, Z, settings, keep):

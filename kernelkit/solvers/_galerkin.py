@@ -2,26 +2,26 @@ r"""Many quadratic forms x^T K^{-1} x from one Galerkin projection, each with a 
 
 The GP's predictive variance at a test point x* needs x^T K^{-1} x for its cross-covariance
 column x = k(X, x*) (K: the training covariance with its noise). :class:`SubspaceCache` answers it
-for any number of columns from one subspace, fixed once per fit: the span of the orthonormal
-columns U (n x k) of a Nyström preconditioner P = U Lambda U^T + mu I. Those columns span the
-kernel's columns at k landmark points, which is where test columns of a smooth kernel nearly lie.
+for any number of columns from one subspace, fixed once per fit: the span of orthonormal columns
+U (n x k); the GP takes those of a Nyström factor, which span the kernel's columns at k landmark
+points, where the test columns of a smooth kernel nearly lie.
 
 With G = U^T K U and, for a column x, b = U^T x and a = G^{-1} b:
 
 .. math:: x^\top K^{-1} x \ge b^\top G^{-1} b,
 
 because b^T G^{-1} b is the maximum of 2 v^T x - v^T K v over v in span(U). The gap is exactly
-r^T K^{-1} r for the residual r = x - K U a, and K >= P (a Nyström approximation never exceeds the
-matrix it approximates), so
+r^T K^{-1} r for the residual r = x - K U a, and K >= lambda_min I, so
 
-.. math:: 0 \le x^\top K^{-1} x - b^\top G^{-1} b \le r^\top P^{-1} r \,/\, (1 - \nu / \mu),
+.. math:: 0 \le x^\top K^{-1} x - b^\top G^{-1} b \le \lVert r \rVert^2 / \lambda_{\min}.
 
-where the factor covers the preconditioner's tiny stabilising shift nu (P <= K + nu I and
-P >= mu I). Everything is float64 and K U comes from float64 products, so the bound holds to
-round-off. On a GP with a smooth kernel it is within a factor of about 2 of the true error (CPU
-simulation, n = 2e4, d = 8, 1024 landmarks: errors up to 5.5e-4 of the prior variance, bounds
-up to 9.3e-4), where the earlier LOVE cache (256 Lanczos steps, bound ||r||^2 / mu) certified no
-point at 1e-3.
+(r is orthogonal to U, U^T r = b - G a = 0: the part of r that K^{-1} could shrink below
+1 / lambda_min, the kernel's leading directions, is what the projection removed; a bound through
+the preconditioner, r^T P^{-1} r, gives the same number.) Everything is float64 and K U comes
+from float64 products, so the bound holds to round-off. On a GP with a smooth kernel it is
+within a factor of about 2 of the true error (CPU simulation, n = 2e4, d = 8, fitted ARD RBF,
+1024 landmarks: errors up to 5.5e-4 of the prior variance, bounds up to 9.3e-4), where the
+earlier LOVE cache (256 Lanczos steps from one start vector) certified no point at 1e-3.
 """
 
 from __future__ import annotations
@@ -36,22 +36,18 @@ class SubspaceCache:
 
     Parameters
     ----------
-    precond : kernelkit.solvers._precond.LowRankPreconditioner
-        P = U Lambda U^T + mu I with P <= K + nu I (``precond.unshift`` = nu), scalar mu.
+    U : torch.Tensor of shape (n, k), float64
+        Orthonormal columns.
     KU : torch.Tensor of shape (n, k), float64
-        K @ precond.U, from float64 products.
+        K @ U, from float64 products.
+    lambda_min : float
+        A positive lower bound of K's smallest eigenvalue (the noise on its diagonal).
     """
 
-    def __init__(self, precond, KU):
-        self.precond = precond
-        self.U = precond.U
-        self.KU = KU
-        G = self.U.T @ KU
+    def __init__(self, U, KU, lambda_min):
+        self.U, self.KU, self.lambda_min = U, KU, float(lambda_min)
+        G = U.T @ KU
         self.chol_G = torch.linalg.cholesky(0.5 * (G + G.T))
-        mu = float(precond.shift)
-        # K >= P - nu I >= (1 - nu / mu) P: the bound's factor (nu is ~1e-16 ||K||)
-        self._factor = 1.0 / (1.0 - precond.unshift / mu) if precond.unshift < mu else None
-        self._mu = mu
 
     @property
     def rank(self):
@@ -68,9 +64,7 @@ class SubspaceCache:
         a = torch.cholesky_solve(b, self.chol_G)
         quad = (b * a).sum(0)
         R = X - self.KU @ a
-        if self._factor is None:  # no usable P: K >= mu I still holds
-            return quad, R.square().sum(0) / self._mu
-        return quad, self._factor * (R * self.precond.solve(R)).sum(0)
+        return quad, R.square().sum(0) / self.lambda_min
 
     def cross(self, X):
         """X^T U G^{-1} U^T X, shape (m, m), float64: the approximation of X^T K^{-1} X (the

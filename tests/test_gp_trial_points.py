@@ -1,0 +1,71 @@
+"""The iterative path's L-BFGS-B objective at hyperparameters where CG cannot reach cg_tol.
+
+A trial point with far too little noise for float32 products (n = 1e5 on an H200: a line search
+probed noise 1e-4, CG ran 1000 steps to a true residual of 4) gives an estimate that is not to
+be trusted. The objective then reports a value below the best so far with a zero gradient, so
+that the line search steps back, and it does not warn for such a point; a failure before any
+trusted value warns.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import ConstantKernel as C
+from sklearn.gaussian_process.kernels import WhiteKernel as W
+
+import kernelkit as kk
+from kernelkit.gp import _lml
+from kernelkit.gp._structure import parse_kernel
+
+
+@pytest.fixture
+def objective():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2.0, 2.0, (120, 2))
+    y = np.sin(2.0 * X[:, 0]) + 0.1 * rng.standard_normal(120)
+    gp = kk.GaussianProcessRegressor(C(1.0) * kk.RBF(1.0) + W(0.05), optimizer=None,
+                                     device="cpu", exact_max_n=0, random_state=0).fit(X, y)
+    op = gp._operator(parse_kernel(gp.kernel_, 2))
+
+    def make():
+        return gp._lml_function(op, gp._check_params(), optimizing=True)
+
+    return make, gp.kernel_.theta
+
+
+def _failing_solves(monkeypatch):
+    original = _lml.conjugate_gradient
+
+    def unconverged(*args, **kwargs):
+        result = original(*args, **kwargs)
+        result.converged = False
+        return result
+
+    monkeypatch.setattr(_lml, "conjugate_gradient", unconverged)
+
+
+def test_unconverged_trial_point_is_stepped_back_from(objective, monkeypatch):
+    make, theta = objective
+    f = make()
+    best, _ = f(theta, True)
+    worse, _ = f(theta + 0.5, True)
+    assert worse < best  # a trusted value below the best leaves the best unchanged
+    _failing_solves(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ConvergenceWarning for a rejected trial point
+        value, grad = f(theta - 0.3, True)
+        only_value = f(theta - 0.3, False)
+    assert value == only_value == best - max(1.0, abs(best))
+    assert not np.any(grad)
+
+
+def test_unconverged_first_evaluation_warns_and_keeps_the_estimate(objective, monkeypatch):
+    make, theta = objective
+    expected, expected_grad = make()(theta, True)
+    _failing_solves(monkeypatch)
+    with pytest.warns(ConvergenceWarning, match="log_marginal_likelihood: conjugate gradients"):
+        value, grad = make()(theta, True)
+    assert value == expected
+    np.testing.assert_array_equal(grad, expected_grad)
