@@ -51,8 +51,9 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 #: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
-#: row blocks and a GEMM (H200, n = 1e5, 2048 float64 columns: 1.65 s against 5.4 s).
-TRITON_MATMUL_MAX_COLUMNS = 128
+#: row blocks and a GEMM. H200, n = 1e5, float64: Triton 1.33 ms per column (17 columns 0.07 s,
+#: 512 0.68 s), row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s, 2048: 1.65 s).
+TRITON_MATMUL_MAX_COLUMNS = 768
 
 
 def dense_budget(device):
