@@ -242,3 +242,43 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
         assert got.shape == want.shape
         bound = 70 * eps * scale[rows] + 1e-300
         assert ((got - want).abs() <= bound).all(), float(((got - want).abs() / bound).max())
+
+
+@pytest.mark.parametrize("name", ["rbf-ard", "matern15-ard"])
+def test_wide_products_run_triton_gram_blocks(name, device, monkeypatch):
+    """K @ V with more columns than the Triton K @ V takes (the variance cache's K U): Triton
+    Gram row blocks and GEMMs, equal to the torch row blocks to rounding (float64: both sum n
+    products of kernel values correct to a few eps, so 70 eps (|K| |V|) bounds the
+    difference), on a process's share of the rows too."""
+    from kernelkit.gp._lml import exact_matmul
+
+    kernel = {**FAST, **FAST_MORE}[name]
+    X, _ = _data(n=70)
+    monkeypatch.setattr(_operator, "dense_budget", lambda device: 0)
+    monkeypatch.setattr(_operator, "TRITON_MATMUL_MAX_COLUMNS", 2)
+    monkeypatch.setattr(_operator, "WIDE_BLOCK_ELEMENTS", 16 * 70)  # blocks of 16 rows
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float32)
+    params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
+    V = torch.as_tensor(np.random.default_rng(1).standard_normal((70, 3)), device=op.device)
+    blocks = []
+    block = _fused_tree.kernel_part_block
+
+    def spy(op, tree, params, lo, hi, dtype):
+        blocks.append((lo, hi))
+        return block(op, tree, params, lo, hi, dtype)
+
+    monkeypatch.setattr(_fused_tree, "kernel_part_block", spy)
+    results = {}
+    for fused in (False, True):
+        monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
+        op.rows = (0, 70)
+        whole = exact_matmul(op, params, V)
+        op.rows = (13, 50)
+        share = op.kernel_rows_matmul(V, params)
+        results[fused] = (whole, share)
+    assert blocks == [(0, 16), (16, 32), (32, 48), (48, 64), (64, 70), (13, 29), (29, 45),
+                      (45, 50)]
+    scale = torch.as_tensor(np.abs(kernel(X)), device=op.device) @ V.abs()
+    for got, want, rows in zip(results[True], results[False], (slice(None), slice(13, 50))):
+        bound = 70 * 2.0**-52 * scale[rows] + 1e-300
+        assert ((got - want).abs() <= bound).all(), float(((got - want).abs() / bound).max())

@@ -88,14 +88,19 @@ def kernel_part_matmul(op, tree, params, V, dtype):
 
 def kernel_part_gram(op, tree, params, dtype):
     """This process's rows (``op.rows``) of the kernel part k_theta(X, X) of ``tree`` as a dense
-    matrix in ``dtype``, by the Triton Gram (:func:`kernelkit_gpu.gram`, "accurate" float32:
-    exact differences for d <= 16, exactly symmetric on one process)."""
+    matrix in ``dtype`` (:func:`kernel_part_block`; exactly symmetric on one process)."""
+    first, last = op.rows
+    return kernel_part_block(op, tree, params, first, last, dtype)
+
+
+def kernel_part_block(op, tree, params, lo, hi, dtype):
+    """Rows lo:hi of the kernel part k_theta(X, X) of ``tree`` as a dense matrix in ``dtype``, by
+    the Triton Gram (:func:`kernelkit_gpu.gram`, "accurate" float32: exact differences for
+    d <= 16; all rows: exactly symmetric)."""
     from kernelkit_gpu import assume_finite, gram
 
     numbers, amplitude = _leaf_numbers(op, tree, params["theta"])
-    first, last = op.rows
     X = op.X64.to(dtype)
     with assume_finite():  # training data checked at fit
-        K = gram(X[first:last], None if (first, last) == (0, op.n) else X,
-                 tree.leaf.spec.name, **numbers)
+        K = gram(X[lo:hi], None if (lo, hi) == (0, op.n) else X, tree.leaf.spec.name, **numbers)
     return K if amplitude == 1.0 else K.mul_(amplitude)

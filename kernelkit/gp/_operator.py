@@ -51,9 +51,11 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 #: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
-#: row blocks and a GEMM. H200, n = 1e5, float64: Triton 1.33 ms per column (17 columns 0.07 s,
+#: row blocks and GEMMs (measured with torch row blocks; Triton Gram blocks are faster). H200, n = 1e5, float64: Triton 1.33 ms per column (17 columns 0.07 s,
 #: 512 0.68 s), row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s, 2048: 1.65 s).
 TRITON_MATMUL_MAX_COLUMNS = 768
+#: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
+WIDE_BLOCK_ELEMENTS = 2**27
 
 
 def dense_budget(device):
@@ -314,13 +316,19 @@ class CovarianceOperator:
         """The rows ``self.rows`` of k_theta(X, X) @ V (kernel part, no noise), computed in V's
         dtype (no autograd): the Triton K @ V for the common trees on CUDA
         (:func:`~kernelkit.gp._fused_tree.kernel_part_matmul`) with at most
-        :data:`TRITON_MATMUL_MAX_COLUMNS` columns, else row blocks of the tree."""
+        :data:`TRITON_MATMUL_MAX_COLUMNS` columns, else row blocks (Triton Gram blocks for the
+        common trees on CUDA, else the tree evaluator's) and GEMMs."""
         tree = _fused_tree.fused_tree(self)
         if tree is not None and V.shape[1] <= TRITON_MATMUL_MAX_COLUMNS:
             return _fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
         first, last = self.rows
         out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
         with torch.no_grad():
+            if tree is not None:  # wide V: Triton Gram row blocks of GEMM size, then GEMMs
+                for lo, hi in self.row_chunks(max(1, WIDE_BLOCK_ELEMENTS // self.n)):
+                    out[lo - first:hi - first] = _fused_tree.kernel_part_block(
+                        self, tree, params, lo, hi, V.dtype) @ V
+                return out
             for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
                 out[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
                                                         diagonal_offset=lo, dtype=V.dtype) @ V
