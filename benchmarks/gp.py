@@ -23,6 +23,7 @@ Usage (GPU; each command stays under 10 minutes)::
     python benchmarks/gp.py --n 3000 10000 --out benchmarks/results/gp-small.json
     python benchmarks/gp.py --n 100000 --parts ours gpytorch --out benchmarks/results/gp-1e5.json
     python benchmarks/gp.py --quick --out /tmp/gp-quick.json      # CPU smoke run
+    python benchmarks/gp.py --n 20000 --parts ours --trace --out /tmp/trace.json  # per evaluation
 
 The JSON (``--out``) holds every figure; a short table is printed last.
 """
@@ -71,7 +72,45 @@ def kernel_for(d, rbf_class):
     return ConstantKernel(1.0) * rbf_class(np.ones(d)) + WhiteKernel(0.05)
 
 
+class Trace:
+    """Records each of kernelkit's log-likelihood evaluations in a fit (``--trace``): theta, its
+    estimate, seconds, and per CG solve the steps, true residual and convergence."""
+
+    def __init__(self, device):
+        self.device, self.rows, self._solves = device, [], []
+
+    def __enter__(self):
+        from kernelkit.gp import _lml
+
+        self._lml, self._originals = _lml, (_lml.solve, _lml.log_marginal_likelihood)
+        solve, lml = self._originals
+
+        def traced_solve(*a, **k):
+            result = solve(*a, **k)
+            self._solves.append(dict(steps=int(result.n_iter), converged=bool(result.converged),
+                                     residual=float(result.residuals[-1])))
+            return result
+
+        def traced_lml(op, theta, *a, **k):
+            self._solves = []
+            sync(self.device)
+            t0 = time.perf_counter()
+            out = lml(op, theta, *a, **k)
+            sync(self.device)
+            self.rows.append(dict(theta=[float(t) for t in theta], lml=float(out[0]),
+                                  s=time.perf_counter() - t0, solves=self._solves))
+            return out
+
+        _lml.solve, _lml.log_marginal_likelihood = traced_solve, traced_lml
+        return self
+
+    def __exit__(self, *exc):
+        self._lml.solve, self._lml.log_marginal_likelihood = self._originals
+
+
 def run_ours(X, y, Xt, yt, args, device):
+    import contextlib
+
     import kernelkit
 
     settings = dict(optimizer_max_iter=args.opt_iter, n_probes=args.n_probes,
@@ -80,13 +119,15 @@ def run_ours(X, y, Xt, yt, args, device):
     gp = kernelkit.GaussianProcessRegressor(
         kernel_for(X.shape[1], kernelkit.RBF), device=device, random_state=0, dtype=args.dtype,
         **{key: value for key, value in settings.items() if value is not None})
+    trace = Trace(device) if args.trace else contextlib.nullcontext()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sync(device)
-        t0 = time.perf_counter()
-        gp.fit(X, y)
-        sync(device)
-        fit_s = time.perf_counter() - t0
+        with trace:
+            sync(device)
+            t0 = time.perf_counter()
+            gp.fit(X, y)
+            sync(device)
+            fit_s = time.perf_counter() - t0
         theta0 = gp.kernel.theta
         gp.log_marginal_likelihood(theta0, eval_gradient=True)  # warm-up
         sync(device)
@@ -101,7 +142,8 @@ def run_ours(X, y, Xt, yt, args, device):
     rmse, nlpd = metrics(mean, std, yt)
     return dict(eval_s=eval_s, fit_s=fit_s, predict_s=predict_s, rmse=rmse, nlpd=nlpd,
                 kernel=str(gp.kernel_), lml=gp.log_marginal_likelihood_value_,
-                warnings=sorted({str(w.message)[:200] for w in caught}))
+                warnings=sorted({str(w.message)[:200] for w in caught}),
+                **({"trace": trace.rows} if args.trace else {}))
 
 
 def run_sklearn(X, y, Xt, yt, args, rbf_class=None):
@@ -214,6 +256,9 @@ def main(argv=None):
     p.add_argument("--cg-tol", type=float)
     p.add_argument("--max-cg-iter", type=int)
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float64"])
+    p.add_argument("--trace", action="store_true",
+                   help="record each likelihood evaluation of kernelkit's fit (theta, seconds, "
+                        "CG steps) in the JSON")
     p.add_argument("--out", required=True, help="JSON result path")
     p.add_argument("--quick", action="store_true", help="CPU smoke run with tiny sizes")
     args = p.parse_args(argv)
@@ -277,7 +322,7 @@ def main(argv=None):
                 row["peak_gpu_GB"] = torch.cuda.max_memory_allocated() / 1e9
                 torch.cuda.reset_peak_memory_stats()
             record["results"].append(row)
-            log("  ", {k: v for k, v in row.items() if k not in ("warnings",)})
+            log("  ", {k: v for k, v in row.items() if k not in ("warnings", "trace")})
             write_json_atomic(args.out, record)
     record["finished"] = now()
     write_json_atomic(args.out, record)
