@@ -51,8 +51,9 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 #: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
-#: row blocks and GEMMs (measured with torch row blocks; Triton Gram blocks are faster). H200, n = 1e5, float64: Triton 1.33 ms per column (17 columns 0.07 s,
-#: 512 0.68 s), row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s, 2048: 1.65 s).
+#: row blocks and GEMMs. H200, n = 1e5, float64: Triton K @ V 1.33 ms per column (17 columns
+#: 0.07 s, 512 0.68 s); torch row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s,
+#: 2048: 1.65 s); Triton Gram blocks faster still (the variance cache's build: 2.46 -> 1.43 s).
 TRITON_MATMUL_MAX_COLUMNS = 768
 #: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
 WIDE_BLOCK_ELEMENTS = 2**27
