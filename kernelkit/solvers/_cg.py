@@ -32,12 +32,24 @@ __all__ = ["CGResult", "LanczosCoefficients", "conjugate_gradient"]
 #: A refinement step must shrink the largest true relative residual at least this much, or the
 #: solve stops (the inexact products cannot take it further).
 REFINE_GAIN = 0.5
-#: With inexact products, every this many steps of a run the true residual is recomputed, and
-#: the run ends when it has not fallen since the last check: where the products cannot resolve
-#: A (a GP trial point with almost no noise, cond(A) ~ 1e9 on float32 products) the recurrence
-#: drifts from the truth, and the solve ran to max_cg_iter with a true residual of 4 (1000
-#: steps, 29 s at n = 1e5 on an H200).
+#: With inexact products the true residual of a run is recomputed every CHECK_EVERY steps, and
+#: once the recurrence's residual has fallen DRIFT_CHECK times below the last true one (when the
+#: run's target is lower still). Where the true residual is more than DRIFT times the
+#: recurrence's, the recurrence has left the truth (the products' floor) and the run ends, for a
+#: refinement restart, keeping the better of its iterate and the last checked one (0 at first).
+#: (The residual norm of CG is not monotone: exact CG on cond 1e5 rose to 5.7 times the
+#: start and was still above it at step 100, so "no fall since the last check" cannot be the
+#: test.) Where the products cannot resolve A (a GP trial point with almost no noise,
+#: cond(A) ~ 1e9 on float32 products) the solve had run to max_cg_iter with a true residual of
+#: 4 (1000 steps, 29 s at n = 1e5 on an H200). KernelRidge at n = 1e6 (H200, float32
+#: products, tol 1e-6): the first run's recurrence fell to 3e-6 by step ~70 while the true
+#: residual stayed at 1.2e-2 from step ~20.
 CHECK_EVERY = 100
+DRIFT_CHECK = 1e-3
+DRIFT = 10.0
+#: A run also ends where 1/2 x^T A x - b^T x (float64, exact products), which CG lowers at
+#: every step, rose by more than this fraction of itself since the last check: divergence.
+ENERGY_SLACK = 1e-8
 
 
 @dataclass
@@ -97,12 +109,20 @@ def _col_dot(a, b):
     return (a * b).sum(dim=0)
 
 
+def _flag_lag(device, callback):
+    """Steps by which the host reads the device's flags late: 1 on CUDA (no step waits for the
+    device), 0 on the CPU or with a ``callback`` (which reads every step's residual anyway)."""
+    return 1 if device.type == "cuda" and callback is None else 0
+
+
 def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=None):
     """One PCG run on A X = B from X = 0; ``tol`` per column (tensor of shape (k,)).
 
-    ``check``: exact products; every :data:`CHECK_EVERY` steps the largest true relative residual
-    of the running columns is computed with it, and when that has not fallen since the previous
-    check (or the start) the run ends with the iterate of that check (or 0).
+    ``check``: exact products; every :data:`CHECK_EVERY` steps, and once the recurrence residual
+    is :data:`DRIFT_CHECK` times below the last true one, the largest true relative residual of
+    the running columns is computed with it. When that is above :data:`DRIFT` times the
+    recurrence's the run ends, with the iterate of the previous check (or 0) if that was better;
+    when the energy 1/2 x^T A x - b^T x of a running column rose, it ends with that iterate.
 
     Returns ``(x, recurrence residuals relative to B's columns times scale, breakdown)``;
     ``scale`` (k,) turns them into residuals relative to the caller's right-hand side.
@@ -115,15 +135,17 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     :class:`kernelkit_gpu.attention._gate.PendingFlag`), after the next step's
     work is queued. That step then changed nothing (every step length is 0) and is dropped.
     """
-    lag = 1 if B.device.type == "cuda" and callback is None else 0
+    lag = _flag_lag(B.device, callback)
     bnorm = torch.linalg.vector_norm(B, dim=0)
     safe_bnorm = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
     x = torch.zeros_like(B)
     r = B.clone()
     active = bnorm > 0
     broken = torch.zeros_like(active)
-    residuals, flags = [], []
+    residuals, flags, drifts = [], [], []
     last_check, checked = 1.0, torch.zeros_like(B)  # x = 0
+    last_energy = torch.zeros_like(bnorm)
+    lowest_target = float(tol.min()) if check is not None else 0.0
     z = r if precond is None else precond(r)
     rz = _col_dot(r, z)
     p = z.clone()
@@ -146,13 +168,27 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
         residuals.append((rel * scale).max())
         if callback is not None:
             callback(len(residuals), float(residuals[-1]))
-        if check is not None and len(residuals) % CHECK_EVERY == 0:
-            true = torch.linalg.vector_norm(B - check(x), dim=0) / safe_bnorm
-            worst = float(torch.where(active, true, 0.0).max())
-            if worst >= last_check:  # no progress: back to the last checked iterate
-                x = checked
-                break
-            last_check, checked = worst, x.clone()
+        if check is not None:
+            running = torch.where(active, rel, 0.0).max()
+            if DRIFT_CHECK * last_check > lowest_target:
+                drifts.append(PendingFlag(running < DRIFT_CHECK * last_check))
+            due = len(drifts) > lag and drifts[-1 - lag].value()
+            if due or len(residuals) % CHECK_EVERY == 0:
+                drifts = []
+                Ax = check(x)
+                true = torch.linalg.vector_norm(B - Ax, dim=0) / safe_bnorm
+                worst = float(torch.where(active, true, 0.0).max())
+                # CG lowers 1/2 x^T A x - b^T x at every step (its residual norm need not fall)
+                energy = 0.5 * _col_dot(x, Ax) - _col_dot(x, B)
+                rose = energy > last_energy + ENERGY_SLACK * last_energy.abs()
+                if bool((active & rose).any()):  # diverging: back to the last checked iterate
+                    x = checked
+                    break
+                if worst > DRIFT * float(running):  # the recurrence has left the truth
+                    if worst >= last_check:  # and x is no better than the last checked one
+                        x = checked
+                    break
+                last_check, last_energy, checked = worst, energy, x.clone()
         active = active & (rel > tol)
         z = r if precond is None else precond(r)
         rz_new = _col_dot(r, z)
@@ -197,7 +233,8 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     exact_matvec : callable, optional
         ``exact_matvec(P)``: A @ P in float64 arithmetic; default ``matvec``. Called once per
         refinement step (once in all when the first run reaches ``tol``), and when given, also
-        every :data:`CHECK_EVERY` steps of a run (the run ends if the residual has not fallen).
+        within runs (:data:`CHECK_EVERY`, :data:`DRIFT_CHECK`: a run ends where the true
+        residual has left the recurrence's).
     callback : callable, optional
         ``callback(iteration, relative_residual)`` after each iteration (a progress bar).
     lanczos : bool, default False
