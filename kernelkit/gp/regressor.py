@@ -382,9 +382,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         probes = self._probes(op, settings)
         best = [-np.inf]
 
+        def rejected(theta, eval_gradient, value):
+            return (value, np.zeros_like(theta)) if eval_gradient else value
+
         def stochastic(theta, eval_gradient):
             # one estimate per target column (the same probes), summed as scikit-learn sums
             lml, grad, variance, failed = 0.0, np.zeros(len(theta)), 0.0, None
+            have_best = optimizing and np.isfinite(best[0])  # a trusted value to step back from
             try:
                 for k in range(Y.shape[1]):
                     info = {}
@@ -397,13 +401,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     if info["cg"].residuals[-1] > math.sqrt(settings.cg_tol):
                         failed = info["cg"]
             except torch.linalg.LinAlgError:  # the preconditioner's factorisation
-                if not (optimizing and np.isfinite(best[0])):
-                    return (-np.inf, np.zeros_like(theta)) if eval_gradient else -np.inf
-                failed = True
+                return rejected(theta, eval_gradient,
+                                best[0] - max(1.0, abs(best[0])) if have_best else -np.inf)
             if optimizing and failed is not None:
-                if np.isfinite(best[0]):
-                    penalty = best[0] - max(1.0, abs(best[0]))
-                    return (penalty, np.zeros_like(theta)) if eval_gradient else penalty
+                if have_best:
+                    return rejected(theta, eval_gradient, best[0] - max(1.0, abs(best[0])))
                 warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
             best[0] = max(best[0], lml)
             self._lml_spread = float(np.sqrt(variance))
