@@ -124,7 +124,8 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     recurrence's the run ends, with the iterate of the previous check (or 0) if that was better;
     when the energy 1/2 x^T A x - b^T x of a running column rose, it ends with that iterate.
 
-    Returns ``(x, recurrence residuals relative to B's columns times scale, breakdown)``;
+    Returns ``(x, recurrence residuals relative to B's columns times scale, breakdown, Ax)``,
+    Ax = A @ x from ``check`` when a check ended the run, else None;
     ``scale`` (k,) turns them into residuals relative to the caller's right-hand side.
     ``record``: a dict whose lists "alphas", "betas", "active" receive each step's
     coefficients and the columns that took it (float64 tensors / bool tensors of shape (k,)).
@@ -144,13 +145,14 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     broken = torch.zeros_like(active)
     residuals, flags, drifts = [], [], []
     last_check, checked = 1.0, torch.zeros_like(B)  # x = 0
+    checked_Ax, Ax_known = torch.zeros_like(B), None  # A @ checked; A @ x if a check ended it
     last_energy = torch.zeros_like(bnorm)
     lowest_target = float(tol.min()) if check is not None else 0.0
     z = r if precond is None else precond(r)
     rz = _col_dot(r, z)
     p = z.clone()
     if not bool(active.any()):
-        return x, [], False
+        return x, [], False, None
     while len(residuals) < max_iter:
         Ap = matvec(p)
         pAp = _col_dot(p, Ap)
@@ -182,13 +184,12 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
                 energy = 0.5 * _col_dot(x, Ax) - _col_dot(x, B)
                 rose = energy > last_energy + ENERGY_SLACK * last_energy.abs()
                 if bool((active & rose).any()):  # diverging: back to the last checked iterate
-                    x = checked
+                    x, Ax_known = checked, checked_Ax
                     break
                 if worst > DRIFT * float(running):  # the recurrence has left the truth
-                    if worst >= last_check:  # and x is no better than the last checked one
-                        x = checked
-                    break
-                last_check, last_energy, checked = worst, energy, x.clone()
+                    x, Ax_known = (checked, checked_Ax) if worst >= last_check else (x, Ax)
+                    break  # (the revert when x is no better than the last checked iterate)
+                last_check, last_energy, checked, checked_Ax = worst, energy, x.clone(), Ax
         active = active & (rel > tol)
         z = r if precond is None else precond(r)
         rz_new = _col_dot(r, z)
@@ -209,7 +210,7 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
                         del record[name][-lag:]
             break
     residuals = torch.stack(residuals).tolist() if residuals else []
-    return x, residuals, bool(broken.any())
+    return x, residuals, bool(broken.any()), Ax_known
 
 
 def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=None,
@@ -279,12 +280,12 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         rhs = torch.where(open_cols, R, 0.0)
         target = torch.where(open_cols, tol / torch.where(open_cols, rel, 1.0), 1.0)
         start = len(residuals) - 1
-        dx, steps, breakdown = _pcg(matvec, rhs, precond, target, max_iter - start,
+        dx, steps, breakdown, Adx = _pcg(matvec, rhs, precond, target, max_iter - start,
                                     None if callback is None else
                                     (lambda i, res: callback(start + i, res)), rel,
                                     record if start == 0 else None, check)
         x += dx
-        R = B - exact_matvec(x)
+        R = B - exact_matvec(x) if Adx is None else R - Adx  # a check's product, reused
         previous = float(rel.max())
         rel = torch.linalg.vector_norm(R, dim=0) / safe_bnorm
         residuals.extend(steps)
