@@ -18,9 +18,10 @@ between barriers, so it is the slowest rank's time):
   (``make_friedman1``, as benchmarks/kernel_ridge.py), M = ``--ridge-m`` (2e4) landmarks,
   alpha = 1e-6 n, gamma 0.1, tol 1e-4; fit time (after a warm-up fit on 5e4 points),
   CG iterations, test RMSE (1e4 test points).
-- ``ridge_iter`` (only when named): one Nyström iteration's kernel work, K_nM^T (K_nM v), as two
-  Gaussian :func:`kernelkit_gpu.kernel_matvec` products of the ``--ridge-n`` points against
-  ``--ridge-m`` of them (rows sharded over the group); median of ``--repeats``. Issue 22's
+- ``ridge_iter`` (only when named): one Nyström iteration's kernel work, K_nM^T (K_nM v), as the
+  fit computes it (float32 Gram row blocks of the ``--ridge-n`` points against ``--ridge-m`` of
+  them, two GEMVs each; rows sharded over the group, results all-reduced); median of
+  ``--repeats``. Issue 22's
   strong-scaling run: ``--parts ridge_iter,ridge --ridge-data higgs --ridge-n 10000000
   --ridge-m 50000``.
 - ``--ridge-data higgs``: both ridge parts on HIGGS-shaped synthetic data (d = 28, labels +-1,
@@ -168,28 +169,35 @@ def part_ridge(dev, rank, world):
 
 
 def part_ridge_iter(dev, rank, world):
-    """One Nystrom KernelRidge iteration's kernel work, K_nM^T (K_nM v): two Gaussian K @ V
-    products of the ``--ridge-data`` points against M of them (:func:`kernelkit_gpu.
-    kernel_matvec`, rows sharded over the group), median of ``--repeats``."""
+    """One Nystrom KernelRidge iteration's kernel work, K_Mn (K_nM v), exactly as the fit runs it
+    (:func:`kernelkit.solvers._nystrom.normal_product`: float32 Gram row blocks of the
+    ``--ridge-data`` points against M of them, two GEMVs each); in a group each rank takes its
+    rows and the (M,) results are all-reduced, as ``ShardedFalkonSystem``; median of
+    ``--repeats``."""
     import torch
 
-    import kernelkit_gpu
+    from kernelkit.solvers import _kernel_op, _memory
+    from kernelkit.solvers._nystrom import normal_product
+    from kernelkit_gpu import distributed as D
 
     X, _, _, _, d = _ridge_data()
     device = "cpu" if ARGS.smoke else "cuda"
     Xd = torch.from_numpy(X).to(device)
     Z = Xd[torch.from_numpy(np.random.default_rng(4).choice(len(X), ARGS.ridge_m,
                                                               replace=False)).to(device)]
-    v = torch.from_numpy(np.random.default_rng(5).standard_normal((ARGS.ridge_m, 1))
-                         .astype(np.float32)).to(device)
+    v = torch.from_numpy(np.random.default_rng(5).standard_normal((ARGS.ridge_m, 1))).to(device)
+    op = _kernel_op.KernelOperator("rbf", {"gamma": 0.1}, device)
+    if device == "cuda":  # the block size of a fit with memory to spare
+        op.block_bytes = _memory.GPU_BLOCK_BYTES_MAX
+    lo, hi = D.shard(len(X)) if world > 1 else (0, len(X))
 
     def iteration():
-        u = kernelkit_gpu.kernel_matvec(Xd, Z, v, "rbf", gamma=0.1)
-        return kernelkit_gpu.kernel_matvec(Xd, Z, u, "rbf", transpose=True, gamma=0.1)
+        part = normal_product(op, Xd[lo:hi], Z, v)
+        return D.all_reduce(part) if world > 1 else part
 
     seconds, out = timed(iteration, ARGS.repeats)
     return dict(n=len(X), d=d, m=ARGS.ridge_m, data=ARGS.ridge_data, seconds=seconds,
-                result_norm=float(torch.linalg.vector_norm(out.double())))
+                result_norm=float(torch.linalg.vector_norm(out)))
 
 
 def part_gram(dev, rank, world):

@@ -306,11 +306,32 @@ def _row_norms(x, acc):
     return (xa * xa).sum(dim=1)
 
 
+#: Tensor-core operands get a row length that is a multiple of this many elements (zero
+#: columns appended): Triton then knows the row stride is 16-aligned and loads the tiles
+#: vectorised. H200, K(X, Z) @ v with N = 1e6, M = 5e4: 0.64 s at D = 20 and 28 unpadded,
+#: 0.20 s padded to 32 (2026-11-26e).
+ROW_ALIGN = 16
+
+
+def aligned_rows(a):
+    """``a`` (N, D) as a contiguous tensor whose rows are zero-padded to a multiple of
+    :data:`ROW_ALIGN` elements (itself when already so). Zero columns change no dot product and
+    no distance."""
+    d = a.shape[1]
+    width = -(-d // ROW_ALIGN) * ROW_ALIGN
+    if width == d:
+        return a.contiguous()
+    out = a.new_zeros((a.shape[0], width))
+    out[:, :d] = a
+    return out
+
+
 def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
     """The operands of a Triton launch, as torch tensors, following :func:`recipe`.
 
-    ``symmetric`` (or ``y`` None): y is x (K(X, X)). Tensor-core operands are row-major; direct-difference
-    operands feature-major (D, N) for coalesced per-feature loads. ``check``: a
+    ``symmetric`` (or ``y`` None): y is x (K(X, X)). Tensor-core operands are row-major with
+    rows zero-padded to :data:`ROW_ALIGN` elements (``d`` is the padded width);
+    direct-difference operands feature-major (D, N) for coalesced per-feature loads. ``check``: a
     :class:`kernelkit_gpu._checks.FiniteCheck` whose flags ``names`` (of x and y) are set where
     the prepared values (and dot-product offsets) are non-finite or out of range
     (:func:`out_of_range`).
@@ -335,8 +356,8 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
         dk = d if d <= DIRECT_MAX_D else 0
         d_bucket = d if d <= DIRECT_MAX_D else _launch.block_size(d, lo=1)
     else:
-        xk = xk.contiguous()
-        yk = xk if symmetric else yk.contiguous()
+        xk = aligned_rows(xk)
+        yk = xk if symmetric else aligned_rows(yk)
         if plan.pairwise == E.PW_SQEUCLIDEAN.value:
             nx = _row_norms(xk, r.acc)
             ny = nx if symmetric else _row_norms(yk, r.acc)
@@ -350,6 +371,7 @@ def prepare(x, y, plan, precision, symmetric, check=None, names=("x", "y")):
         stride_x = (xk.stride(0), xk.stride(1))
         stride_y = (yk.stride(0), yk.stride(1))
         dk = 0
+        d = xk.shape[1]
         d_bucket = _launch.block_size(d, lo=1, hi=1024)
     dummy = torch.zeros(1, dtype=r.acc, device=x.device) if nx is None else None
     return Operands(

@@ -18,12 +18,12 @@ def _data(rng, n, d=3):
 
 @pytest.mark.parametrize("n, expected", [(10, 8), (1000, 219), (10**5, 3641), (10**6, 13816)])
 def test_auto_components_is_sqrt_n_log_n_capped(monkeypatch, n, expected):
-    """ceil(sqrt(n) ln n), at most n (n = 10: 7.3 -> 8) and the device cap (GPU 20 000), with
-    memory to spare."""
+    """ceil(sqrt(n) ln n), at most n (n = 10: 7.3 -> 8) and the device cap (GPU 10 000, CPU
+    4 000), with memory to spare."""
     monkeypatch.setattr(_memory, "available_bytes", lambda where: 2**40)
     assert expected == min(n, math.ceil(math.sqrt(n) * math.log(n)))
     assert _memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cuda",
-                                   triton=True) == expected
+                                   triton=True) == min(expected, 10_000)
     assert _memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cpu",
                                    triton=False) == min(expected, 4000)
 

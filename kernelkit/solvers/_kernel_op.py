@@ -61,9 +61,10 @@ class KernelOperator:
         self.triton = where == "cuda" or TRITON_ON_CPU
         self.block_bytes = CPU_BLOCK_BYTES if block_bytes is None else int(block_bytes)
 
-    #: Bytes per kernel value of a row block: the float32 Gram block plus its float64 copy and
-    #: one float64 temporary on the GPU; the float64 block plus two same-sized temporaries of the
-    #: registry reference (distances, exponentials) on the CPU.
+    #: Bytes per kernel value of a row block: on the GPU the block (float64 for exact operands,
+    #: float32 otherwise) and one float64 temporary of its shape (scaled rows, triangular solves),
+    #: with slack; the float64 block plus two same-sized temporaries of the registry reference
+    #: (distances, exponentials) on the CPU.
     @property
     def bytes_per_value(self):
         return 20 if self.triton else 24
@@ -104,17 +105,17 @@ class KernelOperator:
         return max(1, self.block_bytes // (max(1, n_cols) * self.bytes_per_value))
 
     def block(self, A, B=None):
-        """K(A, B) (B None: K(A, A), exactly symmetric) as a float64 tensor."""
+        """K(A, B) (B None: K(A, A), exactly symmetric) as a tensor in the operands' precision:
+        float32 for :meth:`data` operands on the GPU, float64 for :meth:`exact_data` ones."""
         if self.triton:
             import kernelkit_gpu
 
             with kernelkit_gpu.assume_finite():  # validated once, at fit
-                K = kernelkit_gpu.gram(A, B, kernel=self.spec.name, **self.params)
-            return K.to(torch.float64)
+                return kernelkit_gpu.gram(A, B, kernel=self.spec.name, **self.params)
         return torch.from_numpy(self.spec.value_fn(A, B, **self.params)).to(self.device)
 
     def row_blocks(self, A, B):
-        """Yield ``(lo, hi, K(A[lo:hi], B))`` over the rows of A, float64 blocks."""
+        """Yield ``(lo, hi, K(A[lo:hi], B))`` over the rows of A (blocks as :meth:`block`)."""
         n = A.shape[0]
         step = self.rows_per_block(B.shape[0])
         for lo in range(0, n, step):

@@ -71,9 +71,13 @@ def persistent_bytes(*, n, d, k, m, solver, triton, n_alphas=1):
     return parts
 
 
-#: ``n_components="auto"`` never takes more landmarks than this (on the GPU at n = 1e6, d = 20:
-#: M = 1e4 fitted in 4.5 s on an H100; the time of a Nyström fit grows like n M d per iteration).
-AUTO_M_MAX = {"cuda": 20_000, "cpu": 4_000}
+#: ``n_components="auto"`` never takes more landmarks than this. On the GPU (H100, n = 1e6,
+#: d = 20, friedman1, default tol, 2026-11-26e) M = 5e3 / 1e4 / 13 816 / 2e4 took 1.6 / 5.8 /
+#: 14.9 / 32 s at test RMSE 1.1995 / 1.1931 / 1.1922 / 1.1919: the CG steps grow with M
+#: (32 / 67 / 117 / 210; float32 products resolve the small eigen-directions of a larger
+#: system less well, so refinement restarts more often), and past 1e4 the time grows much
+#: faster than the accuracy.
+AUTO_M_MAX = {"cuda": 10_000, "cpu": 4_000}
 #: Share of the memory left after the data and CG vectors that the landmark arrays may take.
 AUTO_MEMORY_SHARE = 0.25
 
@@ -90,7 +94,8 @@ def auto_components(*, n, d, k, solver, where, triton, n_alphas=1):
     and cut so that the landmark arrays take at most :data:`AUTO_MEMORY_SHARE` of the memory
     left once the data (n x d) and the CG vectors are held.
 
-    Examples: n = 1e6 gives 13 816 on the GPU (4 000 on the CPU); n = 1e5, 3 641; n = 2e4, 1 401.
+    Examples: n = 1e6 gives 10 000 on the GPU (13 816 uncapped; 4 000 on the CPU); n = 1e5,
+    3 641; n = 2e4, 1 401.
     """
     m = min(n, AUTO_M_MAX[where], math.ceil(math.sqrt(n) * math.log(max(n, 2))))
     avail = available_bytes(where)

@@ -57,7 +57,7 @@ from kernelkit.solvers._dense import alpha_groups, shifted_solve
 from kernelkit.solvers._precond import LowRankPreconditioner, cholesky_jitter
 
 __all__ = [
-    "landmarks", "landmark_factor", "knm_product", "kmn_product", "nystrom_preconditioner",
+    "landmarks", "landmark_factor", "kmn_product", "normal_product", "nystrom_preconditioner",
     "FalkonSystem",
 ]
 
@@ -88,23 +88,36 @@ def _tri(L, B, upper=False):
 
 
 def _scaled(G, sw, lo, hi):
-    """Rows lo:hi of S K_nM from the block G = K(X[lo:hi], Z) (``sw`` None: S = I)."""
-    return G if sw is None else sw[lo:hi] * G
-
-
-def knm_product(op, X, Z, U, sw=None):
-    """S K_nM @ U from row blocks, float64, shape (n, k)."""
-    out = torch.empty((X.shape[0], U.shape[1]), dtype=torch.float64, device=op.device)
-    for lo, hi, G in op.row_blocks(X, Z):
-        out[lo:hi] = _scaled(G, sw, lo, hi) @ U
-    return out
+    """Rows lo:hi of S K_nM from the block G = K(X[lo:hi], Z) (``sw`` None: S = I), in G's
+    dtype."""
+    return G if sw is None else sw[lo:hi].to(G.dtype) * G
 
 
 def kmn_product(op, X, Z, V, sw=None):
     """K_Mn S @ V = sum over row blocks of (S_b K_bM)^T V_b, float64, shape (M, k)."""
     out = torch.zeros((Z.shape[0], V.shape[1]), dtype=torch.float64, device=op.device)
     for lo, hi, G in op.row_blocks(X, Z):
-        out += _scaled(G, sw, lo, hi).T @ V[lo:hi]
+        out += (_scaled(G, sw, lo, hi).T @ V[lo:hi].to(G.dtype)).to(torch.float64)
+    return out
+
+
+def normal_product(op, X, Z, U, sw=None):
+    """K_Mn S^2 K_nM @ U over the rows of X, float64, shape (M, k): one Nyström iteration's
+    kernel work. A float32 row block G (GPU) is multiplied as it is, with float64 products and
+    sums (:func:`kernelkit_gpu.mixed_gemv.gemv_float64`: 8 bytes moved per entry, against 28 for
+    a float64 copy and two float64 GEMVs; a float32 GEMV's rounding had tripled the CG steps at
+    n = 1e6); S^2 scales G U, so G is never copied."""
+    out = torch.zeros((Z.shape[0], U.shape[1]), dtype=torch.float64, device=op.device)
+    w = None if sw is None else sw * sw
+    for lo, hi, G in op.row_blocks(X, Z):
+        if G.dtype == torch.float64:
+            T = G @ U
+            out += G.T @ (T if w is None else w[lo:hi] * T)
+            continue
+        from kernelkit_gpu.mixed_gemv import gemv_float64
+
+        T = gemv_float64(G, U)
+        out += gemv_float64(G, T if w is None else w[lo:hi] * T, transpose=True)
     return out
 
 
@@ -230,12 +243,8 @@ class FalkonSystem:
         return _tri(self.L.T, x, upper=True), used
 
     def _data_term(self, u, X, Z):
-        """K_Mn W K_nM u over the rows of X."""
-        h = torch.zeros_like(u)
-        for lo, hi, B in self.op.row_blocks(X, Z):
-            Bs = _scaled(B, self.sw, lo, hi)
-            h += Bs.T @ (Bs @ u)
-        return h
+        """K_Mn W K_nM u over the rows of X (:func:`normal_product`)."""
+        return normal_product(self.op, X, Z, u, self.sw)
 
     def _matvec(self, G, X, Z):
         u = self.to_beta(G)

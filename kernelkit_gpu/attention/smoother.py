@@ -204,7 +204,7 @@ def kattn_fwd(q, k, v, plan, *, shift, eps):
 
     _kattn_fwd_kernel[grid](
         ops.x, ops.y, ops.nx, ops.ny, ops.prm, v32, out,
-        H, H_kv, H // H_kv, T, S, 0 if shift is None else shift, D, DV, plan.deg, eps,
+        H, H_kv, H // H_kv, T, S, 0 if shift is None else shift, ops.d, DV, plan.deg, eps,
         ops.stride_x[0], ops.stride_x[1], ops.stride_y[0], ops.stride_y[1],
         *v32.stride(), *out.stride(),
         BLOCK_DV=block_dv, KIND=plan.kind, PAIRWISE=plan.pairwise, MODE=ops.mode, DK=ops.dk,
