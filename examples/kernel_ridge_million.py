@@ -1,5 +1,5 @@
 """Kernel ridge regression on a million points in seconds on one GPU (Nystrom, M = 10^4: 5.6 s
-at the default tol 1e-6 on an H100, docs/benchmarks.md).
+on an H100 at the estimator's default tol 1e-6, docs/benchmarks.md; this script uses 1e-4).
 
     python examples/kernel_ridge_million.py [N [M]]
 
