@@ -59,3 +59,32 @@ def test_n_components_must_be_auto_or_a_positive_integer(rng):
     X, y = _data(rng, 20)
     with pytest.raises(ValueError, match="n_components must be 'auto' or an integer > 0"):
         KernelRidge(n_components="many", device="cpu").fit(X, y)
+
+
+@pytest.mark.parametrize("n_alphas", [1, 2])
+def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
+    """Building the Falkon system allocates at most the plan's count of float64 M x M matrices
+    at once (``_memory._landmark_matrices``) beyond K_nM blocks and vectors: at M = 5e4 each is
+    20 GB, and a construction with identity matrices and out-of-place sums took 9 (an H200 ran
+    out of memory under a plan of 4). Measured on CUDA (the allocator's peak)."""
+    if device != "cuda":
+        pytest.skip("the allocator's peak is measured on a GPU only (pytest --device cuda)")
+    from kernelkit.solvers import _kernel_op
+    from kernelkit.solvers._nystrom import FalkonSystem, landmarks
+
+    n, m, d = 3000, 1024, 5
+    X = rng.uniform(-2.0, 2.0, size=(n, d))
+    op = _kernel_op.KernelOperator("rbf", {"gamma": 0.5}, "cuda")
+    op.block_bytes = 8 * m * 64  # small row blocks: M x M matrices dominate
+    idx = landmarks(n, m, np.random.RandomState(0))
+    data, exact = op.data(X), op.exact_data(X)
+    operands = (data, op.take(data, idx)), (exact, op.take(exact, idx))
+    alphas = torch.tensor([1e-3, 1e-2][:n_alphas], dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    system = FalkonSystem(op, *operands, alphas, None, idx)
+    torch.cuda.synchronize()
+    peak = (torch.cuda.max_memory_allocated() - base) / (8 * m * m)
+    assert system.ridge_metric is not None  # the path with the most matrices
+    assert peak <= _memory._landmark_matrices("nystrom", n_alphas) + 0.25

@@ -87,3 +87,26 @@ def test_preconditioner_cuts_cg_iterations(K):
         np.testing.assert_allclose(res.x.numpy(), ref, rtol=0, atol=2e-5 * np.abs(ref).max())
         iters[rank] = res.n_iter
     assert iters[40] * 4 < iters[0], iters
+
+
+@pytest.mark.parametrize("m,block", [(1, 4096), (7, 3), (10, 5), (64, 4096)])
+def test_symmetrize_in_place_equals_half_sum(m, block):
+    """In square blocks (a block size that does not divide m included) the values are exactly
+    those of 0.5 * (A + A.T), the matrix is exactly symmetric, and A itself is returned."""
+    from kernelkit.solvers._precond import symmetrize_
+
+    A = torch.tensor(np.random.default_rng(m).standard_normal((m, m)))
+    want = 0.5 * (A + A.T)
+    got = symmetrize_(A, block=block)
+    assert got is A
+    assert torch.equal(got, want) and torch.equal(got, got.T)
+
+
+def test_plus_diagonal_leaves_its_input():
+    from kernelkit.solvers._precond import plus_diagonal
+
+    A = torch.tensor(np.random.default_rng(0).standard_normal((5, 5)))
+    before = A.clone()
+    B = plus_diagonal(A, 0.25)
+    assert torch.equal(A, before) and torch.equal(B, A + 0.25 * torch.eye(5, dtype=A.dtype))
+    assert plus_diagonal(A, 0.0) is A

@@ -66,7 +66,7 @@ def persistent_bytes(*, n, d, k, m, solver, triton, n_alphas=1):
     if m and solver == "cg":
         parts[f"preconditioner factor and basis (2 x {n} x {m} float64)"] = 16 * n * m
     if m:
-        count = 3 + n_alphas
+        count = _landmark_matrices(solver, n_alphas)
         parts[f"landmark matrices ({count} x {m} x {m} float64)"] = count * 8 * m * m
     return parts
 
@@ -82,9 +82,18 @@ AUTO_M_MAX = {"cuda": 10_000, "cpu": 4_000}
 AUTO_MEMORY_SHARE = 0.25
 
 
+def _landmark_matrices(solver, n_alphas):
+    """How many float64 M x M matrices a fit holds at its peak. "nystrom": K_MM, L, the Falkon
+    inner matrix, the ridge metric, one shifted copy being factored and the factors so far
+    (``FalkonSystem``); "cg": K_MM, its shifted copy and L while factoring, then the
+    preconditioner's small matrices."""
+    return (5 if solver == "nystrom" else 3) + n_alphas
+
+
 def _landmark_bytes(n, m, solver, n_alphas):
     """Bytes that grow with M: the M x M matrices, and the n x M factor of "cg"."""
-    return (3 + n_alphas) * 8 * m * m + (16 * n * m if solver == "cg" else 0)
+    return (_landmark_matrices(solver, n_alphas) * 8 * m * m
+            + (16 * n * m if solver == "cg" else 0))
 
 
 def auto_components(*, n, d, k, solver, where, triton, n_alphas=1):

@@ -54,7 +54,9 @@ import numpy as np
 import torch
 
 from kernelkit.solvers._dense import alpha_groups, shifted_solve
-from kernelkit.solvers._precond import LowRankPreconditioner, cholesky_jitter
+from kernelkit.solvers._precond import (
+    LowRankPreconditioner, cholesky_jitter, plus_diagonal, symmetrize_,
+)
 
 __all__ = [
     "landmarks", "landmark_factor", "kmn_product", "normal_product", "nystrom_preconditioner",
@@ -135,28 +137,34 @@ def _shifted_factors(S, alphas, R=None):
     the same shifts). Where S + alpha R is not positive definite in floating point, S + alpha I:
     R = L^{-1} (K_MM + s_sys I) L^{-T} is indefinite when K_MM's rounding (eigenvalues of either
     sign, of order M eps mean(diag)) exceeds s_sys along its numerical null space, as for a
-    finite-rank kernel with M above its rank."""
-    eye = torch.eye(S.shape[0], dtype=S.dtype, device=S.device)
+    finite-rank kernel with M above its rank. One M x M temporary at a time besides the
+    factors."""
     factors = []
     for alpha, cols in alpha_groups(alphas):
-        factor, info = (None, 1) if R is None else torch.linalg.cholesky_ex(S + alpha * R)
+        factor, info = None, 1
+        if R is not None:
+            shifted = torch.add(S, R, alpha=alpha)
+            factor, info = torch.linalg.cholesky_ex(shifted)
+            del shifted
         if int(info) != 0:
-            factor = cholesky_jitter(S + alpha * eye, 0.0)[0]
+            factor = cholesky_jitter(plus_diagonal(S, alpha), 0.0)[0]
         factors.append((factor, cols))
     return factors
 
 
 def _ridge_metric(L, shift, system_shift):
     """L^{-1} (K_MM + s_sys I) L^{-T} = I - (s - s_sys) L^{-1} L^{-T} (L L^T = K_MM + s I):
-    the system's ridge term in the preconditioned variables, None when s_sys = s (then I)."""
+    the system's ridge term in the preconditioned variables, None when s_sys = s (then I).
+    Formed in place: at most two M x M temporaries (L^{-1}, then R) besides L."""
     d = shift - system_shift
     if not d:
         return None
-    m = L.shape[0]
-    eye = torch.eye(m, dtype=torch.float64, device=L.device)
-    Linv = _tri(L, eye)
-    R = eye - d * (Linv @ Linv.T)
-    return 0.5 * (R + R.T)
+    Linv = _tri(L, torch.eye(L.shape[0], dtype=torch.float64, device=L.device))
+    R = Linv @ Linv.T
+    del Linv
+    R.mul_(-d)
+    R.diagonal().add_(1.0)
+    return symmetrize_(R)
 
 
 def nystrom_preconditioner(op, exact, alphas, sw=None):
@@ -191,13 +199,14 @@ class FalkonSystem:
         self.system_shift = min(_jitter(self.Kmm, op.eps) / self.Kmm.shape[0], self.shift)
         n, m = exact[0].shape[0], exact[1].shape[0]
         Lw = self.L if weights is None else weights[landmark_indices][:, None] * self.L
-        inner = (n / m) * (self.L.T @ Lw)
+        inner = torch.mm(self.L.T, Lw).mul_(n / m)
+        del Lw
         #: A_j A_j^T = (n / M) L^T W_M L + alpha_j L^{-1} (K_MM + s_sys I) L^{-T}: the ridge
         #: term enters the preconditioner exactly (with alpha_j I there instead, the directions
         #: where K_MM < s are preconditioned by alpha s against the system's alpha s_sys, M times
         #: too much: 645 CG steps at M = 2e4, n = 1e6, H200, against 28 with this form)
         self.ridge_metric = _ridge_metric(self.L, self.shift, self.system_shift)
-        self.factors = _shifted_factors(0.5 * (inner + inner.T), alphas, self.ridge_metric)
+        self.factors = _shifted_factors(symmetrize_(inner), alphas, self.ridge_metric)
 
     def _left(self, V):
         """A_j^{-1} L^{-1} V, column by column."""

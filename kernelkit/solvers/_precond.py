@@ -38,11 +38,36 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["cholesky_jitter", "nystrom_factor", "LowRankPreconditioner"]
+__all__ = ["cholesky_jitter", "plus_diagonal", "symmetrize_", "nystrom_factor",
+           "LowRankPreconditioner"]
 
 #: Cholesky retries: the jitter grows tenfold each time.
 _JITTER_TRIES = 12
 EPS64 = float(np.finfo(np.float64).eps)
+
+
+def plus_diagonal(A, shift):
+    """A + shift I as one new matrix (A itself when shift is 0); no identity matrix is formed,
+    so an M x M step costs one M x M copy (M = 5e4: 20 GB in float64)."""
+    if not shift:
+        return A
+    B = A.clone()
+    B.diagonal().add_(shift)
+    return B
+
+
+def symmetrize_(A, block=4096):
+    """A <- (A + A^T) / 2 in place, in square blocks (no M x M temporary); the values are those
+    of ``0.5 * (A + A.T)``, and the result is exactly symmetric. Returns A."""
+    m = A.shape[0]
+    for i0 in range(0, m, block):
+        i1 = min(m, i0 + block)
+        for j0 in range(i0, m, block):
+            j1 = min(m, j0 + block)
+            avg = 0.5 * (A[i0:i1, j0:j1] + A[j0:j1, i0:i1].T)
+            A[i0:i1, j0:j1] = avg
+            A[j0:j1, i0:i1] = avg.T
+    return A
 
 
 def cholesky_jitter(A, jitter):
@@ -56,11 +81,10 @@ def cholesky_jitter(A, jitter):
     ValueError
         If no shift up to 10^11 times the first one succeeds (A far from positive semi-definite).
     """
-    eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
     scale = float(A.detach().diagonal().abs().mean()) or 1.0
     shift = float(jitter)
     for _ in range(_JITTER_TRIES):
-        L, info = torch.linalg.cholesky_ex(A + shift * eye if shift else A)
+        L, info = torch.linalg.cholesky_ex(plus_diagonal(A, shift))
         if int(info) == 0:
             return L, shift
         shift = 10.0 * shift if shift else 1e-14 * scale
