@@ -1,10 +1,12 @@
-"""KernelRidge's ``n_components="auto"`` default (kernelkit.solvers._memory.auto_components), and
-the default settings against scikit-learn's exact KernelRidge."""
+"""KernelRidge's ``n_components="auto"`` default (kernelkit.solvers._memory.auto_components), the
+memory plan's count of landmark matrices, and the default settings against scikit-learn's exact
+KernelRidge."""
 
 import math
 
 import numpy as np
 import pytest
+import torch
 from sklearn.kernel_ridge import KernelRidge as SKKernelRidge
 
 from kernelkit import KernelRidge
