@@ -74,7 +74,7 @@ def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
     from kernelkit.solvers import _kernel_op
     from kernelkit.solvers._nystrom import FalkonSystem, landmarks
 
-    n, m, d = 3000, 1024, 5
+    n, m, d = 6000, 3000, 5  # one M x M matrix is 72 MB: library workspaces are far smaller
     X = rng.uniform(-2.0, 2.0, size=(n, d))
     op = _kernel_op.KernelOperator("rbf", {"gamma": 0.5}, "cuda")
     op.block_bytes = 8 * m * 64  # small row blocks: M x M matrices dominate
@@ -82,6 +82,8 @@ def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
     data, exact = op.data(X), op.exact_data(X)
     operands = (data, op.take(data, idx)), (exact, op.take(exact, idx))
     alphas = torch.tensor([1e-3, 1e-2][:n_alphas], dtype=torch.float64, device="cuda")
+    small = torch.eye(64, dtype=torch.float64, device="cuda")  # cuBLAS / cuSOLVER workspaces
+    torch.linalg.solve_triangular(torch.linalg.cholesky_ex(small @ small)[0], small, upper=False)
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -89,4 +91,4 @@ def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - base) / (8 * m * m)
     assert system.ridge_metric is not None  # the path with the most matrices
-    assert peak <= _memory._landmark_matrices("nystrom", n_alphas) + 0.25
+    assert peak <= _memory._landmark_matrices("nystrom", n_alphas) + 0.5
