@@ -13,7 +13,9 @@ Layout
 each beside its plain-PyTorch twin (``pairwise/naive.py``). ``attention/``: softmax, kernel-smoother
 and linear attention, each beside its twin (``naive.py``, ``linear_naive.py``). Shared at the top:
 the epilogue table (``_epilogues.py``: one row per registry kernel), operand preparation
-(``_prepare.py``), argument checks (``_checks.py``) and launch helpers (``_launch.py``). No module
+(``_prepare.py``), argument checks (``_checks.py``) and launch helpers (``_launch.py``).
+``mixed_gemv.py``: a float32 matrix times float64 vectors with float64 sums (the solvers'
+Nyström iteration), beside its reference. No module
 shares its name with a function it exports.
 
 Public functions
