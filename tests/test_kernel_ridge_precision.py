@@ -272,3 +272,29 @@ def test_falkon_factor_models_the_system_ridge_and_falls_back_when_it_is_indefin
     for (A, _), alpha in zip(_shifted_factors(S, alphas, indefinite), (0.5, 2.0)):
         np.testing.assert_allclose((A @ A.T).numpy(), (S + alpha * torch.eye(m)).numpy(),
                                    rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_nystrom_iteration_product_matches_float64(weighted, triton_device, rng):
+    """One Nyström iteration's data term K_Mn W K_nM U on the Triton path (float32 Gram row
+    blocks, float64-accumulated products) against the same product of scikit-learn's float64
+    kernel values, relative to S = |K|^T W |K| |U|. The float32 kernel values' errors (a few
+    eps32 each) are independent, so they add like a random walk, far below eps32 S: measured
+    6.3e-3 eps32 S (unweighted). Tolerance 0.1 eps32 S, 16x that. A float32-summed GEMV (what
+    the float64 accumulation replaced) measured 2.0 eps32 S and fails."""
+    from kernelkit.solvers._nystrom import normal_product
+
+    n, m, gamma = 300, 40, 0.7
+    X = rng.uniform(-2.0, 2.0, size=(n, 20)) + 100.0  # d > 16: tensor cores, centred operands
+    Z = X[rng.choice(n, m, replace=False)]
+    U = rng.normal(size=(m, 2)) * 1e3
+    w = rng.uniform(0.5, 2.0, size=n) if weighted else np.ones(n)
+    op = _kernel_op.KernelOperator("rbf", {"gamma": gamma}, triton_device)
+    op.block_bytes = 8 * m * op.bytes_per_value  # several row blocks (8 rows each)
+    sw = torch.tensor(np.sqrt(w)[:, None], device=triton_device) if weighted else None
+    got = normal_product(op, op.data(X), op.data(Z), op.vectors(U), sw).cpu().numpy()
+    K = pairwise_kernels(X, Z, metric="rbf", gamma=gamma)
+    want = K.T @ (w[:, None] * (K @ U))
+    scale = np.abs(K).T @ (w[:, None] * (np.abs(K) @ np.abs(U)))
+    assert got.dtype == np.float64
+    assert np.all(np.abs(got - want) <= 0.1 * EPS32 * scale)
