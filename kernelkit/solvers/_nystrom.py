@@ -111,15 +111,15 @@ def normal_product(op, X, Z, U, sw=None):
     n = 1e6); S^2 scales G U, so G is never copied."""
     out = torch.zeros((Z.shape[0], U.shape[1]), dtype=torch.float64, device=op.device)
     w = None if sw is None else sw * sw
+    if op.triton:
+        from kernelkit_gpu.mixed_gemv import gemv_float64
     for lo, hi, G in op.row_blocks(X, Z):
         if G.dtype == torch.float64:
             T = G @ U
             out += G.T @ (T if w is None else w[lo:hi] * T)
-            continue
-        from kernelkit_gpu.mixed_gemv import gemv_float64
-
-        T = gemv_float64(G, U)
-        out += gemv_float64(G, T if w is None else w[lo:hi] * T, transpose=True)
+        else:
+            T = gemv_float64(G, U)
+            out += gemv_float64(G, T if w is None else w[lo:hi] * T, transpose=True)
     return out
 
 
