@@ -274,6 +274,7 @@ def test_falkon_factor_models_the_system_ridge_and_falls_back_when_it_is_indefin
                                    rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.usefixtures("triton_can_run")
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 def test_nystrom_iteration_product_matches_float64(weighted, triton_device, rng):
     """One Nyström iteration's data term K_Mn W K_nM U on the Triton path (float32 Gram row
