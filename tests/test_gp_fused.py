@@ -203,7 +203,6 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
     process's share of the rows too. Tolerance: both sum n products of the same kernel values
     in ``dtype``, so n eps(dtype) (|K| |V|) bounds the difference (with the float64 residual
     product, eps of float64)."""
-    from kernelkit.gp._lml import exact_matmul
     from kernelkit_gpu.pairwise import matvec_fused
 
     kernel = {**FAST, **FAST_MORE}[name]
@@ -228,7 +227,7 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
         monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
         op.rows = (0, 70)
         whole = op.matmul(V.to(op.dtype), params).to(torch.float64)
-        exact = exact_matmul(op, params, V)
+        exact = op.exact_matmul(V, params)
         op.rows = (13, 50)  # a process's share
         share = op._matmul_rows(V.to(op.dtype), params).to(torch.float64)
         results[fused] = (whole, exact, share)
@@ -250,7 +249,6 @@ def test_wide_products_run_triton_gram_blocks(name, device, monkeypatch):
     Gram row blocks and GEMMs, equal to the torch row blocks to rounding (float64: both sum n
     products of kernel values correct to a few eps, so 70 eps (|K| |V|) bounds the
     difference), on a process's share of the rows too."""
-    from kernelkit.gp._lml import exact_matmul
 
     kernel = {**FAST, **FAST_MORE}[name]
     X, _ = _data(n=70)
@@ -272,7 +270,7 @@ def test_wide_products_run_triton_gram_blocks(name, device, monkeypatch):
     for fused in (False, True):
         monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
         op.rows = (0, 70)
-        whole = exact_matmul(op, params, V)
+        whole = op.exact_matmul(V, params)
         op.rows = (13, 50)
         share = op.kernel_rows_matmul(V, params)
         results[fused] = (whole, share)
@@ -282,3 +280,46 @@ def test_wide_products_run_triton_gram_blocks(name, device, monkeypatch):
     for got, want, rows in zip(results[True], results[False], (slice(None), slice(13, 50))):
         bound = 70 * 2.0**-52 * scale[rows] + 1e-300
         assert ((got - want).abs() <= bound).all(), float(((got - want).abs() / bound).max())
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["tree-blocks", "triton-gram"])
+@pytest.mark.parametrize("name", ["rbf-ard", "reordered-nested-constants"])
+def test_dense_float32_operator_holds_a_float64_k_for_exact_products(name, fused, device,
+                                                                     monkeypatch):
+    """A float32 operator whose K is held dense also holds K in float64 (where both fit), and its
+    exact products are float64 arithmetic: against (sklearn's K + jitter I) @ V in NumPy the
+    difference is within 1000 eps64 (|K| |V|): n = 70 terms per sum, each kernel value from
+    differently scaled operands and exp, so a relative error of a few eps times the exponent
+    (up to ~30 here); measured up to 240 eps64. A float32 K (error ~ eps32 = 5e8 eps64) misses
+    it by far.
+    Each matrix is formed once per hyperparameter setting, and a new setting drops both."""
+    monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
+    kernel = {**FAST, **FAST_MORE}[name]
+    X, _ = _data(n=70)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float32)
+    assert op.dense and op.dense_exact
+    V = torch.as_tensor(np.random.default_rng(1).standard_normal((70, 3)), device=op.device)
+    formed = []
+    real = _fused_tree.kernel_part_gram if fused else op.block
+
+    def spy(*args, **kwargs):
+        formed.append(args[-1] if fused else kwargs["dtype"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_fused_tree if fused else op, "kernel_part_gram" if fused else "block",
+                        spy)
+    params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
+    op.matmul(V.to(torch.float32), params)
+    got = op.exact_matmul(V, params).cpu().numpy()
+    op.exact_matmul(V, params)
+    n_blocks = len(formed) // 2
+    assert formed == [torch.float32] * n_blocks + [torch.float64] * n_blocks, formed
+    Kref = kernel(X) + 1e-3 * np.eye(70)
+    Vn = V.cpu().numpy()
+    bound = 1000 * 2.0**-52 * (np.abs(Kref) @ np.abs(Vn))
+    err = np.abs(got - Kref @ Vn)
+    assert (err <= bound).all(), float((err / bound).max())
+    assert (np.abs(Kref.astype(np.float32).astype(np.float64) @ Vn - Kref @ Vn) > bound).any()
+    other = op.structure.params(torch.as_tensor(kernel.theta + 0.1, device=op.device))
+    op.exact_matmul(V, other)
+    assert list(op._dense_K) == [torch.float64]  # the old setting's matrices are gone

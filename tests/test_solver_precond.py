@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernelkit.solvers._cg import conjugate_gradient
+from kernelkit.solvers import _precond
 from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor
 
 
@@ -22,15 +23,25 @@ def _build(K, rank, mu):
     return LowRankPreconditioner(B, mu, nu), pivots.numpy()
 
 
+@pytest.fixture(params=["cholesky", "eigen"])
+def form(request, monkeypatch):
+    """Which form of P the shift-independent tests build: the Cholesky (Woodbury) form where
+    ||B||_F^2 / mu allows it, or the eigen form always."""
+    if request.param == "eigen":
+        monkeypatch.setattr(_precond, "WOODBURY_MAX_RATIO", 0.0)
+    return request.param
+
+
 @pytest.fixture
 def K():
     X = np.random.default_rng(0).uniform(-2.0, 2.0, size=(150, 2))
     return _rbf(X)
 
 
-def test_solve_logdet_probes_and_quad_match_dense_nystrom(K):
+def test_solve_logdet_probes_and_quad_match_dense_nystrom(K, form):
     mu = 0.05
     pre, S = _build(K, 20, mu)
+    assert pre.woodbury == (form == "cholesky")  # ||B||_F^2 / mu ~ 4e3
     n = K.shape[0]
     P = K[:, S] @ np.linalg.solve(K[np.ix_(S, S)], K[S]) + mu * np.eye(n)
     # 20 landmarks drawn uniformly, the shift nu ~ 1e-13: agreement to ~1e-10
@@ -38,7 +49,7 @@ def test_solve_logdet_probes_and_quad_match_dense_nystrom(K):
     V = np.random.default_rng(0).standard_normal((n, 3))
     np.testing.assert_allclose(pre.solve(torch.from_numpy(V)).numpy(), np.linalg.solve(P, V),
                                rtol=1e-8, atol=1e-10)
-    # probes: z = U Lambda^1/2 V^T e1 + sqrt(mu) e2; with e1 = I and e2 = 0, Z Z^T + mu I = P
+    # probes: z = (B or U Lambda^1/2 V^T) e1 + sqrt(mu) e2; e1 = I, e2 = 0: Z Z^T + mu I = P
     Z = pre.sample(torch.eye(20, dtype=torch.float64), torch.zeros((n, 20), dtype=torch.float64))
     np.testing.assert_allclose(Z.numpy() @ Z.numpy().T + mu * np.eye(n), P, rtol=0, atol=1e-10)
     W = np.random.default_rng(1).standard_normal((n, 4))
@@ -63,6 +74,7 @@ def test_solve_is_backward_stable_for_a_tiny_shift(K, mu):
     """mu far below ||K|| (~60): the eigen form's solve x satisfies P x = v to a backward error
     of a few eps ||P|| ||x|| (measured 5.2e-17 to 5.4e-17 relative at these mu; bound 1e-14)."""
     pre, _ = _build(K, 40, mu)
+    assert not pre.woodbury  # ||B||_F^2 / mu >= 2e8: the eigen form
     n = K.shape[0]
     Pd = (pre.U * pre.lam) @ pre.U.T + mu * torch.eye(n, dtype=torch.float64)
     v = torch.from_numpy(np.random.default_rng(3).standard_normal((n, 2)))
@@ -72,7 +84,7 @@ def test_solve_is_backward_stable_for_a_tiny_shift(K, mu):
     assert backward <= 1e-14, backward
 
 
-def test_preconditioner_cuts_cg_iterations(K):
+def test_preconditioner_cuts_cg_iterations(K, form):
     """CG on K + 1e-3 I against np.linalg.solve, without and with the rank-40 preconditioner."""
     n, mu = K.shape[0], 1e-3
     A = torch.from_numpy(K + mu * np.eye(n))
@@ -87,6 +99,40 @@ def test_preconditioner_cuts_cg_iterations(K):
         np.testing.assert_allclose(res.x.numpy(), ref, rtol=0, atol=2e-5 * np.abs(ref).max())
         iters[rank] = res.n_iter
     assert iters[40] * 4 < iters[0], iters
+
+
+@pytest.mark.parametrize("scalar_shift", [True, False])
+def test_form_follows_the_ratio_of_the_factor_to_the_shift(scalar_shift):
+    """The Cholesky form exactly where ||B||_F^2 <= WOODBURY_MAX_RATIO mu, for a scalar mu;
+    a per-column shift always takes the eigen form."""
+    B = torch.tensor(np.random.default_rng(0).standard_normal((30, 4)))
+    edge = float(B.square().sum()) / _precond.WOODBURY_MAX_RATIO
+    for mu, want in [(edge * 1.01, True), (edge * 0.99, False)]:
+        shift = mu if scalar_shift else torch.tensor([mu, 2 * mu], dtype=torch.float64)
+        assert LowRankPreconditioner(B, shift).woodbury == (want and scalar_shift)
+
+
+def test_logdet_and_quad_gradients_match_dense(form):
+    """d log det P and d sum w^T P w with respect to B and mu, against autograd of the dense
+    float64 P = B B^T + mu I (n = 40, k = 6, cond(P) ~ 1e3: agreement to ~1e-12)."""
+    rng = np.random.default_rng(1)
+    B0 = torch.tensor(rng.standard_normal((40, 6)))
+    W = torch.tensor(rng.standard_normal((40, 3)))
+    grads = {}
+    for how in ("pre", "dense"):
+        B = B0.clone().requires_grad_(True)
+        mu = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+        if how == "pre":
+            pre = LowRankPreconditioner(B, mu)
+            assert pre.woodbury == (form == "cholesky")
+            logdet, quad = pre.logdet, pre.quad(W)
+        else:
+            P = B @ B.T + mu * torch.eye(40, dtype=torch.float64)
+            logdet, quad = torch.logdet(P), (W * (P @ W)).sum()
+        grads[how] = [float(logdet.detach()), float(quad.detach())] + [
+            g.numpy() for g in torch.autograd.grad(logdet + 0.1 * quad, (B, mu))]
+    for got, want in zip(grads["pre"], grads["dense"]):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
 
 
 @pytest.mark.parametrize("m,block", [(1, 4096), (7, 3), (10, 5), (64, 4096)])

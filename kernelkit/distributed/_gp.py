@@ -71,15 +71,14 @@ class ShardedCovarianceOperator(CovarianceOperator):
 
     def agree(self, fn, *args):
         """``fn(*args)`` on every rank (replicated work). For the preconditioner, the constant
-        tensors CG and the probes use (U, lambda, V^T) are then rank 0's (broadcast), so every
+        tensors CG and the probes use are then rank 0's (broadcast), so every
         rank runs the same CG even if the ranks' floating point differed."""
         from kernelkit_gpu import distributed as D
 
         with D.local():
             result = _agree(fn, *args)
         if isinstance(result, LowRankPreconditioner) and result.rank:
-            result.U, result.lam = D.broadcast(result.U), D.broadcast(result.lam)
-            result._Vh = D.broadcast(result._Vh)
+            result.map_factors_(D.broadcast)
         return result
 
 

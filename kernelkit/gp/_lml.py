@@ -9,7 +9,7 @@ coefficients) solves K [alpha, u_1..u_t] = [y, z_1..z_t] with the low-rank preco
 (:class:`~kernelkit.solvers._precond.LowRankPreconditioner` on k landmark points drawn once per
 fit, :func:`make_probes`), for t probes z_j ~ N(0, P). CG vectors and scalars are float64
 whatever the operator's dtype; the residual that stops it is the true one, from float64
-products (:func:`exact_matmul`).
+products (:meth:`~kernelkit.gp._operator.CovarianceOperator.exact_matmul`).
 
 - Quadratic term: y^T alpha, to the CG tolerance (exact up to it).
 - log det K = log det P (exact) + log det(P^{-1/2} K P^{-1/2}); the second term by stochastic
@@ -136,17 +136,6 @@ def preconditioner(op, params, landmarks):
     return LowRankPreconditioner(B, (params["noise"] + op.jitter).to(torch.float64), nu)
 
 
-def exact_matmul(op, params, V):
-    """K_theta @ V in float64 arithmetic, row chunk by row chunk (no autograd)."""
-    def rows():  # this process's rows (op.rows); V is float64, so float64 arithmetic
-        first, last = op.rows
-        return (op.kernel_rows_matmul(V, params)
-                + float(params["noise"] + op.jitter) * V[first:last])
-
-    with torch.no_grad():
-        return op.gather(rows)
-
-
 def solve(op, params, rhs, pre, settings, what, lanczos=False, warn=True):
     """K_theta^{-1} rhs by :func:`~kernelkit.solvers._cg.conjugate_gradient` (float64 vectors;
     products in the operator's dtype, the exit residual from float64 products); with ``warn``,
@@ -154,7 +143,7 @@ def solve(op, params, rhs, pre, settings, what, lanczos=False, warn=True):
     def matvec(V):
         return op.matmul(V.to(op.dtype), params).to(torch.float64)
 
-    exact = None if op.dtype == torch.float64 else (lambda V: exact_matmul(op, params, V))
+    exact = None if op.dtype == torch.float64 else (lambda V: op.exact_matmul(V, params))
     result = conjugate_gradient(matvec, rhs.to(torch.float64), precond=pre.solve,
                                 tol=settings.cg_tol, max_iter=settings.max_cg_iter,
                                 exact_matvec=exact, lanczos=lanczos)

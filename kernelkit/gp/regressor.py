@@ -714,7 +714,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         None when K has no positive lower bound on its eigenvalues (no noise, no alpha)."""
         import torch
 
-        from kernelkit.gp._lml import exact_matmul, resolve_rank, uniform_landmarks
+        from kernelkit.gp._lml import resolve_rank, uniform_landmarks
         from kernelkit.solvers._galerkin import SubspaceCache
 
         lambda_min = float(params["noise"]) + op.jitter
@@ -733,7 +733,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 U = op.agree(basis)
                 # float64 products: the bound assumes K U to round-off of K, which float32
                 # products (error ~ u ||K||, ||K|| ~ n) would not give at large n
-                self._variance_cache = SubspaceCache(U, exact_matmul(op, params, U), lambda_min)
+                self._variance_cache = SubspaceCache(U, op.exact_matmul(U, params), lambda_min)
         return self._variance_cache
 
     def _cached_columns(self, op, params, Z, settings, keep):
