@@ -111,14 +111,15 @@ def uniform_landmarks(n, k, seed, device):
 
 
 def make_probes(n, rank, n_probes, seed, device):
-    """The fixed draws of a fit (:class:`Draws`) for ``rank`` landmarks and ``n_probes`` probes
-    (the landmarks are :func:`uniform_landmarks` of the same seed)."""
-    rng = np.random.default_rng(seed)
-    landmarks = np.sort(rng.permutation(n)[:rank])  # = uniform_landmarks(n, rank, seed)
-    eps_low = rng.standard_normal((rank, n_probes))
-    eps_full = rng.standard_normal((n, n_probes))
-    return Draws(torch.as_tensor(landmarks, device=device),
-                 torch.as_tensor(eps_low, device=device), torch.as_tensor(eps_full, device=device))
+    """The fixed draws of a fit (:class:`Draws`) for ``rank`` landmarks and ``n_probes`` probes:
+    the landmarks are :func:`uniform_landmarks` of ``seed``, the normals come from torch's
+    generator on ``device`` seeded with it (the same draws on every device of a type; on the
+    GPU in microseconds, where NumPy's took 4.8 ms at n = 2e4 with 16 probes)."""
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    eps_low = torch.randn((rank, n_probes), generator=gen, device=device, dtype=torch.float64)
+    eps_full = torch.randn((n, n_probes), generator=gen, device=device, dtype=torch.float64)
+    return Draws(uniform_landmarks(n, rank, seed, device), eps_low, eps_full)
 
 
 def preconditioner(op, params, landmarks):
@@ -131,7 +132,10 @@ def preconditioner(op, params, landmarks):
     changes smoothly with theta.
     """
     X = op.X64
-    Y = op.block(X, X[landmarks], params, dtype=torch.float64)
+    # P need only be one consistent SPD matrix: distances in the matrix-product form (float64,
+    # absolute rounding eps |x|^2 of centred data), one GEMM instead of two passes per feature
+    # (n = 2e4, k = 1024, d = 8 on an H100: the block's forward and backward took 3.7 ms)
+    Y = op.block(X, X[landmarks], params, dtype=torch.float64, direct=False)
     B, nu = nystrom_factor(Y, Y[landmarks], rows=landmarks)
     return LowRankPreconditioner(B, (params["noise"] + op.jitter).to(torch.float64), nu)
 
