@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from _common import log, now, write_json_atomic
+from _common import log, now, wall_s, write_json_atomic
 
 NOISE = 0.1
 #: Timed calls of one log-likelihood + gradient evaluation (the median is reported).
@@ -69,17 +69,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def median_seconds(fn, device, repeats=EVAL_REPEATS):
-    """Median wall time of ``repeats`` calls of ``fn`` after one warm-up call."""
+def median_seconds(fn, device):
+    """Median wall time of :data:`EVAL_REPEATS` calls of ``fn`` after one warm-up call."""
     fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return wall_s(fn, device, runs=EVAL_REPEATS)
 
 
 def kernel_for(d, rbf_class):
