@@ -155,8 +155,10 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         n = 10^6, d = 20 (H100). ``n_components_`` holds the value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
-        :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, applied in the stable eigen form of
-        Frangella, Tropp and Udell (:mod:`kernelkit.solvers._precond`); None for plain CG.
+        :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, built as Frangella, Tropp and Udell
+        build it and applied in its Cholesky (Woodbury) form where alpha is a single value not
+        far below the factor's scale, else in their stable eigen form
+        (:mod:`kernelkit.solvers._precond`); None for plain CG.
     tol : float, default=1e-6
         Stop when every output's true relative residual is at most ``tol``: that of
         (S K S + alpha I) c = S y, ``||S y - (S K S + alpha I) c|| / ||S y||`` ("cg"), or that
