@@ -88,8 +88,8 @@ class _SquaredDistances64(torch.autograd.Function):
     .. math:: \\partial/\\partial a_i = 2 (a_i \\textstyle\\sum_j g_{ij} - \\sum_j g_{ij} b_j)
 
     (and likewise for b), instead of autograd through one n x m difference per feature (d
-    saved temporaries, d backward passes: most of the GP preconditioner's backward at
-    n = 2e4, k = 1024). The expansion loses about eps64 (|a| + |b|) / |a - b| relative per term,
+    saved temporaries and d backward passes: the float64 gradient blocks of the CPU path and of
+    the exact path). The expansion loses about eps64 (|a| + |b|) / |a - b| relative per term,
     harmless in float64; float32 blocks keep the per-feature autograd."""
 
     @staticmethod
@@ -327,7 +327,7 @@ class CovarianceOperator:
 
     def kernel_matrix(self, params, dtype=None):
         """The rows ``self.rows`` of the kernel part k(X, X) in ``dtype`` (default the
-        operator's; float64 where :attr:`dense_exact`), dense mode only, formed once per
+        operator's; float64 also where :attr:`dense_exact`), dense mode only, formed once per
         hyperparameter setting: by the Triton Gram (:func:`kernelkit_gpu.gram`) for the trees of
         :func:`~kernelkit.gp._fused_tree.fused_tree`, else row blocks of the tree evaluator."""
         dtype = dtype or self.dtype

@@ -29,9 +29,9 @@ shift mu lies below ||B||^2 (:data:`WOODBURY_MAX_RATIO`):
                = \frac{1}{\mu}\left(v - F F^\top v\right),\qquad
       \log\det P = (n - k) \log \mu + \log\det C.
 
-  It costs one n x k x k product, a k x k Cholesky and one triangular solve with n right-hand
-  sides, and each solve two skinny GEMMs (k = 1024, n = 2e4 on an H100: the QR and eigenproblem
-  below took 39 ms with their backward). Its solve loses
+  It costs two n x k x k products (B^T B, and F from an explicit L^{-1}: cond(L) <= 1e4
+  here), a k x k Cholesky and triangular inverse, and each solve two skinny GEMMs (k = 1024,
+  n = 2e4 on an H100: the QR and eigenproblem below took 39 ms with their backward). Its solve loses
   about eps ||B||^2 / mu relative (the subtraction cancels where B's singular values are large),
   so it is used only where that is at most 1e-8: mu >= ||B||_F^2 / 1e8, and a scalar mu;
 - the eigen form, for smaller shifts and per-column ones (3. and 4. above): P = U Lambda U^T
@@ -153,7 +153,8 @@ def nystrom_factor(Y, G, rows=None, jitter=0.0):
 
 class _Gram(torch.autograd.Function):
     """B^T B with the backward of one GEMM, B (G + G^T), where autograd of ``B.T @ B`` runs two
-    (B appears twice): an n x k x k product saved (n = 2e4, k = 1024: 0.7 ms on an H100)."""
+    (B appears twice): an n x k x k product saved (n = 2e4, k = 1024: about 0.6 ms on an
+    H100, from the profile of the GP evaluation)."""
 
     @staticmethod
     def forward(ctx, B):
@@ -204,8 +205,8 @@ class LowRankPreconditioner:
             self._L = L  # carries the gradient of log det C
             with torch.no_grad():  # F = B L^-T: P^-1 v = (v - F F^T v) / mu, two GEMMs
                 self._chol = L.detach()
-                # by a GEMM with L^-1 (cond(L) <= 1e4 here, so 1e-12 relative): n = 2e4,
-                # k = 1024 on an H100 about 0.9 ms, against 1.7 ms for the triangular solve
+                # by a GEMM with L^-1 (cond(L) <= 1e4 here, so 1e-12 relative), in place of a
+                # triangular solve with n right-hand sides (1.7 ms at n = 2e4, k = 1024, H100)
                 eye = torch.eye(k, dtype=L.dtype, device=L.device)
                 Linv = torch.linalg.solve_triangular(self._chol, eye, upper=False)
                 self._F = B.detach() @ Linv.T
