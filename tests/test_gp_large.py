@@ -273,16 +273,16 @@ def test_lml_gradient_never_forms_n_by_n(monkeypatch):
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3])
-def test_float64_squared_distance_gradient_equals_per_feature_autograd(offset):
+def test_float64_squared_distance_gradient_equals_per_feature_autograd(offset, device):
     """The float64 blocks' squared distances (direct differences forward, GEMMs backward)
     against autograd through the per-feature differences, on operands with and without an
     offset of 1e3 (|a| / |a - b| ~ 1e3): the expansion's rounding, eps64 (|a| + |b|) / |a - b|
     relative per term, bounds the difference by ~1e-12 relative (measured 4.3e-13 with the offset,
     2.7e-16 without)."""
     rng = np.random.default_rng(3)
-    A0 = torch.tensor(rng.standard_normal((37, 5)) + offset)
-    B0 = torch.tensor(rng.standard_normal((11, 5)) + offset)
-    G = torch.tensor(rng.standard_normal((37, 11)))
+    A0 = torch.tensor(rng.standard_normal((37, 5)) + offset, device=device)
+    B0 = torch.tensor(rng.standard_normal((11, 5)) + offset, device=device)
+    G = torch.tensor(rng.standard_normal((37, 11)), device=device)
     got, want = {}, {}
     for how, out in (("fast", got), ("loop", want)):
         A, B = A0.clone().requires_grad_(True), B0.clone().requires_grad_(True)
@@ -292,11 +292,12 @@ def test_float64_squared_distance_gradient_equals_per_feature_autograd(offset):
             s = sum((A[:, k, None] - B[None, :, k]) ** 2 for k in range(5))
         out["s"] = s.detach()
         out["a"], out["b"] = torch.autograd.grad((G * s).sum(), (A, B))
-    # the same direct differences (cdist's sum, squared after its square root: a few eps64
-    # apart; measured 7.5e-16 relative on random data)
-    np.testing.assert_allclose(got["s"].numpy(), want["s"].numpy(), rtol=2e-15, atol=0)
+    # the same direct differences (on the CPU cdist's sum, squared after its square root; on
+    # CUDA fused multiply-adds: a few eps64 apart; measured 7.5e-16 relative on random data)
+    np.testing.assert_allclose(got["s"].cpu().numpy(), want["s"].cpu().numpy(), rtol=2e-15,
+                               atol=0)
     for name in ("a", "b"):
-        np.testing.assert_allclose(got[name].numpy(), want[name].numpy(), rtol=0,
+        np.testing.assert_allclose(got[name].cpu().numpy(), want[name].cpu().numpy(), rtol=0,
                                    atol=1e-12 * float(want[name].abs().max()))
 
 
