@@ -197,8 +197,10 @@ class LowRankPreconditioner:
         # kept only for the gradient of quad (the GP); KernelRidge frees its n x k factor
         self._B = B if B.requires_grad else None
         if k and self.shift.ndim == 0:
-            gram = _Gram.apply(B)  # ||B||_F^2 is its trace
-            if float(gram.detach().trace()) <= WOODBURY_MAX_RATIO * float(self.shift.detach()):
+            # one pass over B decides the form; B^T B (an n x k x k GEMM) only where it is used
+            frob2 = float(torch.linalg.vector_norm(B.detach()) ** 2)
+            if frob2 <= WOODBURY_MAX_RATIO * float(self.shift.detach()):
+                gram = _Gram.apply(B)
                 L, info = torch.linalg.cholesky_ex(gram + torch.diag_embed(self.shift.expand(k)))
                 self.woodbury = int(info) == 0
         if self.woodbury:
