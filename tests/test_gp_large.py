@@ -227,6 +227,29 @@ def test_clone_pickle_and_inputs_unchanged():
     np.testing.assert_array_equal(refit.kernel_.theta, gp.kernel_.theta)
 
 
+def test_device_copy_of_the_data_follows_refits_and_is_not_pickled():
+    """The operator's copy of X_train_ is kept between calls of one fit, renewed by a refit on
+    other data (same shape: the values must change with it), and left out of a pickle (it may
+    live on a device the unpickling machine lacks) and of the variance cache."""
+    X1, y1, Xt = _toy(2, 100)
+    X2, y2, _ = _toy(2, 100, seed=1)
+    kernel = C(1.0) * kk.RBF([1.0, 1.0]) + W(0.1)
+    params = dict(device="cpu", random_state=0, exact_max_n=0, optimizer=None)
+    gp = kk.GaussianProcessRegressor(kernel, **params).fit(X1, y1)
+    gp.predict(Xt, return_std=True)
+    first = gp.log_marginal_likelihood(gp.kernel_.theta)
+    held = gp._device_data[1][0]
+    assert gp.log_marginal_likelihood(gp.kernel_.theta) == first
+    assert gp._device_data[1][0] is held
+    state = gp.__getstate__()
+    assert "_device_data" not in state and state["_variance_cache"] is None
+    assert gp._device_data is not None and gp._variance_cache is not None
+    gp.fit(X2, y2)
+    fresh = kk.GaussianProcessRegressor(kernel, **params).fit(X2, y2)
+    assert gp.log_marginal_likelihood(gp.kernel_.theta) == fresh.log_marginal_likelihood(
+        fresh.kernel_.theta) != first
+
+
 def test_restarts_and_callable_optimizer():
     X, y, _ = _toy(1, 100)
     kernel = C(1.0) * kk.RBF(1.0) + W(0.1)

@@ -339,7 +339,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         jitter = 0.0 if self._exact else self._alpha
         if distributed.active() and not self._exact:  # rows sharded over the process group
             from kernelkit.distributed._gp import ShardedCovarianceOperator as CovarianceOperator
-        return CovarianceOperator(self.X_train_, structure, jitter, device, dtype)
+        # the device copy of X_train_ is kept from the fit's first operator (every later
+        # log_marginal_likelihood / predict call would copy it again)
+        held = getattr(self, "_device_data", None)
+        data = held[1] if held is not None and held[0] == device else None
+        op = CovarianceOperator(self.X_train_, structure, jitter, device, dtype, data=data)
+        self._device_data = (device, op.data)
+        return op
+
+    def __getstate__(self):
+        """scikit-learn's state without the device caches (rebuilt on first use), so a
+        pickled estimator loads on a machine without the fit's device."""
+        state = dict(super().__getstate__())  # a copy: this estimator keeps its caches
+        state.pop("_device_data", None)
+        if "_variance_cache" in state:
+            state["_variance_cache"] = None
+        return state
 
     def _probes(self, op, settings):
         from kernelkit.gp._lml import make_probes, resolve_rank
@@ -467,6 +482,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
         self._variance_cache = None  # the previous fit's predictive-variance cache
+        self._device_data = None  # the previous fit's training inputs on the device
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
         if sharded:  # random_state=None: rank 0's draws

@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 __all__ = ["WOODBURY_MAX_RATIO", "cholesky_jitter", "plus_diagonal", "symmetrize_",
-           "nystrom_factor", "LowRankPreconditioner"]
+           "nystrom_factor", "nystrom_preconditioner", "LowRankPreconditioner"]
 
 #: Cholesky retries: the jitter grows tenfold each time.
 _JITTER_TRIES = 12
@@ -107,13 +107,13 @@ def cholesky_jitter(A, jitter):
     ValueError
         If no shift up to 10^11 times the first one succeeds (A far from positive semi-definite).
     """
-    scale = float(A.detach().diagonal().abs().mean()) or 1.0
     shift = float(jitter)
     for _ in range(_JITTER_TRIES):
         L, info = torch.linalg.cholesky_ex(plus_diagonal(A, shift))
         if int(info) == 0:
             return L, shift
-        shift = 10.0 * shift if shift else 1e-14 * scale
+        shift = 10.0 * shift if shift else 1e-14 * (float(A.detach().diagonal().abs().mean())
+                                                   or 1.0)
     raise ValueError(
         f"the {A.shape[0]} x {A.shape[0]} landmark matrix is not positive definite even with a "
         f"diagonal shift of {shift:.3g}: is the kernel positive semi-definite for these data?"
@@ -140,6 +140,12 @@ def nystrom_factor(Y, G, rows=None, jitter=0.0):
     B : torch.Tensor of shape (n, k)
     unshift : float
     """
+    B, nu, _ = _nystrom_parts(Y, G, rows, jitter)
+    return B, nu
+
+
+def _nystrom_parts(Y, G, rows, jitter=0.0):
+    """:func:`nystrom_factor`'s ``(B, unshift)`` and the lower Cholesky factor C of G + nu I."""
     nu0 = max(float(jitter), EPS64 * float(torch.linalg.matrix_norm(Y.detach())))
     C, nu = cholesky_jitter(0.5 * (G + G.T), nu0)
     if rows is not None:
@@ -148,7 +154,30 @@ def nystrom_factor(Y, G, rows=None, jitter=0.0):
     # Y C^-T as a right-side solve: no transposed copies (n = 2e4, k = 1024 on an H100:
     # 1.7 ms against 2.5 ms for the left-side solve of Y^T)
     B = torch.linalg.solve_triangular(C.T, Y, upper=True, left=False)
-    return B, (nu if rows is not None else 0.0)
+    return B, (nu if rows is not None else 0.0), C
+
+
+def nystrom_preconditioner(Y, rows, shift):
+    """The GP's P: Y = A[:, rows] (differentiable), P = B B^T + ``shift`` I with B from
+    ``nystrom_factor(Y, Y[rows], rows)``, whose :meth:`LowRankPreconditioner.terms` is
+    differentiable in Y and ``shift``.
+
+    In the Cholesky form the factorisations run without autograd and :meth:`~LowRankPreconditioner.terms`
+    has its gradient in closed form (:class:`_WoodburyTerms`: one n x k x k GEMM, where autograd
+    through the triangular solve, both Cholesky factorisations and B^T B took about 5 ms of
+    GPU time at n = 2e4, k = 1024 on an H100); in the eigen form B is rebuilt with autograd."""
+    grad = Y.requires_grad or (torch.is_tensor(shift) and shift.requires_grad)
+    with torch.no_grad():
+        Yd = Y.detach()
+        B, nu, C = _nystrom_parts(Yd, Yd[rows], rows)
+        pre = LowRankPreconditioner(B, torch.as_tensor(shift).detach(), nu)
+    if not grad:
+        return pre
+    if pre.woodbury:
+        pre._closed = (Y, torch.as_tensor(shift, dtype=torch.float64, device=Y.device), C, rows)
+        return pre
+    B, nu = nystrom_factor(Y, Y[rows], rows=rows)  # the eigen form: autograd through B
+    return LowRankPreconditioner(B, shift, nu)
 
 
 class _Gram(torch.autograd.Function):
@@ -194,12 +223,14 @@ class LowRankPreconditioner:
         self.shift = torch.as_tensor(shift, dtype=torch.float64, device=B.device)
         self.unshift = float(unshift)
         self.woodbury = False
+        self._closed = None  # set by nystrom_preconditioner: the closed-form gradient's inputs
         # kept only for the gradient of quad (the GP); KernelRidge frees its n x k factor
         self._B = B if B.requires_grad else None
         if k and self.shift.ndim == 0:
             # one pass over B decides the form; B^T B (an n x k x k GEMM) only where it is used
-            frob2 = float(torch.linalg.vector_norm(B.detach()) ** 2)
-            if frob2 <= WOODBURY_MAX_RATIO * float(self.shift.detach()):
+            frob2, self._mu = torch.stack([torch.linalg.vector_norm(B.detach()) ** 2,
+                                           self.shift.detach()]).tolist()
+            if frob2 <= WOODBURY_MAX_RATIO * self._mu:
                 gram = _Gram.apply(B)
                 L, info = torch.linalg.cholesky_ex(gram + torch.diag_embed(self.shift.expand(k)))
                 self.woodbury = int(info) == 0
@@ -210,8 +241,8 @@ class LowRankPreconditioner:
                 # by a GEMM with L^-1 (cond(L) <= 1e4 here, so 1e-12 relative), in place of a
                 # triangular solve with n right-hand sides (1.7 ms at n = 2e4, k = 1024, H100)
                 eye = torch.eye(k, dtype=L.dtype, device=L.device)
-                Linv = torch.linalg.solve_triangular(self._chol, eye, upper=False)
-                self._F = B.detach() @ Linv.T
+                self._Linv = torch.linalg.solve_triangular(self._chol, eye, upper=False)
+                self._F = B.detach() @ self._Linv.T
         elif k:
             Q, R = torch.linalg.qr(B)
             # R R^T = W Sigma^2 W^T: a symmetric eigenproblem instead of the SVD of R (k = 1024
@@ -235,7 +266,7 @@ class LowRankPreconditioner:
     def map_factors_(self, fn):
         """Replace each constant tensor that :meth:`solve` and :meth:`sample` read by
         ``fn(tensor)`` (under a process group: rank 0's, broadcast). Returns self."""
-        names = ("_F", "_chol") if self.woodbury else ("U", "lam", "_Vh")
+        names = ("_F", "_chol", "_Linv") if self.woodbury else ("U", "lam", "_Vh")
         for name in names:
             setattr(self, name, fn(getattr(self, name)))
         return self
@@ -254,8 +285,9 @@ class LowRankPreconditioner:
         with torch.no_grad():
             mu = self.shift.detach()
             R = R.to(torch.float64)
-            if self.woodbury:
-                return (R - self._F @ (self._F.T @ R)) / mu
+            if self.woodbury:  # (R - F (F^T R)) / mu in one GEMM's epilogue
+                return torch.addmm(R, self._F, self._F.T @ R, beta=1.0 / self._mu,
+                                   alpha=-1.0 / self._mu)
             UtR = self.U.T @ R
             rest = R - self.U @ UtR
             rest = rest - self.U @ (self.U.T @ rest)  # twice is enough
@@ -289,3 +321,67 @@ class LowRankPreconditioner:
         if self._B is not None:  # the factor carries the gradient: w^T B B^T w - unshift part
             low_rank = (self._B.T @ W).square().sum() - removed
         return low_rank + self.shift * W.square().sum()
+
+    def terms(self, W):
+        """-1/2 log det P + 1/(2t) sum_j w_j^T P w_j over the t columns of W (the first term
+        alone for t = 0): the preconditioner's part of the GP's gradient surrogate,
+        differentiable (in closed form where :func:`nystrom_preconditioner` built P in the
+        Cholesky form, else by autograd through :attr:`logdet` and :meth:`quad`)."""
+        W = W.detach().to(torch.float64)
+        if self._closed is not None:
+            Y, shift, C, rows = self._closed
+            return _WoodburyTerms.apply(Y, shift, self, C, rows, W)
+        value = -0.5 * self.logdet
+        return value + 0.5 / W.shape[1] * self.quad(W) if W.shape[1] else value
+
+
+class _WoodburyTerms(torch.autograd.Function):
+    r""":meth:`LowRankPreconditioner.terms` in the Cholesky form, with its gradient in closed form.
+
+    With A = G + nu I = C C^T (G = Y[S]), Y_nu = Y + nu I[:, S] = B C^T, P = Y_nu A^{-1} Y_nu^T
+    + mu I, mu I + B^T B = L L^T, F = B L^{-T}, and M = -1/2 P^{-1} + 1/(2t) W W^T, the value
+    tr(M dP) of the differential gives
+
+    .. math::
+
+        \frac{\partial}{\partial Y} = 2 M Y_\nu A^{-1}
+            = \left(-F L^{-1} + \tfrac1t W (B^\top W)^\top\right) C^{-1}, \qquad
+        \frac{\partial}{\partial G} = -A^{-1} Y_\nu^\top M Y_\nu A^{-1}
+            = C^{-\top}\left(\tfrac12 (I - \mu L^{-\top} L^{-1})
+              - \tfrac1{2t} (B^\top W)(B^\top W)^\top\right) C^{-1},
+
+    (added to the rows S of the first, G being those rows of Y), and
+    d/d mu = tr(M) = -1/2 ((n - k) / mu + ||L^{-1}||_F^2) + ||W||_F^2 / (2t), from
+    P^{-1} B = F L^{-1} and B^T P^{-1} B = I - mu L^{-T} L^{-1}. C^{-1} is an explicit triangular
+    inverse (cond(C) <= eps^{-1/2} with nu >= eps ||Y||_F)."""
+
+    @staticmethod
+    def forward(ctx, Y, mu, pre, C, rows, W):
+        # every k x k part here (the backward then has two n x k GEMMs and no allocation of
+        # its own beyond them, and runs behind the GP's fused contraction)
+        t, k, mu = W.shape[1], C.shape[0], pre._mu
+        Linv = pre._Linv
+        Cinv = torch.linalg.solve_triangular(C, torch.eye(k, dtype=C.dtype, device=C.device),
+                                             upper=False)
+        BtW = pre._chol @ (pre._F.T @ W)  # B^T W, B = F L^T
+        inner = (Linv.T @ Linv).mul_(-0.5 * mu)
+        inner.diagonal().add_(0.5)
+        d_mu = -0.5 * ((pre.n - k) / mu + Linv.square().sum())
+        value = -0.5 * pre.logdet.detach()
+        if t:
+            value = value + 0.5 / t * (BtW.square().sum() + mu * W.square().sum())
+            inner -= (BtW @ BtW.T) / (2.0 * t)
+            d_mu = d_mu + W.square().sum() / (2.0 * t)
+        ctx.pre, ctx.rows = pre, rows
+        ctx.save_for_backward(W, -(Linv @ Cinv), BtW.T @ Cinv / max(t, 1),
+                              Cinv.T @ inner @ Cinv, d_mu)
+        return value
+
+    @staticmethod
+    def backward(ctx, g):
+        W, coef_F, coef_W, grad_G, d_mu = ctx.saved_tensors
+        grad_Y = ctx.pre._F @ coef_F
+        if W.shape[1]:
+            grad_Y.addmm_(W, coef_W)
+        grad_Y.index_add_(0, ctx.rows, grad_G)
+        return g * grad_Y, g * d_mu, None, None, None, None
