@@ -384,4 +384,4 @@ class _WoodburyTerms(torch.autograd.Function):
         if W.shape[1]:
             grad_Y.addmm_(W, coef_W)
         grad_Y.index_add_(0, ctx.rows, grad_G)
-        return g * grad_Y, g * d_mu, None, None, None, None
+        return grad_Y.mul_(g), g * d_mu, None, None, None, None
