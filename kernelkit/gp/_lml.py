@@ -29,8 +29,10 @@ products (:meth:`~kernelkit.gp._operator.CovarianceOperator.exact_matmul`).
   control variate: the estimator is exact when P = K. All the K_i terms come from one backward
   pass of :func:`~kernelkit.gp._operator.bilinear`, chunk by chunk (on CUDA, for
   [ConstantKernel *] rbf / laplacian / matern / rational quadratic [+ WhiteKernel], from one
-  fused Triton pass instead: :mod:`kernelkit.gp._fused`); the P_i terms from autograd
-  through :class:`~kernelkit.solvers._precond.LowRankPreconditioner`.
+  fused Triton pass instead: :mod:`kernelkit.gp._fused`); the P_i terms from
+  :meth:`~kernelkit.solvers._precond.LowRankPreconditioner.terms` (in closed form in the
+  Cholesky form of P, :func:`~kernelkit.solvers._precond.nystrom_preconditioner`; else by
+  autograd through the factor).
 
 The probes are fixed by the caller (the same e_1, e_2 at every theta: common random numbers), so
 the estimate is a deterministic, almost smooth function of theta that L-BFGS can optimise.
