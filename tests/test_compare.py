@@ -393,24 +393,32 @@ def test_an_interrupted_wait_leaves_its_work_known_as_running():
     # os._exit: interpreter shutdown deadlocks joining OpenBLAS's threads). Thread.is_alive
     # said False here on Python 3.11, and the CI run hung for 120 s.
     import _thread
+    import signal
     import threading
     import time
 
     from kernelkit.compare import comparison
 
-    release = threading.Event()
+    # interrupt_main does nothing where SIGINT is ignored (a background job of a shell without
+    # job control inherits SIG_IGN, and Python then installs no handler): the test would wait
+    # forever, so it sets Python's own handler for its duration
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        release = threading.Event()
 
-    def interrupt_soon():
-        time.sleep(0.3)
-        _thread.interrupt_main()
+        def interrupt_soon():
+            time.sleep(0.3)
+            _thread.interrupt_main()
 
-    threading.Thread(target=interrupt_soon, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        comparison._interruptible(release.wait)
-    assert comparison.work_left_running()
-    release.set()
-    deadline = time.monotonic() + 10
-    while comparison.work_left_running() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not comparison.work_left_running()
-    assert comparison._interruptible(sum, [1, 2]) == 3 and not comparison.work_left_running()
+        threading.Thread(target=interrupt_soon, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            comparison._interruptible(release.wait)
+        assert comparison.work_left_running()
+        release.set()
+        deadline = time.monotonic() + 10
+        while comparison.work_left_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not comparison.work_left_running()
+        assert comparison._interruptible(sum, [1, 2]) == 3 and not comparison.work_left_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
