@@ -174,8 +174,7 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
         if callback is not None:
             callback(len(rels), float((rel * scale).max()))
         if check is not None:
-            drift_watch = DRIFT_CHECK * last_check > lowest_target
-            if drift_watch:
+            if DRIFT_CHECK * last_check > lowest_target:
                 drifts.append(PendingFlag(torch.where(active, rel, 0.0).max()
                                           < DRIFT_CHECK * last_check))
             due = len(drifts) > lag and drifts[-1 - lag].value()
