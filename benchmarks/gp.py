@@ -32,6 +32,7 @@ The JSON (``--out``) holds every figure; a short table is printed last.
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 import warnings
 
@@ -70,9 +71,13 @@ def sync(device):
 
 
 def median_seconds(fn, device):
-    """Median wall time of :data:`EVAL_REPEATS` calls of ``fn`` after one warm-up call."""
+    """``(median, all times)`` of :data:`EVAL_REPEATS` synchronised calls of ``fn`` after one
+    warm-up call."""
     fn()
-    return wall_s(fn, device, runs=EVAL_REPEATS)
+    times = []
+    for _ in range(EVAL_REPEATS):
+        times.append(wall_s(fn, device))
+    return float(np.median(times)), sorted(times)
 
 
 def kernel_for(d, rbf_class):
@@ -138,15 +143,17 @@ def run_ours(X, y, Xt, yt, args, device):
             sync(device)
             fit_s = time.perf_counter() - t0
         theta0 = gp.kernel.theta
-        eval_s = median_seconds(lambda: gp.log_marginal_likelihood(theta0, eval_gradient=True),
+        eval_s, eval_times = median_seconds(
+            lambda: gp.log_marginal_likelihood(theta0, eval_gradient=True),
                                 device)
         t0 = time.perf_counter()
         mean, std = gp.predict(Xt, return_std=True)
         sync(device)
         predict_s = time.perf_counter() - t0
     rmse, nlpd = metrics(mean, std, yt)
-    return dict(eval_s=eval_s, fit_s=fit_s, predict_s=predict_s, rmse=rmse, nlpd=nlpd,
-                kernel=str(gp.kernel_), lml=gp.log_marginal_likelihood_value_,
+    return dict(eval_s=eval_s, eval_times=eval_times, fit_s=fit_s, predict_s=predict_s,
+                rmse=rmse, nlpd=nlpd, kernel=str(gp.kernel_),
+                lml=gp.log_marginal_likelihood_value_,
                 warnings=sorted({str(w.message)[:200] for w in caught}),
                 **({"trace": trace.rows} if args.trace else {}))
 
@@ -214,7 +221,7 @@ def run_gpytorch(X, y, Xt, yt, args, device):
         loss.backward()
         return loss
 
-    eval_s = median_seconds(step, device)
+    eval_s, eval_times = median_seconds(step, device)
     model.zero_grad()
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     sync(device)
@@ -235,8 +242,8 @@ def run_gpytorch(X, y, Xt, yt, args, device):
     sync(device)
     predict_s = time.perf_counter() - t0
     rmse, nlpd = metrics(mean, std, yt)
-    return dict(eval_s=eval_s, fit_s=fit_s, predict_s=predict_s, rmse=rmse, nlpd=nlpd,
-                steps=args.gpytorch_steps, version=gpytorch.__version__)
+    return dict(eval_s=eval_s, eval_times=eval_times, fit_s=fit_s, predict_s=predict_s,
+                rmse=rmse, nlpd=nlpd, steps=args.gpytorch_steps, version=gpytorch.__version__)
 
 
 def main(argv=None):
@@ -311,6 +318,9 @@ def main(argv=None):
             runners.append(("gpytorch", lambda: run_gpytorch(X, y, Xt, yt, args, device)))
         for name, fn in runners:
             log(f"n={n} d={args.d} {name} ...")
+            gc.collect()  # every method starts from the same state: no garbage of the previous
+            if device == "cuda":  # method's objects to collect, no memory of it cached
+                torch.cuda.empty_cache()
             try:
                 row = fn()
             except Exception as exc:  # e.g. out of memory: record and go on
