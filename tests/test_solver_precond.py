@@ -163,9 +163,10 @@ def test_closed_form_terms_gradient_matches_autograd_of_dense(length_scale, t):
     """nystrom_preconditioner's Cholesky-form terms -1/2 log det P + 1/(2t) sum w^T P w: value and
     gradient with respect to every entry of Y = K[:, S] (its landmark rows, which are also G,
     included) and to mu, against autograd of the dense P = B B^T + mu I with B from
-    nystrom_factor with autograd. Length scale 4 makes G ill-conditioned (cond 5e7), where the
-    closed form's explicit C^{-1} could lose up to eps cond(C) ~ 1e-12; measured: at most 2e-14
-    of the largest entry in all three cases, hence 2e-13."""
+    nystrom_factor with autograd. Length scale 4 makes G ill-conditioned (cond 5e7): there the
+    preconditioner's B, solved in place over Y_nu, is 7e-14 from the reference's out-of-place
+    solve (another layout), and cond(C) carries that into the gradient: 2.6e-12 of the largest
+    entry measured, hence 3e-11; 2e-14 in the well-conditioned cases, hence 2e-13."""
     from kernelkit.solvers._precond import nystrom_preconditioner
 
     rng = np.random.default_rng(3)
@@ -186,8 +187,9 @@ def test_closed_form_terms_gradient_matches_autograd_of_dense(length_scale, t):
             P = B @ B.T + mu * torch.eye(60, dtype=torch.float64)
             value = -0.5 * torch.logdet(P) + (0.5 / t * (W * (P @ W)).sum() if t else 0.0)
         out[how] = [value.detach().numpy()] + [g.numpy() for g in torch.autograd.grad(value, (Y, mu))]
+    tol = 2e-13 if length_scale < 1 else 3e-11
     for got, want in zip(out["closed"], out["dense"]):
-        np.testing.assert_allclose(got, want, rtol=0, atol=2e-13 * max(1.0, np.abs(want).max()))
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, np.abs(want).max()))
 
 
 def test_closed_form_terms_only_with_gradients():

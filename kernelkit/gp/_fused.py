@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from kernelkit.gp import _operator
-from kernelkit.gp._fused_tree import _leaf_numbers, fused_tree
+from kernelkit.gp._fused_tree import _leaf_numbers, fused_tree, leaf_tree
 
-__all__ = ["bilinear"]
+__all__ = ["bilinear", "landmark_columns"]
 
 def _contract(op, tree, theta, A, B):
     """(value, gradient along theta) of sum_j a_j^T k_theta(X, X) b_j, kernel part only."""
@@ -51,8 +51,14 @@ def _contract(op, tree, theta, A, B):
         return torch.cat([res.grad, res.kg.reshape(1)])
 
     summed = op.reduce(share)  # float64; all-reduced over the ranks of a sharded operator
-    res_grad, res_kg = summed[:-1], summed[-1]
-    # res.grad: the registry's hyperparameters in order, one entry per element of each value
+    return _theta_terms(tree, theta, numbers, amplitude, summed[:-1], summed[-1])
+
+
+def _theta_terms(tree, theta, numbers, amplitude, res_grad, res_kg):
+    """``(value, gradient along theta)`` from the leaf's sums: ``res_kg`` = sum W o K_leaf and
+    ``res_grad`` = sum W o dK_leaf / dlog p for the registry's hyperparameters p in order (one
+    entry per element of each value), for some weights W (the module docstring's mapping)."""
+    leaf = tree.leaf
     where, pos = {}, 0
     for p in leaf.spec.hyperparameters:
         size = int(np.size(numbers[p.name]))
@@ -67,6 +73,61 @@ def _contract(op, tree, theta, A, B):
         if c.start is not None:
             grad[c.start] += c.power * amplitude * res_kg
     return amplitude * res_kg, grad
+
+
+class _RBFColumns(torch.autograd.Function):
+    r"""The columns Y = c k_rbf(X, X[S]) of a ``[ConstantKernel *] rbf`` kernel part (float64,
+    the matrix-product form of the distances, as :meth:`~._operator.CovarianceOperator.block`
+    with ``direct=False``), with the gradient of <G, Y> in closed form. With H = G o Y, r and q
+    its row and column sums, and the features f of the centred X and Z = X[S],
+
+    .. math::
+
+        \sum_{ij} H_{ij} (x_{if} - z_{jf})^2 = (x_f^2)^\top r + (z_f^2)^\top q
+            - 2 x_f^\top H z_f,
+
+    times -gamma_f / c for dK_leaf / dlog gamma_f, and sum H / c for K_leaf: one n x k pass and an
+    n x k x d GEMM, where autograd through the block saved four n x k temporaries and ran about
+    ten n x k passes backward (the preconditioner's landmark block)."""
+
+    @staticmethod
+    def forward(ctx, theta, op, tree, landmarks):
+        X = op.X64
+        with torch.no_grad():
+            Y = op.block(X, X[landmarks], op.structure.params(theta), dtype=torch.float64,
+                         direct=False)
+        ctx.op, ctx.tree, ctx.landmarks = op, tree, landmarks
+        ctx.save_for_backward(theta, Y)
+        return Y
+
+    @staticmethod
+    def backward(ctx, G):
+        theta, Y = ctx.saved_tensors
+        op, tree, landmarks = ctx.op, ctx.tree, ctx.landmarks
+        X = op.X64
+        Z = X[landmarks]
+        numbers, amplitude = _leaf_numbers(op, tree, theta)
+        H = G * Y
+        distance_sums = ((X * X).T @ H.sum(1) + (Z * Z).T @ H.sum(0)
+                         - 2.0 * (X * (H @ Z)).sum(0))
+        gamma = torch.as_tensor(numbers["gamma"], dtype=torch.float64, device=Y.device)
+        res_grad = -gamma * distance_sums / amplitude
+        if gamma.ndim == 0:
+            res_grad = res_grad.sum().reshape(1)
+        _, grad = _theta_terms(tree, theta, numbers, amplitude, res_grad, H.sum() / amplitude)
+        return grad, None, None, None
+
+
+def landmark_columns(op, params, landmarks):
+    """k(X, X[landmarks]) (kernel part, float64, differentiable in ``params["theta"]``): for a
+    ``[ConstantKernel *] rbf`` kernel part with its gradient in closed form
+    (:class:`_RBFColumns`), else :meth:`~._operator.CovarianceOperator.block` with autograd."""
+    tree = leaf_tree(op)
+    theta = params["theta"]
+    if tree is None or tree.leaf.spec.name != "rbf" or not theta.requires_grad:
+        X = op.X64
+        return op.block(X, X[landmarks], params, dtype=torch.float64, direct=False)
+    return _RBFColumns.apply(theta, op, tree, landmarks)
 
 
 class _FusedBilinear(torch.autograd.Function):

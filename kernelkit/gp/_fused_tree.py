@@ -16,7 +16,8 @@ import torch
 
 from kernelkit.gp import _structure as S
 
-__all__ = ["DEVICES", "FusedTree", "fused_tree", "kernel_part_gram", "kernel_part_matmul"]
+__all__ = ["DEVICES", "FusedTree", "fused_tree", "kernel_part_gram", "kernel_part_matmul",
+           "leaf_tree"]
 
 #: Device types where the gradient's contractions run fused.
 DEVICES = ("cuda",)
@@ -44,13 +45,21 @@ def fused_tree(op):
     from kernelkit_gpu.pairwise.contract_fused import FUSED_KERNELS
 
     if (op.device.type not in DEVICES or not _launch.HAS_TRITON
-            or op.X64.shape[1] > P.DIRECT_MAX_D or op.structure.root is None):
+            or op.X64.shape[1] > P.DIRECT_MAX_D):
+        return None
+    tree = leaf_tree(op)
+    return tree if tree is not None and tree.leaf.spec.name in FUSED_KERNELS else None
+
+
+def leaf_tree(op):
+    """The kernel part of ``op`` as ``[ConstantKernel *] one leaf`` (a :class:`FusedTree`, on
+    any device and for any leaf), or None for every other tree."""
+    if op.structure.root is None:
         return None
     factors = _factors(op.structure.root)
     leaves = [f for f in factors if isinstance(f, S.Leaf)]
     constants = tuple(f for f in factors if isinstance(f, S.Scalar) and not f.white)
-    if (len(leaves) != 1 or len(leaves) + len(constants) != len(factors)
-            or leaves[0].spec.name not in FUSED_KERNELS):
+    if len(leaves) != 1 or len(leaves) + len(constants) != len(factors):
         return None
     return FusedTree(leaves[0], constants)
 

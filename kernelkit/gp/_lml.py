@@ -142,11 +142,11 @@ def preconditioner(op, params, landmarks):
     rank 1000), no sequential pivot loop (which cost 78 ms at rank 100 on an H200), and P
     changes smoothly with theta.
     """
-    X = op.X64
     # P need only be one consistent SPD matrix: distances in the matrix-product form (float64,
     # absolute rounding eps |x|^2 of centred data), one GEMM instead of two passes per feature
-    # (n = 2e4, k = 1024, d = 8 on an H100: the block's forward and backward took 3.7 ms)
-    Y = op.block(X, X[landmarks], params, dtype=torch.float64, direct=False)
+    # (n = 2e4, k = 1024, d = 8 on an H100: the block's forward and backward took 3.7 ms); for
+    # [C *] rbf kernel parts their gradient in closed form
+    Y = _fused.landmark_columns(op, params, landmarks)
     return nystrom_preconditioner(Y, landmarks, (params["noise"] + op.jitter).to(torch.float64))
 
 
