@@ -83,6 +83,38 @@ def test_default_rank_is_exact_up_to_1024_points(problem, cg_tol):
     np.testing.assert_allclose(g, grad, rtol=0, atol=1e-8)
 
 
+@pytest.mark.parametrize("free_gb, want", [(75, 937), (300, 1024), (1, 268)])
+def test_auto_rank_on_a_gpu_follows_its_free_memory(monkeypatch, free_gb, want):
+    """"auto" at n = 1e6: 2**28 // n = 268 on the CPU; on a CUDA device what half the free
+    memory holds at 5 n x k float64 matrices (0.5 * 75e9 // (40 * 1e6) = 937), at most 1024,
+    and never below the CPU's bound."""
+    from kernelkit.gp import _lml
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gb * 10**9, 0))
+    assert resolve_rank("auto", 10**6) == 268
+    assert resolve_rank("auto", 10**6, "cuda") == want
+    assert resolve_rank("auto", 500, "cuda") == 500 and resolve_rank(64, 10**6, "cuda") == 64
+    assert _lml.PRECONDITIONER_COPIES == 5 and _lml.AUTO_GPU_SHARE == 0.5
+
+
+def test_auto_rank_is_resolved_once_per_fit(monkeypatch):
+    """The fit's rank (which may depend on the free memory) is kept for later calls, so that
+    log_marginal_likelihood draws the fit's landmarks: a resolver that answers differently on
+    every call changes nothing after the fit, and a refit resolves again."""
+    from kernelkit.gp import _lml
+
+    answers = iter([7, 11, 13, 17])
+    monkeypatch.setattr(_lml, "resolve_rank", lambda rank, n, device=None: next(answers))
+    X, y = _data()
+    gp = kk.GaussianProcessRegressor(KERNEL, optimizer=None, device="cpu", exact_max_n=0,
+                                     random_state=0).fit(X, y)
+    assert gp._rank[1] == 7
+    first = gp.log_marginal_likelihood(gp.kernel_.theta)
+    assert gp.log_marginal_likelihood(gp.kernel_.theta) == first and gp._rank[1] == 7
+    gp.fit(X, y)
+    assert gp._rank[1] == 11
+
+
 @pytest.mark.parametrize("cg_tol", [1e-3, 1e-8], ids=["default", "tight"])
 def test_iterative_predictions_match_sklearn_with_rank_below_n(cg_tol):
     """Mean and std from the iterative path with a rank-20 preconditioner (its Nyström

@@ -200,7 +200,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         accuracy.
     preconditioner_rank : int or "auto", default="auto"
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
-        (0: none). "auto" is min(n, 1024, 2**28 // n) (:func:`kernelkit.gp._lml.resolve_rank`):
+        (0: none). "auto" is min(n, 1024, 2**28 // n), on a GPU min(n, 1024, what half its
+        free memory holds) (:func:`kernelkit.gp._lml.resolve_rank`; resolved once per fit):
         CG then takes 4-15 iterations on a smooth ARD RBF model at n = 1e4, where 100
         landmarks took 62-94 (NOTES.md).
     optimizer_max_iter : int, default=100
@@ -359,8 +360,18 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def _probes(self, op, settings):
         from kernelkit.gp._lml import make_probes, resolve_rank
 
-        rank = resolve_rank(settings.preconditioner_rank, op.n)
-        return make_probes(op.n, rank, settings.n_probes, self._probe_seed, op.device)
+        # "auto" depends on the free GPU memory: resolved once per fit, so that every later
+        # call draws the fit's landmarks and probes
+        key = (settings.preconditioner_rank, op.n, str(op.device))
+        held = getattr(self, "_rank", None)
+        if held is None or held[0] != key:
+            rank = resolve_rank(settings.preconditioner_rank, op.n, op.device)
+            if distributed.active():  # every process the same landmarks: rank 0's count
+                from kernelkit.distributed import _gp
+
+                rank = int(_gp.from_rank0([rank])[0])
+            held = self._rank = (key, rank)
+        return make_probes(op.n, held[1], settings.n_probes, self._probe_seed, op.device)
 
     def _targets(self, op):
         """y_train_ as an (n, t) float64 tensor on the operator's device."""
@@ -483,6 +494,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
         self._variance_cache = None  # the previous fit's predictive-variance cache
         self._device_data = None  # the previous fit's training inputs on the device
+        self._rank = None  # the previous fit's preconditioner rank
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
         if sharded:  # random_state=None: rank 0's draws
