@@ -53,7 +53,10 @@ Sigma, never through U, whose derivative is unstable for close singular values; 
 out, nu w^T d(U U^T) w, has zero expectation over the probes because tr(P^{-1} d(U U^T)) = 0).
 The two forms differ by the unshift nu = eps ||Y||_F (the Cholesky form keeps it: a change of P at
 rounding level); each is consistent in itself (solve, log det, probes and quad describe one P),
-which is what the GP's log-determinant identity needs.
+which is what the GP's log-determinant identity needs. The GP builds P with
+:func:`nystrom_preconditioner`, whose :meth:`LowRankPreconditioner.terms` (its part of the
+gradient surrogate, -1/2 log det P + 1/(2t) sum w^T P w) has a closed-form backward in the
+Cholesky form (:class:`_WoodburyTerms`).
 """
 
 from __future__ import annotations
