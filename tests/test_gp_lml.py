@@ -83,18 +83,19 @@ def test_default_rank_is_exact_up_to_1024_points(problem, cg_tol):
     np.testing.assert_allclose(g, grad, rtol=0, atol=1e-8)
 
 
-@pytest.mark.parametrize("free_gb, want", [(75, 937), (300, 1024), (1, 268)])
+@pytest.mark.parametrize("free_gb, want", [(75, 1205), (300, 2000), (1, 268)])
 def test_auto_rank_on_a_gpu_follows_its_free_memory(monkeypatch, free_gb, want):
-    """"auto" at n = 1e6: 2**28 // n = 268 on the CPU; on a CUDA device what half the free
-    memory holds at 5 n x k float64 matrices (0.5 * 75e9 // (40 * 1e6) = 937), at most 1024,
-    and never below the CPU's bound."""
+    """"auto" at n = 1e6: 2**28 // n = 268 on the CPU; on a CUDA device 2 sqrt(n) = 2000 where
+    0.9 of the free memory holds 7 n x k float64 matrices (75 GB: 0.9 * 75e9 / (56 * 1e6) =
+    1205), never below the CPU's bound; at n <= 262 144 (2 sqrt(n) <= 1024) at most 1024."""
     from kernelkit.gp import _lml
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gb * 10**9, 0))
     assert resolve_rank("auto", 10**6) == 268
     assert resolve_rank("auto", 10**6, "cuda") == want
     assert resolve_rank("auto", 500, "cuda") == 500 and resolve_rank(64, 10**6, "cuda") == 64
-    assert _lml.PRECONDITIONER_COPIES == 5 and _lml.AUTO_GPU_SHARE == 0.5
+    assert resolve_rank("auto", 262_144, "cuda") == 1024  # 2**28 // 262 144 = 1024 as well
+    assert _lml.PRECONDITIONER_COPIES == 7 and _lml.AUTO_GPU_SHARE == 0.9
 
 
 def test_auto_rank_is_resolved_once_per_fit(monkeypatch):

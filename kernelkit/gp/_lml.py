@@ -58,21 +58,28 @@ from kernelkit.solvers._slq import lanczos_quadrature
 __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "log_marginal_likelihood", "make_probes",
            "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
 
-#: ``preconditioner_rank="auto"``: min(n, AUTO_RANK, AUTO_FACTOR_ELEMENTS // n) landmarks. The
-#: rank sets the CG iterations: on the benchmark's GP (n = 1e4, d = 8, ARD RBF + noise, float32
-#: products, cg_tol 1e-3; NOTES.md) 100 landmarks took 94 / 62 iterations at the initial /
-#: fitted hyperparameters, 300 took 44 / 17 and 1000 took 15 / 4; the factor's QR costs
-#: O(n k^2) and its k x k eigenproblem O(k^3) once per evaluation.
+#: ``preconditioner_rank="auto"``: min(n, max(AUTO_RANK, AUTO_RANK_PER_ROOT_N sqrt(n)),
+#: AUTO_FACTOR_ELEMENTS // n) landmarks. The rank sets the CG iterations: on the benchmark's GP
+#: (n = 1e4, d = 8, ARD RBF + noise, float32 products, cg_tol 1e-3; NOTES.md) 100 landmarks took
+#: 94 / 62 iterations at the initial / fitted hyperparameters, 300 took 44 / 17 and 1000 took
+#: 15 / 4; the factor's QR costs O(n k^2) and its k x k eigenproblem O(k^3) once per evaluation.
 AUTO_RANK = 1024
-#: Elements of one n x k float64 factor (the preconditioner holds a few) under "auto": 2 GiB.
+#: Past n = (AUTO_RANK / AUTO_RANK_PER_ROOT_N)^2 = 262 144 the rank grows like sqrt(n), so the
+#: preconditioner's O(n k^2) build keeps a fixed share of one O(n^2) product. At n = 1e6 near the
+#: fitted hyperparameters (H100, float32 products, cg_tol 1e-3) one evaluation took 30 CG steps
+#: (136 s) at rank 1024 and 10 (70 s) at rank 2048 (``_dev`` 2026-11-26h).
+AUTO_RANK_PER_ROOT_N = 2
+#: Elements of one n x k float64 factor (the preconditioner holds a few) under "auto" on the
+#: CPU: 2 GiB.
 AUTO_FACTOR_ELEMENTS = 2**28
-#: On a GPU, "auto" may go past AUTO_FACTOR_ELEMENTS // n (268 at n = 1e6, where CG at fitted
-#: hyperparameters was still at a residual of 0.1 after 25 steps; 1024 took 25 steps to 1e-3)
-#: while the preconditioner with its gradient, about PRECONDITIONER_COPIES n x k float64
-#: matrices at its peak (measured 4.1 at n = 1e6, k = 1024 and 2048, on an H100), takes at
-#: most AUTO_GPU_SHARE of the free memory.
-PRECONDITIONER_COPIES = 5
-AUTO_GPU_SHARE = 0.5
+#: On a GPU the last bound is instead what AUTO_GPU_SHARE of the free memory holds at
+#: PRECONDITIONER_COPIES n x k float64 matrices: the peak of one evaluation with its gradient,
+#: measured 4.1 copies (all of the evaluation's memory) at n = 1e6, k = 1024 and 2048 on an H100
+#: (33.5 and 67 GB) in the preconditioner's Cholesky form; in its eigen form (autograd through
+#: the factor; chosen at large n when the noise is small) more than 5.7 (out of memory at
+#: k = 1975 on an 80 GB H100).
+PRECONDITIONER_COPIES = 7
+AUTO_GPU_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -88,16 +95,21 @@ class SolverSettings:
 
 def resolve_rank(rank, n, device=None):
     """The preconditioner rank for n points: ``rank`` capped at n, or for "auto"
-    min(n, :data:`AUTO_RANK`, :data:`AUTO_FACTOR_ELEMENTS` // n), where on a CUDA ``device``
-    the last bound is raised to what :data:`AUTO_GPU_SHARE` of its free memory holds
-    (:data:`PRECONDITIONER_COPIES`)."""
+    min(n, max(:data:`AUTO_RANK`, :data:`AUTO_RANK_PER_ROOT_N` sqrt(n)), a memory bound): on the
+    CPU :data:`AUTO_FACTOR_ELEMENTS` // n, on a CUDA ``device`` what :data:`AUTO_GPU_SHARE` of
+    its free memory holds (:data:`PRECONDITIONER_COPIES`), after PyTorch's cache is emptied."""
     if rank != "auto":
         return min(int(rank), n)
+    wanted = max(AUTO_RANK, int(AUTO_RANK_PER_ROOT_N * math.sqrt(n)))
     cap = AUTO_FACTOR_ELEMENTS // n
     if device is not None and torch.device(device).type == "cuda":
-        free = torch.cuda.mem_get_info(torch.device(device))[0]
-        cap = max(cap, int(AUTO_GPU_SHARE * free) // (8 * PRECONDITIONER_COPIES * n))
-    return max(1, min(n, AUTO_RANK, cap))
+        device = torch.device(device)
+        # PyTorch's cached blocks go back to the driver first: counted as free while cached,
+        # they can be too fragmented to hold the factors (a pretraining fit's cache at n = 1e6)
+        torch.cuda.empty_cache()
+        free = torch.cuda.mem_get_info(device)[0]
+        cap = max(cap, int(AUTO_GPU_SHARE * free / (8 * PRECONDITIONER_COPIES * n)))
+    return max(1, min(n, wanted, cap))
 
 
 class Draws(NamedTuple):

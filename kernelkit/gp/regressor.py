@@ -53,6 +53,18 @@ VARIANCE_BATCH_ELEMENTS = 2**27
 VARIANCE_RANK = 2048
 VARIANCE_FACTOR_ELEMENTS = 2**28
 
+#: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
+#: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
+#: H100) one evaluation at the kernel's initial hyperparameters took 124 CG steps (489 s), one
+#: near the fitted ones 10 (70 s): far from the optimum the kernel is rougher than the
+#: preconditioner's landmarks can follow.
+PRETRAIN_DIVISOR = 8
+PRETRAIN_MIN_SIZE = 2**14
+#: The full-data run's first trial step from a pretrained start, in theta (L-BFGS-B's own is the
+#: whole gradient within finite bounds: far from the start, where one evaluation can cost
+#: hundreds of CG steps at large n; 136 at n = 125 000).
+PRETRAINED_STEP = 0.1
+
 _DTYPES = ("auto", "float32", "float64")
 #: Iterative path: L-BFGS-B stops after this many evaluations in a row that do not beat the best
 #: value by the estimate's standard error.
@@ -79,6 +91,15 @@ def _check_rank(value):
                              f'{value!r}')
         return value
     return _check_int("preconditioner_rank", value, 0)
+
+
+def _check_pretrain_size(value):
+    """``pretrain_size``: "auto", None or an int >= 1."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    if isinstance(value, str):
+        raise ValueError(f'pretrain_size must be "auto", None or an integer >= 1; got {value!r}')
+    return _check_int("pretrain_size", value, 1)
 
 
 def _check_positive(name, value, allow_zero=False):
@@ -200,10 +221,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         accuracy.
     preconditioner_rank : int or "auto", default="auto"
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
-        (0: none). "auto" is min(n, 1024, 2**28 // n), on a GPU min(n, 1024, what half its
-        free memory holds) (:func:`kernelkit.gp._lml.resolve_rank`; resolved once per fit):
-        CG then takes 4-15 iterations on a smooth ARD RBF model at n = 1e4, where 100
-        landmarks took 62-94 (NOTES.md).
+        (0: none). "auto" is min(n, max(1024, 2 sqrt(n)), 2**28 // n), on a GPU with the last
+        bound raised to what 90% of its free memory holds
+        (:func:`kernelkit.gp._lml.resolve_rank`; resolved once per fit): CG then takes 4-15
+        iterations on a smooth ARD RBF model at n = 1e4, where 100 landmarks took 62-94, and
+        10 near the optimum at n = 1e6 (rank 2048; 30 at rank 1024) (NOTES.md).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
         when an iteration raises the estimate by less than its standard error (from the
@@ -213,6 +235,14 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         ~100 evaluations, most in line searches that the stochastic gradient made fail, for
         4.5 nats and a test NLPD of -0.8777 against -0.8775 after 10 iterations (15.3 s
         against 1.5 s). The exact path keeps SciPy's tolerances, as scikit-learn.
+    pretrain_size : int, "auto" or None, default="auto"
+        When it is below n, the hyperparameters are first fitted on this many training points
+        drawn uniformly (from ``random_state``; the same settings and restarts, and in turn
+        pretrained when the rule applies to them), and the optimiser on all n points starts
+        from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
+        pretraining below); None never pretrains. Large fits need it: far from the optimum
+        the kernel is rougher than the preconditioner follows (n = 1e6, H100: one evaluation
+        took 124 CG steps at the kernel's initial hyperparameters, 10 near the optimum).
 
     Attributes
     ----------
@@ -277,7 +307,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                  n_restarts_optimizer=0, normalize_y=False, copy_X_train=True, n_targets=None,
                  random_state=None, device="auto", dtype="auto", exact_max_n=None, n_probes=16,
                  max_cg_iter=1000, cg_tol=1e-3, preconditioner_rank="auto",
-                 optimizer_max_iter=100):
+                 optimizer_max_iter=100, pretrain_size="auto"):
         self.kernel = kernel
         self.alpha = alpha
         self.optimizer = optimizer
@@ -294,6 +324,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.cg_tol = cg_tol
         self.preconditioner_rank = preconditioner_rank
         self.optimizer_max_iter = optimizer_max_iter
+        self.pretrain_size = pretrain_size
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -311,6 +342,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                              f"got {self.optimizer!r}")
         _check_int("n_restarts_optimizer", self.n_restarts_optimizer, 0)
         _check_int("optimizer_max_iter", self.optimizer_max_iter, 1)
+        _check_pretrain_size(self.pretrain_size)
         if self.exact_max_n is not None:
             _check_int("exact_max_n", self.exact_max_n, 0)
         if self.n_targets is not None:
@@ -500,6 +532,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         if sharded:  # random_state=None: rank 0's draws
             self._probe_seed = int(_gp.from_rank0([self._probe_seed])[0])
 
+        optimizing = self.optimizer is not None and self.kernel_.n_dims > 0
+        # before this fit's operator: its "auto" rank then sees the memory the subset freed
+        start = self._pretrained_theta(X, y) if optimizing else None
         op = self._operator(structure)
         lml_at = self._lml_function(op, settings, optimizing=True)
         if sharded:
@@ -511,10 +546,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 return -lml, -grad
             return -lml_at(theta, False)
 
-        if self.optimizer is not None and self.kernel_.n_dims > 0:
+        if optimizing:
             bounds = self.kernel_.bounds
-            runs = [self._optimize(obj_func, self.kernel_.theta, bounds)]
-            if self.n_restarts_optimizer > 0:
+            pretrained = start is not None
+            runs = [self._optimize(obj_func, self.kernel_.theta if start is None else start,
+                                   bounds, PRETRAINED_STEP if pretrained else None)]
+            if self.n_restarts_optimizer > 0 and not pretrained:
                 if not np.isfinite(bounds).all():
                     raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
                                      "requires that all bounds are finite.")
@@ -548,11 +585,41 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             _gp.share_fit(self)
         return self
 
-    def _optimize(self, obj_func, initial_theta, bounds):
+    def _pretrain_rows(self, n):
+        """How many training points the optimiser first runs on (``pretrain_size``), or 0."""
+        size = self.pretrain_size
+        if size == "auto":
+            size = n // PRETRAIN_DIVISOR
+            return size if size >= PRETRAIN_MIN_SIZE else 0
+        return 0 if size is None or size >= n else size
+
+    def _pretrained_theta(self, X, y):
+        """The optimum of the same fit on ``_pretrain_rows`` uniformly drawn training points
+        (restarts included; the probe seed's draws, so every rank of a process group takes the
+        same rows), or None when there is no pretraining. Its ConvergenceWarnings are dropped:
+        only the full-data run's outcome is reported."""
+        m = self._pretrain_rows(X.shape[0])
+        if m == 0:
+            return None
+        rows = np.sort(np.random.default_rng(self._probe_seed).choice(X.shape[0], m,
+                                                                       replace=False))
+        subset = clone(self).set_params(normalize_y=False, copy_X_train=False, n_targets=None,
+                                        random_state=self._probe_seed,
+                                        optimizer=self.optimizer)  # the caller's, not a copy
+        if np.ndim(self._alpha):
+            subset.set_params(alpha=self._alpha[rows])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            subset.fit(X[rows], self.y_train_[rows])
+        return subset.kernel_.theta
+
+    def _optimize(self, obj_func, initial_theta, bounds, step=None):
+        """One optimiser run from ``initial_theta``; ``step``: L-BFGS-B's first trial step
+        (:meth:`_lbfgs`)."""
         if callable(self.optimizer):
             return self.optimizer(obj_func, initial_theta, bounds=bounds)
         if self._exact:
-            return self._lbfgs(obj_func, initial_theta, bounds, None)
+            return self._lbfgs(obj_func, initial_theta, bounds, None, step)
         # iterative path: stop once an iteration gains less than the estimate's standard error,
         # or STALL_EVALUATIONS evaluations in a row do not beat the best by that much (line
         # searches that the estimate's noise makes fail; at n = 2e4 on an H200 L-BFGS-B spent
@@ -578,7 +645,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return out
 
         try:
-            return self._lbfgs(watched, initial_theta, bounds, resolved)
+            return self._lbfgs(watched, initial_theta, bounds, resolved, step)
         except _Stalled:
             return best["x"], best["f"]
 
@@ -592,10 +659,35 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             spread = float(_gp.from_rank0([spread])[0])
         return spread
 
-    def _lbfgs(self, obj_func, initial_theta, bounds, callback):
+    def _lbfgs(self, obj_func, initial_theta, bounds, callback, step=None):
+        """L-BFGS-B from ``initial_theta``; returns (theta, value).
+
+        ``step``: the length of its first trial step in theta. L-BFGS-B tries the start minus
+        its gradient first where every bound is finite (else a step of length 1), so it runs on
+        ``theta = initial_theta + s * phi`` with s = sqrt(step / |gradient|) (else s = step);
+        the start's evaluation is computed once for both. None: SciPy's own first step."""
         self._lml_spread = 0.0
-        res = scipy.optimize.minimize(obj_func, initial_theta, method="L-BFGS-B", jac=True,
-                                      bounds=bounds, options={"maxiter": self.optimizer_max_iter},
+        start = np.asarray(initial_theta, dtype=np.float64)
+        bounds = np.asarray(bounds, dtype=np.float64)
+        scale, first = 1.0, None
+        if step is not None:
+            first = obj_func(start)
+            norm = float(np.linalg.norm(first[1]))
+            boxed = bool(np.isfinite(bounds).all())
+            scale = math.sqrt(step / norm) if boxed and norm > 0 else step
+
+        def scaled(phi):
+            nonlocal first
+            if first is not None and not phi.any():  # the start, evaluated above
+                value, grad = first
+            else:
+                value, grad = obj_func(start + scale * phi)
+            first = None
+            return value, scale * np.asarray(grad)
+
+        res = scipy.optimize.minimize(scaled, np.zeros_like(start), method="L-BFGS-B", jac=True,
+                                      bounds=(bounds - start[:, None]) / scale,
+                                      options={"maxiter": self.optimizer_max_iter},
                                       callback=callback)
         if res.status not in (0, 99):  # 99: stopped by the callback
             warnings.warn(
@@ -604,7 +696,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 f"marginal likelihood. Raise optimizer_max_iter, or on the iterative path "
                 f"n_probes / preconditioner_rank, or scale the data.",
                 ConvergenceWarning, stacklevel=4)
-        return res.x, res.fun
+        return start + scale * res.x, res.fun
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """The log marginal likelihood of the training data at ``theta`` (iterative path: its
