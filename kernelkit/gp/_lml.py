@@ -75,9 +75,10 @@ AUTO_FACTOR_ELEMENTS = 2**28
 #: On a GPU the last bound is instead what AUTO_GPU_SHARE of the free memory holds at
 #: PRECONDITIONER_COPIES n x k float64 matrices: the peak of one evaluation with its gradient,
 #: measured 4.1 copies (all of the evaluation's memory) at n = 1e6, k = 1024 and 2048 on an H100
-#: (33.5 and 67 GB) in the preconditioner's Cholesky form; in its eigen form (autograd through
-#: the factor; chosen at large n when the noise is small) more than 5.7 (out of memory at
-#: k = 1975 on an 80 GB H100).
+#: (33.5 and 67 GB) in the preconditioner's Cholesky form; a default fit's first full-data
+#: evaluation at n = 1e6, k = 1975 needed more than 5.7 (out of memory on an 80 GB H100; most
+#: likely the eigen form, which takes autograd through the factor and is chosen where
+#: ||B||_F^2 ~ n sigma_f^2 exceeds WOODBURY_MAX_RATIO times the noise). 7 ran at k = 1334.
 PRECONDITIONER_COPIES = 7
 AUTO_GPU_SHARE = 0.9
 

@@ -142,7 +142,7 @@ def _matvec_kernel(
     GROUP_N: tl.constexpr = GROUP_TILES * BLOCK_N
     for g0 in range(0, m_full, GROUP_N):
         # a group's tiles accumulate on the tensor cores, which truncate where they add; the
-        # groups add in IEEE float32 (round to nearest) in registers (_accumulation_note)
+        # groups add in IEEE float32 (round to nearest) in registers (GROUP_TILES)
         part = tl.zeros(acc.shape, ACC)
         for n0 in range(g0, tl.minimum(g0 + GROUP_N, m_full), BLOCK_N):
             part = _matvec_step(part, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
