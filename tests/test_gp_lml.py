@@ -83,39 +83,76 @@ def test_default_rank_is_exact_up_to_1024_points(problem, cg_tol):
     np.testing.assert_allclose(g, grad, rtol=0, atol=1e-8)
 
 
-@pytest.mark.parametrize("free_gb, want", [(75, 1205), (300, 2000), (1, 268)])
-def test_auto_rank_on_a_gpu_follows_its_free_memory(monkeypatch, free_gb, want):
+@pytest.mark.parametrize("free_gb, want, eigen", [(75, 1875, 1205), (300, 2000, 2000),
+                                                  (1, 268, 268)])
+def test_auto_rank_on_a_gpu_follows_its_free_memory(monkeypatch, free_gb, want, eigen):
     """"auto" at n = 1e6: 2**28 // n = 268 on the CPU; on a CUDA device 2 sqrt(n) = 2000 where
-    0.9 of the free memory holds 7 n x k float64 matrices (75 GB: 0.9 * 75e9 / (56 * 1e6) =
-    1205), never below the CPU's bound; at n <= 262 144 (2 sqrt(n) <= 1024) at most 1024."""
+    0.9 of the free memory holds 4.5 n x k float64 matrices in the preconditioner's Cholesky
+    form (75 GB: 0.9 * 75e9 / (36 * 1e6) = 1875) and 7 in its eigen form (1205), never below
+    the CPU's bound; at n <= 262 144 (2 sqrt(n) <= 1024) at most 1024."""
     from kernelkit.gp import _lml
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gb * 10**9, 0))
     assert resolve_rank("auto", 10**6) == 268
     assert resolve_rank("auto", 10**6, "cuda") == want
+    assert resolve_rank("auto", 10**6, "cuda", "eigen") == eigen
     assert resolve_rank("auto", 500, "cuda") == 500 and resolve_rank(64, 10**6, "cuda") == 64
     assert resolve_rank("auto", 262_144, "cuda") == 1024  # 2**28 // 262 144 = 1024 as well
-    assert _lml.PRECONDITIONER_COPIES == 7 and _lml.AUTO_GPU_SHARE == 0.9
+    assert _lml.PRECONDITIONER_COPIES == {"cholesky": 4.5, "eigen": 7.0}
+    assert _lml.AUTO_GPU_SHARE == 0.9
 
 
 def test_auto_rank_is_resolved_once_per_fit(monkeypatch):
-    """The fit's rank (which may depend on the free memory) is kept for later calls, so that
+    """The fit's ranks (which may depend on the free memory) are kept for later calls, so that
     log_marginal_likelihood draws the fit's landmarks: a resolver that answers differently on
     every call changes nothing after the fit, and a refit resolves again."""
     from kernelkit.gp import _lml
 
-    answers = iter([7, 11, 13, 17])
-    monkeypatch.setattr(_lml, "resolve_rank", lambda rank, n, device=None: next(answers))
+    answers = iter([7, 5, 11, 13, 17])
+    monkeypatch.setattr(_lml, "resolve_rank",
+                        lambda rank, n, device=None, form="cholesky": next(answers))
     X, y = _data()
     gp = kk.GaussianProcessRegressor(KERNEL, optimizer=None, device="cpu", exact_max_n=0,
                                      random_state=0).fit(X, y)
-    assert gp._rank[1] == 7
+    assert gp._rank[1:] == (7, 5)
     first = gp.log_marginal_likelihood(gp.kernel_.theta)
-    assert gp.log_marginal_likelihood(gp.kernel_.theta) == first and gp._rank[1] == 7
+    assert gp.log_marginal_likelihood(gp.kernel_.theta) == first and gp._rank[1:] == (7, 5)
     gp.fit(X, y)
-    assert gp._rank[1] == 11
+    assert gp._rank[1:] == (11, 13)
 
 
+def test_eigen_form_evaluations_use_the_eigen_landmarks(problem, monkeypatch):
+    """Where the trace of the kernel part exceeds WOODBURY_MAX_RATIO / 2 times the noise (the
+    preconditioner may take the eigen form, which needs more memory), an evaluation builds P on
+    Draws.eigen_landmarks, a uniform subset of the landmarks drawn from the same seed; below
+    it on all of them (the Cholesky form). Both estimates agree with the exact LML (errors over
+    probe seeds 0-3 measured up to 0.0097 nats at rank 100 and 0.26 at rank 40; bounds about 4x
+    those)."""
+    from kernelkit.gp import _lml
+    from kernelkit.solvers import _precond
+
+    X, y, op, lml, grad = problem
+    probes = make_probes(len(y), 100, 16, 0, "cpu", eigen_rank=40)
+    assert probes.eigen_landmarks.numel() == 40
+    assert set(probes.eigen_landmarks.tolist()) < set(probes.landmarks.tolist())
+    assert make_probes(len(y), 100, 16, 0, "cpu", eigen_rank=100).eigen_landmarks is None
+    built = []
+    original = _lml.nystrom_preconditioner
+
+    def spy(Y, rows, shift):
+        built.append(original(Y, rows, shift))
+        return built[-1]
+
+    monkeypatch.setattr(_lml, "nystrom_preconditioner", spy)
+    settings = SolverSettings(16, 1e-8, 1000, 100)
+    # trace 450 (n = 300, amplitude 1.5), noise 0.05: ratio 9000
+    for ratio, rank, woodbury, bound in [(1e8, 100, True, 0.04), (1e3, 40, False, 1.0)]:
+        monkeypatch.setattr(_lml, "WOODBURY_MAX_RATIO", ratio)
+        monkeypatch.setattr(_precond, "WOODBURY_MAX_RATIO", ratio)
+        value, _, _ = log_marginal_likelihood(op, KERNEL.theta, torch.as_tensor(y), probes,
+                                              settings, eval_gradient=True)
+        assert built[-1].rank == rank and built[-1].woodbury == woodbury
+        assert abs(value - lml) <= bound
 @pytest.mark.parametrize("cg_tol", [1e-3, 1e-8], ids=["default", "tight"])
 def test_iterative_predictions_match_sklearn_with_rank_below_n(cg_tol):
     """Mean and std from the iterative path with a rank-20 preconditioner (its Nyström

@@ -128,6 +128,7 @@ def test_float32_products_reach_tol_by_refinement_at_n_2000(device):
     x = res.x.cpu().numpy()
     true = _relres(A, B, x)
     assert res.converged and np.all(true <= tol), true
+    assert res.exact_from is None  # refinement with the float32 products reached tol
     np.testing.assert_allclose(res.column_residuals, true, rtol=1e-3)
     cond = (np.abs(K).sum(1).max() + alpha) / alpha  # K is PSD: lambda_min(A) >= alpha
     x_ref = np.linalg.solve(A, B)
@@ -152,8 +153,9 @@ def test_a_rising_residual_does_not_end_exact_cg():
 def test_cg_ends_a_run_whose_energy_rises(monkeypatch):
     """Products inconsistent with A (a non-symmetric 1e-5 perturbation, cond(A) = 1e4): the
     recurrence never converges. The energy 1/2 x^T A x - b^T x, which CG lowers at every step,
-    rose between two checks, so the solve ends with the last checked iterate: measured 200
-    steps and a true residual of 0.62; without the rule all 3000 steps, ending at 1.56."""
+    rose between two checks, so the run ends with the last checked iterate (measured: at step
+    200, true residual 0.62; without the rule all 3000 steps, ending at 1.56), and the solve
+    goes on with the exact products to tol."""
     from kernelkit.solvers import _cg
 
     A = torch.as_tensor(_spd(200, cond=1e4, seed=3))
@@ -165,12 +167,42 @@ def test_cg_ends_a_run_whose_energy_rises(monkeypatch):
                                   exact_matvec=lambda V: A @ V)
 
     res = solve()
-    assert not res.converged and res.n_iter < 3000 and res.n_iter % _cg.CHECK_EVERY == 0
+    assert res.exact_from == 200 and res.converged
     true = _relres(A.numpy(), B.numpy(), res.x.numpy())
-    np.testing.assert_allclose(res.column_residuals, true, rtol=1e-10)
+    assert np.all(true <= 1e-10), true
+    # both are B - A x in float64 at 1e-10 of ||b||: they differ by rounding, eps ||A|| ||x||
+    np.testing.assert_allclose(res.column_residuals, true, rtol=1e-3)
     monkeypatch.setattr(_cg, "ENERGY_SLACK", np.inf)
     unchecked = solve()
-    assert unchecked.n_iter == 3000 and unchecked.residuals[-1] > true.max()
+    # every step spent on the inexact run, whose iterate (1.56) is dropped for x = 0
+    assert unchecked.n_iter == 3000 and unchecked.exact_from is None
+    assert not unchecked.converged and unchecked.residuals[-1] == 1.0
+
+
+def test_cg_takes_exact_products_where_refinement_stalls():
+    """Products whose error is too large for A's smallest eigenvalues (each product off by
+    1e-3 ||A|| ||v|| in a random direction, cond(A) = 1e4, as the GP at n = 1e6 with float32
+    products summed in float32, where CG stalled at true residuals of 1e-2): refinement cannot
+    halve the residual, the later runs use the exact products, and the true residual against
+    the dense float64 A is <= tol = 1e-10 (x agrees with np.linalg.solve to cond x tol). The
+    first (inexact) run still records the Lanczos coefficients."""
+    A = torch.as_tensor(_spd(300, cond=1e4, seed=4))
+    B = torch.as_tensor(np.random.default_rng(2).standard_normal((300, 2)))
+    gen = torch.Generator().manual_seed(0)
+
+    def noisy(V):
+        E = torch.randn(V.shape, generator=gen, dtype=V.dtype)
+        return A @ V + 1e-3 * E / E.norm(dim=0) * V.norm(dim=0)
+
+    res = conjugate_gradient(noisy, B, tol=1e-10, max_iter=3000, exact_matvec=lambda V: A @ V,
+                             lanczos=True)
+    x = res.x.numpy()
+    true = _relres(A.numpy(), B.numpy(), x)
+    assert res.converged and res.exact_from is not None and np.all(true <= 1e-10), true
+    np.testing.assert_allclose(res.column_residuals, true, rtol=1e-3)  # rounding, as above
+    x_ref = np.linalg.solve(A.numpy(), B.numpy())
+    assert np.abs(x - x_ref).max() <= 1e4 * 1e-10 * np.abs(x_ref).max()
+    assert res.lanczos.n_iter.max() <= res.exact_from
 
 
 @pytest.mark.parametrize("cond", [1e3, 1e4])

@@ -69,12 +69,13 @@ def test_per_column_shift(K):
                                    rtol=1e-8, atol=1e-10)
 
 
-@pytest.mark.parametrize("mu", [1e-6, 1e-10, 1e-13])
+@pytest.mark.parametrize("mu", [1e-9, 1e-10, 1e-13])
 def test_solve_is_backward_stable_for_a_tiny_shift(K, mu):
     """mu far below ||K|| (~60): the eigen form's solve x satisfies P x = v to a backward error
-    of a few eps ||P|| ||x|| (measured 5.2e-17 to 5.4e-17 relative at these mu; bound 1e-14)."""
+    of a few eps ||P|| ||x|| (measured 5.2e-17 to 5.4e-17 relative at mu = 1e-6 to 1e-13;
+    bound 1e-14)."""
     pre, _ = _build(K, 40, mu)
-    assert not pre.woodbury  # ||B||_F^2 / mu >= 2e8: the eigen form
+    assert not pre.woodbury  # ||B||_F^2 / mu >= 2e11: the eigen form
     n = K.shape[0]
     Pd = (pre.U * pre.lam) @ pre.U.T + mu * torch.eye(n, dtype=torch.float64)
     v = torch.from_numpy(np.random.default_rng(3).standard_normal((n, 2)))
@@ -82,6 +83,23 @@ def test_solve_is_backward_stable_for_a_tiny_shift(K, mu):
     backward = float(torch.linalg.norm(Pd @ x - v) / (torch.linalg.matrix_norm(Pd, 2)
                                                       * torch.linalg.norm(x)))
     assert backward <= 1e-14, backward
+
+
+def test_cholesky_form_at_the_edge_of_its_ratio(K):
+    """Just inside ||B||_F^2 = WOODBURY_MAX_RATIO mu the Cholesky form's solve loses about
+    eps ||B||^2 / mu: its relative residual ||P x - v|| / ||v|| against the dense
+    P = B B^T + mu I is at most eps64 x WOODBURY_MAX_RATIO (2.2e-6; measured 4.9e-7, and 6.3e-9 /
+    6.8e-11 at ratios 1e8 / 1e6, so the bound scales with the ratio as the docstring says)."""
+    Kt = torch.from_numpy(K)
+    pivots = torch.from_numpy(np.random.default_rng(5).permutation(len(K))[:40])
+    B, _ = nystrom_factor(Kt[:, pivots], Kt[pivots][:, pivots])  # no unshift: P = B B^T + mu I
+    mu = 1.01 * float(B.square().sum()) / _precond.WOODBURY_MAX_RATIO
+    P = B @ B.T + mu * torch.eye(len(K), dtype=torch.float64)
+    v = torch.from_numpy(np.random.default_rng(3).standard_normal((len(K), 2)))
+    pre = LowRankPreconditioner(B, mu)
+    assert pre.woodbury
+    residual = float(torch.linalg.norm(P @ pre.solve(v) - v) / torch.linalg.norm(v))
+    assert residual <= _precond.EPS64 * _precond.WOODBURY_MAX_RATIO, residual
 
 
 def test_preconditioner_cuts_cg_iterations(K, form):

@@ -52,7 +52,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from kernelkit.gp import _fused
 from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import nystrom_preconditioner
+from kernelkit.solvers._precond import WOODBURY_MAX_RATIO, nystrom_preconditioner
 from kernelkit.solvers._slq import lanczos_quadrature
 
 __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "log_marginal_likelihood", "make_probes",
@@ -73,13 +73,13 @@ AUTO_RANK_PER_ROOT_N = 2
 #: CPU: 2 GiB.
 AUTO_FACTOR_ELEMENTS = 2**28
 #: On a GPU the last bound is instead what AUTO_GPU_SHARE of the free memory holds at
-#: PRECONDITIONER_COPIES n x k float64 matrices: the peak of one evaluation with its gradient,
-#: measured 4.1 copies (all of the evaluation's memory) at n = 1e6, k = 1024 and 2048 on an H100
-#: (33.5 and 67 GB) in the preconditioner's Cholesky form; a default fit's first full-data
-#: evaluation at n = 1e6, k = 1975 needed more than 5.7 (out of memory on an 80 GB H100; most
-#: likely the eigen form, which takes autograd through the factor and is chosen where
-#: ||B||_F^2 ~ n sigma_f^2 exceeds WOODBURY_MAX_RATIO times the noise). 7 ran at k = 1334.
-PRECONDITIONER_COPIES = 7
+#: PRECONDITIONER_COPIES[form] n x k float64 matrices: the peak of one evaluation with its
+#: gradient, all of its memory, in the preconditioner's Cholesky form (4.1 measured at n = 1e6,
+#: k = 1024 and 2048 on an H100: 33.5 and 67 GB, 2026-11-26h/i) and in its eigen form, which
+#: takes autograd through the factor (7.1 at k = 1334: 75.8 GB; k = 1975 ran out of memory on an
+#: 80 GB H100). The rank is sized for the Cholesky form; an evaluation that may fall into the
+#: eigen form (:func:`preconditioner`) uses the first ``Draws.eigen_rank`` landmarks, sized for it.
+PRECONDITIONER_COPIES = {"cholesky": 4.5, "eigen": 7.0}
 AUTO_GPU_SHARE = 0.9
 
 
@@ -94,11 +94,12 @@ class SolverSettings:
     preconditioner_rank: int | str
 
 
-def resolve_rank(rank, n, device=None):
+def resolve_rank(rank, n, device=None, form="cholesky"):
     """The preconditioner rank for n points: ``rank`` capped at n, or for "auto"
     min(n, max(:data:`AUTO_RANK`, :data:`AUTO_RANK_PER_ROOT_N` sqrt(n)), a memory bound): on the
     CPU :data:`AUTO_FACTOR_ELEMENTS` // n, on a CUDA ``device`` what :data:`AUTO_GPU_SHARE` of
-    its free memory holds (:data:`PRECONDITIONER_COPIES`), after PyTorch's cache is emptied."""
+    its free memory holds in the preconditioner's ``form`` (:data:`PRECONDITIONER_COPIES`), after
+    PyTorch's cache is emptied."""
     if rank != "auto":
         return min(int(rank), n)
     wanted = max(AUTO_RANK, int(AUTO_RANK_PER_ROOT_N * math.sqrt(n)))
@@ -109,7 +110,8 @@ def resolve_rank(rank, n, device=None):
         # they can be too fragmented to hold the factors (a pretraining fit's cache at n = 1e6)
         torch.cuda.empty_cache()
         free = torch.cuda.mem_get_info(device)[0]
-        cap = max(cap, int(AUTO_GPU_SHARE * free / (8 * PRECONDITIONER_COPIES * n)))
+        copies = PRECONDITIONER_COPIES[form]
+        cap = max(cap, int(AUTO_GPU_SHARE * free / (8 * copies * n)))
     return max(1, min(n, wanted, cap))
 
 
@@ -125,11 +127,16 @@ class Draws(NamedTuple):
         Standard normal; the low-rank part of the probes.
     eps_full : torch.Tensor of shape (n, t), float64
         Standard normal; the full-rank part of the probes.
+    eigen_landmarks : torch.Tensor of shape (k_e,), int64, or None
+        Fewer landmarks (a subset of ``landmarks``: :func:`uniform_landmarks` of the same seed)
+        for an evaluation whose preconditioner may take the eigen form, which needs more memory
+        (:func:`preconditioner`). None: always ``landmarks``.
     """
 
     landmarks: torch.Tensor
     eps_low: torch.Tensor
     eps_full: torch.Tensor
+    eigen_landmarks: torch.Tensor | None = None
 
 
 def uniform_landmarks(n, k, seed, device):
@@ -147,33 +154,50 @@ def _landmark_indices(n, k, seed):
     return landmarks
 
 
-def make_probes(n, rank, n_probes, seed, device):
+def make_probes(n, rank, n_probes, seed, device, eigen_rank=None):
     """The fixed draws of a fit (:class:`Draws`) for ``rank`` landmarks and ``n_probes`` probes:
     the landmarks are :func:`uniform_landmarks` of ``seed``, the normals come from torch's
     generator on ``device`` seeded with it (the same draws on every device of a type; on the
-    GPU in microseconds, where NumPy's took 4.8 ms at n = 2e4 with 16 probes)."""
+    GPU in microseconds, where NumPy's took 4.8 ms at n = 2e4 with 16 probes). ``eigen_rank``:
+    see :class:`Draws` (kept only where it is below ``rank``)."""
     device = torch.device(device)
     gen = torch.Generator(device=device).manual_seed(int(seed))
     eps_low = torch.randn((rank, n_probes), generator=gen, device=device, dtype=torch.float64)
     eps_full = torch.randn((n, n_probes), generator=gen, device=device, dtype=torch.float64)
-    return Draws(uniform_landmarks(n, rank, seed, device), eps_low, eps_full)
+    eigen = (uniform_landmarks(n, eigen_rank, seed, device)
+             if eigen_rank is not None and eigen_rank < rank else None)
+    return Draws(uniform_landmarks(n, rank, seed, device), eps_low, eps_full, eigen)
 
 
-def preconditioner(op, params, landmarks):
-    """P = (Nyström approximation of the kernel part k(X, X) on the ``landmarks`` rows) +
+def preconditioner(op, params, probes):
+    """P = (Nyström approximation of the kernel part k(X, X) on the landmark rows) +
     (noise + jitter) I, differentiable with respect to ``params`` (float64).
+
+    The landmarks are ``probes.landmarks``, or ``probes.eigen_landmarks`` where those are set
+    and P may take the eigen form, which needs more memory (:data:`PRECONDITIONER_COPIES`):
+    where the trace of the kernel part exceeds half of
+    :data:`kernelkit.solvers._precond.WOODBURY_MAX_RATIO` times the shift (the form follows
+    ||B||_F^2, which is at most that trace plus k times the Nyström shift nu = eps ||Y||_F, far
+    below it: the factor 2 is the margin).
 
     Landmarks drawn uniformly replace the greedy pivoted Cholesky used before 2026-11-26: as
     many CG iterations on the benchmark's GP (39 against 44 at rank 300, 14 against 15 at
     rank 1000), no sequential pivot loop (which cost 78 ms at rank 100 on an H200), and P
     changes smoothly with theta.
     """
+    landmarks = probes.landmarks
+    shift = (params["noise"] + op.jitter).to(torch.float64)
+    if probes.eigen_landmarks is not None:
+        with torch.no_grad():
+            trace = op.kernel_diagonal(op.data[0], params).sum()
+            if float(trace) > 0.5 * WOODBURY_MAX_RATIO * float(shift):
+                landmarks = probes.eigen_landmarks
     # P need only be one consistent SPD matrix: distances in the matrix-product form (float64,
     # absolute rounding eps |x|^2 of centred data), one GEMM instead of two passes per feature
     # (n = 2e4, k = 1024, d = 8 on an H100: the block's forward and backward took 3.7 ms); for
     # [C *] rbf kernel parts their gradient in closed form
     Y = _fused.landmark_columns(op, params, landmarks)
-    return nystrom_preconditioner(Y, landmarks, (params["noise"] + op.jitter).to(torch.float64))
+    return nystrom_preconditioner(Y, landmarks, shift)
 
 
 def solve(op, params, rhs, pre, settings, what, lanczos=False, warn=True):
@@ -242,7 +266,7 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
                 op.kernel_matrix(params_ng, torch.float64)
     with torch.set_grad_enabled(eval_gradient):
         params = op.structure.params(theta_t)
-        pre = op.agree(preconditioner, op, params, probes.landmarks)
+        pre = op.agree(preconditioner, op, params, probes)
     z = pre.sample(probes.eps_low, probes.eps_full)
     t = z.shape[1]
     rhs = torch.cat([y[:, None].to(torch.float64), z], dim=1)

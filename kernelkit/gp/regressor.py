@@ -397,13 +397,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         key = (settings.preconditioner_rank, op.n, str(op.device))
         held = getattr(self, "_rank", None)
         if held is None or held[0] != key:
+            # sized for the preconditioner's Cholesky form; an evaluation that may fall into
+            # its eigen form, which needs more memory, uses the first eigen_rank landmarks
             rank = resolve_rank(settings.preconditioner_rank, op.n, op.device)
-            if distributed.active():  # every process the same landmarks: rank 0's count
+            eigen_rank = resolve_rank(settings.preconditioner_rank, op.n, op.device, "eigen")
+            if distributed.active():  # every process the same landmarks: rank 0's counts
                 from kernelkit.distributed import _gp
 
-                rank = int(_gp.from_rank0([rank])[0])
-            held = self._rank = (key, rank)
-        return make_probes(op.n, held[1], settings.n_probes, self._probe_seed, op.device)
+                rank, eigen_rank = (int(v) for v in _gp.from_rank0([rank, eigen_rank]))
+            held = self._rank = (key, rank, eigen_rank)
+        return make_probes(op.n, held[1], settings.n_probes, self._probe_seed, op.device,
+                           eigen_rank=held[2])
 
     def _targets(self, op):
         """y_train_ as an (n, t) float64 tensor on the operator's device."""
@@ -895,8 +899,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         from kernelkit.gp._lml import preconditioner, solve
 
         with torch.no_grad():
-            landmarks = self._probes(op, settings).landmarks
-            pre = op.agree(preconditioner, op, params, landmarks)
+            pre = op.agree(preconditioner, op, params, self._probes(op, settings))
             m = Z.shape[0]
             batch = max(1, min(m, VARIANCE_BATCH_ELEMENTS // op.n))
             K_all = op.cross_block_T(Z, params).to(torch.float64) if keep else None

@@ -10,6 +10,9 @@ scalar and vector is float64, and the residual that decides convergence and is r
 true one, ``B - A X`` recomputed with ``exact_matvec`` (float64 products). When it is above
 ``tol`` although the recurrence says otherwise (the float32 products' floor), CG restarts on
 that residual: iterative refinement, x += (solution of A d = r with the inexact products).
+Where a refinement step fails to halve the true residual, the products cannot take it further
+(their error is too large against A's smallest eigenvalues), and the later runs use
+``exact_matvec`` for their products: ``tol`` is met whenever exact CG would meet it.
 
 With ``lanczos=True`` the first run also records each column's CG coefficients: preconditioned
 CG on column b is the Lanczos process on P^{-1/2} A P^{-1/2} started from P^{-1/2} b, and its
@@ -94,6 +97,10 @@ class CGResult:
         A or the preconditioner is not positive definite in floating point.
     lanczos : LanczosCoefficients or None
         With ``lanczos=True``: the first run's coefficients.
+    exact_from : int or None
+        The iteration after which the runs used ``exact_matvec`` as their products, because a
+        refinement step with the inexact ones failed to halve the true residual; None if they
+        never did.
     """
 
     x: torch.Tensor
@@ -103,6 +110,7 @@ class CGResult:
     converged: bool
     breakdown: bool
     lanczos: LanczosCoefficients | None = None
+    exact_from: int | None = None
 
 
 def _col_dot(a, b):
@@ -262,9 +270,11 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     Converged columns keep their x and get zero search directions, so they add no work beyond
     their share of the shared product. Refinement: after a run, r = B - exact_matvec(X); the
     columns still above ``tol`` run CG again on A D = r (target ``tol ||b|| / ||r||``) and
-    X += D. The solve stops when a step fails to halve the largest true residual: the inexact
-    products then limit the attainable residual (about their relative error times the
-    condition number of A), and ``converged`` is False.
+    X += D (kept only where it does not raise the largest true residual). When a step fails to
+    halve the largest true residual, the inexact products limit the attainable residual (about
+    their relative error times the condition number of A): the later runs take their products
+    from ``exact_matvec`` (``exact_from``). With exact products a failed step ends the solve,
+    and ``converged`` is False.
     """
     if B.dtype != torch.float64 or B.ndim != 2:
         raise TypeError(f"B must be a 2-D float64 tensor (CG vectors are float64); got "
@@ -279,6 +289,7 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     residuals = [float(rel.max())]
     breakdown = False
     record = {"alphas": [], "betas": [], "active": []} if lanczos else None
+    exact_from = None
     while float(rel.max()) > tol and len(residuals) <= max_iter and not breakdown:
         open_cols = rel > tol
         rhs = torch.where(open_cols, R, 0.0)
@@ -288,19 +299,24 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
                                     None if callback is None else
                                     (lambda i, res: callback(start + i, res)), rel,
                                     record if start == 0 else None, check)
-        x += dx
-        R = B - exact_matvec(x) if Adx is None else R - Adx  # a check's product, reused
+        R_new = B - exact_matvec(x + dx) if Adx is None else R - Adx  # a check's product, reused
+        rel_new = torch.linalg.vector_norm(R_new, dim=0) / safe_bnorm
         previous = float(rel.max())
-        rel = torch.linalg.vector_norm(R, dim=0) / safe_bnorm
         residuals.extend(steps)
         if not steps:  # broke down before the first product: no iteration to record
             break
+        if float(rel_new.max()) <= previous:  # else the run made x worse: it is not kept
+            x, R, rel = x + dx, R_new, rel_new
         residuals[-1] = float(rel.max())
         if residuals[-1] > REFINE_GAIN * previous:
-            break
+            if check is None or len(residuals) > max_iter:
+                break
+            # the inexact products cannot take it further: on with the exact ones
+            matvec, check, exact_from = exact_matvec, None, len(residuals) - 1
     converged = float(rel.max()) <= tol
     return CGResult(x, len(residuals) - 1, np.asarray(residuals), rel.cpu().numpy(), converged,
-                    breakdown, None if record is None else _coefficients(record, B.shape[1]))
+                    breakdown, None if record is None else _coefficients(record, B.shape[1]),
+                    exact_from)
 
 
 def _coefficients(record, k):

@@ -29,11 +29,11 @@ shift mu lies below ||B||^2 (:data:`WOODBURY_MAX_RATIO`):
                = \frac{1}{\mu}\left(v - F F^\top v\right),\qquad
       \log\det P = (n - k) \log \mu + \log\det C.
 
-  It costs two n x k x k products (B^T B, and F from an explicit L^{-1}: cond(L) <= 1e4
+  It costs two n x k x k products (B^T B, and F from an explicit L^{-1}: cond(L) <= 1e5
   here), a k x k Cholesky and triangular inverse, and each solve two skinny GEMMs (k = 1024,
   n = 2e4 on an H100: the QR and eigenproblem below took 39 ms with their backward). Its solve loses
   about eps ||B||^2 / mu relative (the subtraction cancels where B's singular values are large),
-  so it is used only where that is at most 1e-8: mu >= ||B||_F^2 / 1e8, and a scalar mu;
+  so it is used only where that is at most 2e-6: mu >= ||B||_F^2 / 1e10, and a scalar mu;
 - the eigen form, for smaller shifts and per-column ones (3. and 4. above): P = U Lambda U^T
   + mu I,
 
@@ -71,8 +71,14 @@ __all__ = ["WOODBURY_MAX_RATIO", "cholesky_jitter", "plus_diagonal", "symmetrize
 _JITTER_TRIES = 12
 EPS64 = float(np.finfo(np.float64).eps)
 #: The Cholesky (Woodbury) form is used where ||B||_F^2 <= WOODBURY_MAX_RATIO mu: its solve then
-#: loses at most about eps64 x this ratio = 2e-8 relative (module docstring).
-WOODBURY_MAX_RATIO = 1e8
+#: loses at most about eps64 x this ratio = 2e-6 relative (module docstring), in the directions
+#: of B's largest singular values, where P^{-1} is smallest. CG only needs a fixed symmetric
+#: positive definite P close to the intended one (its residuals come from A); the GP's log
+#: det P is exact from L. Raised from 1e8 (2e-8) on 2026-11-26i: a GP fitted at n = 1e6
+#: (amplitude 4.6, noise 0.01, ratio 4.6e8) fell into the eigen form, whose peak at rank 1334
+#: was 75.8 GB on an 80 GB H100; the Cholesky form at rank 2048 peaked at 67 GB and needed 6
+#: CG steps against 12 (``_dev/call1.py``).
+WOODBURY_MAX_RATIO = 1e10
 
 
 def plus_diagonal(A, shift):
@@ -245,7 +251,7 @@ class LowRankPreconditioner:
             self._L = L  # carries the gradient of log det C
             with torch.no_grad():  # F = B L^-T: P^-1 v = (v - F F^T v) / mu, two GEMMs
                 self._chol = L.detach()
-                # by a GEMM with L^-1 (cond(L) <= 1e4 here, so 1e-12 relative), in place of a
+                # by a GEMM with L^-1 (cond(L) <= 1e5 here, so 1e-11 relative), in place of a
                 # triangular solve with n right-hand sides (1.7 ms at n = 2e4, k = 1024, H100)
                 eye = torch.eye(k, dtype=L.dtype, device=L.device)
                 self._Linv = torch.linalg.solve_triangular(self._chol, eye, upper=False)

@@ -24,11 +24,17 @@ __all__ = ["kernel_matvec", "matvec_fwd"]
 
 #: Largest chunk of V's columns one program handles; wider V uses a second grid axis.
 MAX_BLOCK_R = 64
-#: Column tiles summed on the tensor cores before their sum joins the accumulator in registers
-#: (:func:`_matvec_kernel`). H100, rbf, D = 8, 17 columns, M = 1e6, relative error of the float32
-#: product against float64 (random V): 7.1e-6 with one accumulation on the tensor cores, 2.5e-6
-#: with groups of 8 tiles, 1.1e-6 with 64; time 3.40 / 3.83 / 3.61 s (``_dev`` 2026-11-26h).
-GROUP_TILES = 64
+#: Column tiles summed on the tensor cores before their sum joins the accumulator, which is
+#: float64 for float32 (and 16-bit) operands (:func:`_matvec_kernel`): the tensor cores truncate
+#: where they add. H100, rbf, D = 8, 17 columns, M = 1e6, GP covariance at a fitted theta
+#: (noise 0.01, amplitude 4.6), relative error of the float32 product against float64 (random
+#: V / V = y): one accumulation on the tensor cores 7.1e-6 (2026-11-26h, another theta); groups
+#: of 64 tiles summed in float32 1.4e-6 / 3.4e-7, time 3.61 s; groups summed in float64, 1 / 4 /
+#: 16 / 64 tiles: 5.8e-7 / 6.2e-7 / 7.3e-7 / 1.0e-6 (1.1e-7 for V = y), 5.02 / 4.15 / 3.72 /
+#: 3.62 s (``_dev/call1.py`` 2026-11-26i). With float32 group sums CG stalled at true relative
+#: residuals 1.7e-2 on that system (cond ~ 1e8; tol 1e-3); with float64 ones it converged in 12
+#: steps.
+GROUP_TILES = 16
 
 
 def _vec_configs():
@@ -118,7 +124,8 @@ def _matvec_kernel(
     """out[rows, r-chunk] = sum over all column tiles of K(x_rows, y_tile) @ v[tile, r-chunk].
 
     VEC (R == 1): the products K * v accumulate elementwise in a (BLOCK_M, BLOCK_N) register tile
-    (one FMA per pair) and are reduced once at the end; otherwise K @ V runs on tl.dot.
+    (one FMA per pair) and are reduced once at the end; otherwise K @ V runs on tl.dot, whose
+    sums over GROUP_TILES column tiles add into a float64 accumulator.
     The column loop runs unmasked over full tiles and handles a ragged last tile separately.
     """
     ACC: tl.constexpr = out_ptr.dtype.element_ty
@@ -135,14 +142,14 @@ def _matvec_kernel(
     p0, p1, p2 = _load_params(prm_ptr)
     if VEC:
         acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_R), ACC)
+    else:  # float64 sums of the groups' tensor-core sums (GROUP_TILES)
+        acc = tl.zeros((BLOCK_M, BLOCK_R), tl.float64)
 
     m_full = (M // BLOCK_N) * BLOCK_N
     GROUP_N: tl.constexpr = GROUP_TILES * BLOCK_N
     for g0 in range(0, m_full, GROUP_N):
         # a group's tiles accumulate on the tensor cores, which truncate where they add; the
-        # groups add in IEEE float32 (round to nearest) in registers (GROUP_TILES)
+        # groups add in IEEE arithmetic in registers (float64 with tl.dot: GROUP_TILES)
         part = tl.zeros(acc.shape, ACC)
         for n0 in range(g0, tl.minimum(g0 + GROUP_N, m_full), BLOCK_N):
             part = _matvec_step(part, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
@@ -150,13 +157,14 @@ def _matvec_kernel(
                                 stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
                                 BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
                                 VEC, False, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
-        acc += part
+        acc += part.to(acc.dtype)
     if m_full < M:
-        acc = _matvec_step(acc, x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
+        part = _matvec_step(tl.zeros(acc.shape, ACC), x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
                            offs_m, mask_m, offs_r, mask_r, m_full, M, D,
                            stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
                            BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
                            VEC, True, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
+        acc += part.to(acc.dtype)
 
     rows = offs_m.to(tl.int64)
     if VEC:
@@ -284,8 +292,10 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     Returns
     -------
     torch.Tensor, shape (N,) or (N, R) (transpose: (M,) or (M, R))
-        float32 (float64 for float64 x). Sums accumulate in float32: the error grows with M like
-        a float32 dot product of length M.
+        float32 (float64 for float64 x). With R > 1 the tensor cores sum K @ V over groups of
+        :data:`GROUP_TILES` column tiles and the groups add in float64 (float32 sums lost the
+        digits a badly conditioned CG needs at M = 1e6); with R = 1 the sums are float32 FMAs,
+        whose error grows with M like a float32 dot product of length M.
 
     Raises
     ------
