@@ -308,7 +308,7 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         if float(rel_new.max()) <= previous:  # else the run made x worse: it is not kept
             x, R, rel = x + dx, R_new, rel_new
         residuals[-1] = float(rel.max())
-        if residuals[-1] > REFINE_GAIN * previous:
+        if residuals[-1] > max(REFINE_GAIN * previous, tol):
             if check is None or len(residuals) > max_iter:
                 break
             # the inexact products cannot take it further: on with the exact ones
