@@ -74,6 +74,54 @@ def test_unconverged_first_evaluation_warns_and_keeps_the_estimate(objective, mo
     np.testing.assert_array_equal(grad, expected_grad)
 
 
+def _unfaithful_lanczos_runs(monkeypatch, residual):
+    """Every solve converges, but its Lanczos run (the log determinant's) ended at a true
+    residual of ``residual``: float32 products whose run stalled before CG went on with exact
+    ones (CGResult.exact_from)."""
+    original = _lml.conjugate_gradient
+
+    def switched(*args, **kwargs):
+        result = original(*args, **kwargs)
+        if result.lanczos is not None:
+            result.lanczos.true_residual = residual
+        return result
+
+    monkeypatch.setattr(_lml, "conjugate_gradient", switched)
+
+
+def test_an_estimate_from_a_stalled_lanczos_run_is_stepped_back_from(objective, monkeypatch):
+    """The solve converged, but the log determinant's coefficients come from a run whose true
+    residual was 0.5 (above sqrt(cg_tol)): rejected as an unconverged solve is; directly
+    (not optimising) the estimate warns, naming that run."""
+    make, theta = objective
+    f = make()
+    best, _ = f(theta, True)
+    _unfaithful_lanczos_runs(monkeypatch, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, grad = f(theta - 0.3, True)
+    assert value == best - max(1.0, abs(best)) and not np.any(grad)
+    with pytest.warns(ConvergenceWarning, match="its log determinant comes from a CG run"):
+        make()(theta, True)  # no trusted value yet: warns and keeps the estimate
+
+
+def test_public_lml_warns_when_its_lanczos_run_stalled(monkeypatch):
+    """GaussianProcessRegressor.log_marginal_likelihood on the iterative path, with a Lanczos
+    run that ended at 0.5: a ConvergenceWarning naming it; at 0.01 (below sqrt(cg_tol)) none."""
+    rng = np.random.default_rng(1)
+    X = rng.uniform(-2.0, 2.0, (150, 2))
+    y = np.sin(2.0 * X[:, 0]) + 0.1 * rng.standard_normal(150)
+    gp = kk.GaussianProcessRegressor(C(1.0) * kk.RBF(1.0) + W(0.05), optimizer=None,
+                                     device="cpu", exact_max_n=0, random_state=0).fit(X, y)
+    _unfaithful_lanczos_runs(monkeypatch, 1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gp.log_marginal_likelihood(gp.kernel_.theta)
+    _unfaithful_lanczos_runs(monkeypatch, 0.5)
+    with pytest.warns(ConvergenceWarning, match="ended at true relative residual 5.00e-01"):
+        gp.log_marginal_likelihood(gp.kernel_.theta)
+
+
 def test_a_stall_near_cg_tol_is_used_as_it_is(objective, monkeypatch):
     """Residual 1e-2 > cg_tol = 1e-3 but below sqrt(cg_tol): float32 products near the
     optimum stalled there at n = 1e5, and rejecting such points stopped L-BFGS 1400 nats short."""

@@ -55,8 +55,8 @@ from kernelkit.solvers._cg import conjugate_gradient
 from kernelkit.solvers._precond import WOODBURY_MAX_RATIO, nystrom_preconditioner
 from kernelkit.solvers._slq import lanczos_quadrature
 
-__all__ = ["AUTO_RANK", "Draws", "SolverSettings", "log_marginal_likelihood", "make_probes",
-           "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
+__all__ = ["AUTO_RANK", "Draws", "SolverSettings", "estimate_residual", "log_marginal_likelihood",
+           "make_probes", "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
 
 #: ``preconditioner_rank="auto"``: min(n, max(AUTO_RANK, AUTO_RANK_PER_ROOT_N sqrt(n)),
 #: AUTO_FACTOR_ELEMENTS // n) landmarks. The rank sets the CG iterations: on the benchmark's GP
@@ -216,14 +216,29 @@ def solve(op, params, rhs, pre, settings, what, lanczos=False, warn=True):
     return result
 
 
+def estimate_residual(result):
+    """The true relative residual an LML estimate rests on: the larger of the solve's at exit
+    and that of the run whose Lanczos coefficients give the log determinant (with inexact
+    products the solve may go on with exact ones after that run stalled:
+    :attr:`~kernelkit.solvers._cg.CGResult.exact_from`)."""
+    first = result.lanczos.true_residual if result.lanczos is not None else 0.0
+    return max(float(result.residuals[-1]), first)
+
+
 def warn_unconverged(what, result, settings, stacklevel):
     """The ConvergenceWarning of a solve (``result``, a CGResult) that stopped above cg_tol."""
+    if result.converged:  # the log determinant's Lanczos run (estimate_residual)
+        stopped = (f"its log determinant comes from a CG run that ended at true relative "
+                   f"residual {result.lanczos.true_residual:.2e} > sqrt(cg_tol)="
+                   f"{math.sqrt(settings.cg_tol):.2g} with float32 products")
+    else:
+        stopped = (f"conjugate gradients stopped after {result.n_iter} iterations "
+                   f"(max_cg_iter={settings.max_cg_iter}) with true relative residual "
+                   f"{result.residuals[-1]:.2e} > cg_tol={settings.cg_tol:g}")
     warnings.warn(
-        f"{what}: conjugate gradients stopped after {result.n_iter} iterations "
-        f"(max_cg_iter={settings.max_cg_iter}) with true relative residual "
-        f"{result.residuals[-1]:.2e} > cg_tol={settings.cg_tol:g}; the result is "
-        f"approximate. Raise max_cg_iter or preconditioner_rank, or add noise (WhiteKernel "
-        f"or alpha).", ConvergenceWarning, stacklevel=stacklevel + 1,
+        f"{what}: {stopped}; the result is approximate. Raise max_cg_iter or "
+        f"preconditioner_rank, or add noise (WhiteKernel or alpha).", ConvergenceWarning,
+        stacklevel=stacklevel + 1,
     )
 
 
@@ -272,6 +287,8 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     rhs = torch.cat([y[:, None].to(torch.float64), z], dim=1)
     result = solve(op, params_ng, rhs, pre, settings, "log_marginal_likelihood", lanczos=True,
                    warn=warn)
+    if warn and result.converged and estimate_residual(result) > math.sqrt(settings.cg_tol):
+        warn_unconverged("log_marginal_likelihood", result, settings, stacklevel=2)
     alpha64, u = result.x[:, 0], result.x[:, 1:]
     w = pre.solve(z)  # float64
     # the host's quadrature of the Lanczos coefficients runs while the GPU contracts (queued

@@ -435,7 +435,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         import torch
 
         from kernelkit.gp._exact import exact_lml
-        from kernelkit.gp._lml import log_marginal_likelihood, warn_unconverged
+        from kernelkit.gp._lml import estimate_residual, log_marginal_likelihood, warn_unconverged
 
         Y = self._targets(op)
         if self._exact:
@@ -460,7 +460,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     variance += info["spread"] ** 2
                     if eval_gradient:
                         grad += out[1]
-                    if info["cg"].residuals[-1] > math.sqrt(settings.cg_tol):
+                    if estimate_residual(info["cg"]) > math.sqrt(settings.cg_tol):
                         failed = info["cg"]
             except torch.linalg.LinAlgError:  # the preconditioner's factorisation
                 return rejected(theta, eval_gradient,

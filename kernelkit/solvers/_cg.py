@@ -67,11 +67,15 @@ class LanczosCoefficients:
         r_new^T z_new / r^T z after each step (0 where not computed).
     n_iter : ndarray of shape (k,), int
         Steps each column took in that run.
+    true_residual : float
+        The largest true relative residual (``exact_matvec``) of that run's own iterate: with
+        inexact products, how far the recurrence these coefficients come from stayed with A.
     """
 
     alphas: np.ndarray
     betas: np.ndarray
     n_iter: np.ndarray
+    true_residual: float = 0.0
 
 
 @dataclass
@@ -289,7 +293,7 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     residuals = [float(rel.max())]
     breakdown = False
     record = {"alphas": [], "betas": [], "active": []} if lanczos else None
-    exact_from = None
+    exact_from, first_true = None, float(rel.max())
     while float(rel.max()) > tol and len(residuals) <= max_iter and not breakdown:
         open_cols = rel > tol
         rhs = torch.where(open_cols, R, 0.0)
@@ -305,6 +309,8 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         residuals.extend(steps)
         if not steps:  # broke down before the first product: no iteration to record
             break
+        if start == 0:
+            first_true = float(rel_new.max())
         if float(rel_new.max()) <= previous:  # else the run made x worse: it is not kept
             x, R, rel = x + dx, R_new, rel_new
         residuals[-1] = float(rel.max())
@@ -315,13 +321,15 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
             matvec, check, exact_from = exact_matvec, None, len(residuals) - 1
     converged = float(rel.max()) <= tol
     return CGResult(x, len(residuals) - 1, np.asarray(residuals), rel.cpu().numpy(), converged,
-                    breakdown, None if record is None else _coefficients(record, B.shape[1]),
+                    breakdown,
+                    None if record is None else _coefficients(record, B.shape[1], first_true),
                     exact_from)
 
 
-def _coefficients(record, k):
+def _coefficients(record, k, true_residual):
     if not record["alphas"]:
         empty = np.zeros((0, k))
-        return LanczosCoefficients(empty, empty, np.zeros(k, dtype=np.int64))
+        return LanczosCoefficients(empty, empty, np.zeros(k, dtype=np.int64), true_residual)
     steps = {name: torch.stack(record[name]).cpu().numpy() for name in record}
-    return LanczosCoefficients(steps["alphas"], steps["betas"], steps["active"].sum(0))
+    return LanczosCoefficients(steps["alphas"], steps["betas"], steps["active"].sum(0),
+                               true_residual)
