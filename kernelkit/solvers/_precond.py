@@ -183,12 +183,19 @@ def nystrom_preconditioner(Y, rows, shift):
     with torch.no_grad():
         Yd = Y.detach()
         B, nu, C = _nystrom_parts(Yd, Yd[rows], rows)
-        pre = LowRankPreconditioner(B, torch.as_tensor(shift).detach(), nu)
+        mu = torch.as_tensor(shift).detach()
+        frob2, mu_value = torch.stack([torch.linalg.vector_norm(B) ** 2,
+                                       mu.to(B.device, torch.float64)]).tolist()
+        # the eigen form with a gradient is built once, below, with autograd: not here first
+        # (its QR and eigenvectors would be two n x k matrices more at the peak)
+        eigen = grad and frob2 > WOODBURY_MAX_RATIO * mu_value
+        pre = None if eigen else LowRankPreconditioner(B, mu, nu, read=(frob2, mu_value))
     if not grad:
         return pre
-    if pre.woodbury:
+    if pre is not None and pre.woodbury:
         pre._closed = (Y, torch.as_tensor(shift, dtype=torch.float64, device=Y.device), C, rows)
         return pre
+    del B, pre
     B, nu = nystrom_factor(Y, Y[rows], rows=rows)  # the eigen form: autograd through B
     return LowRankPreconditioner(B, shift, nu)
 
@@ -223,6 +230,9 @@ class LowRankPreconditioner:
         (m,), for :meth:`solve` only (KernelRidge's per-target alpha).
     unshift : float
         nu of :func:`nystrom_factor`.
+    read : tuple of two floats, optional
+        (||B||_F^2, mu) for a scalar shift, already read to the host by the caller (one
+        synchronisation less).
 
     Attributes
     ----------
@@ -230,7 +240,7 @@ class LowRankPreconditioner:
         Whether the Cholesky form is used (scalar mu >= ||B||_F^2 / :data:`WOODBURY_MAX_RATIO`).
     """
 
-    def __init__(self, B, shift, unshift=0.0):
+    def __init__(self, B, shift, unshift=0.0, read=None):
         n, k = B.shape
         self.n, self.rank = n, k
         self.shift = torch.as_tensor(shift, dtype=torch.float64, device=B.device)
@@ -241,8 +251,8 @@ class LowRankPreconditioner:
         self._B = B if B.requires_grad else None
         if k and self.shift.ndim == 0:
             # one pass over B decides the form; B^T B (an n x k x k GEMM) only where it is used
-            frob2, self._mu = torch.stack([torch.linalg.vector_norm(B.detach()) ** 2,
-                                           self.shift.detach()]).tolist()
+            frob2, self._mu = read or torch.stack([torch.linalg.vector_norm(B.detach()) ** 2,
+                                                   self.shift.detach()]).tolist()
             if frob2 <= WOODBURY_MAX_RATIO * self._mu:
                 gram = _Gram.apply(B)
                 L, info = torch.linalg.cholesky_ex(gram + torch.diag_embed(self.shift.expand(k)))
