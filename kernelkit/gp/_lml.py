@@ -78,7 +78,7 @@ AUTO_FACTOR_ELEMENTS = 2**28
 #: k = 1024 and 2048 on an H100: 33.5 and 67 GB, 2026-11-26h/i) and in its eigen form, which
 #: takes autograd through the factor (7.1 at k = 1334: 75.8 GB; k = 1975 ran out of memory on an
 #: 80 GB H100). The rank is sized for the Cholesky form; an evaluation that may fall into the
-#: eigen form (:func:`preconditioner`) uses the first ``Draws.eigen_rank`` landmarks, sized for it.
+#: eigen form (:func:`preconditioner`) uses ``Draws.eigen_landmarks``, a subset sized for it.
 PRECONDITIONER_COPIES = {"cholesky": 4.5, "eigen": 7.0}
 AUTO_GPU_SHARE = 0.9
 

@@ -398,7 +398,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         held = getattr(self, "_rank", None)
         if held is None or held[0] != key:
             # sized for the preconditioner's Cholesky form; an evaluation that may fall into
-            # its eigen form, which needs more memory, uses the first eigen_rank landmarks
+            # its eigen form, which needs more memory, uses a subset of eigen_rank landmarks
             rank = resolve_rank(settings.preconditioner_rank, op.n, op.device)
             eigen_rank = resolve_rank(settings.preconditioner_rank, op.n, op.device, "eigen")
             if distributed.active():  # every process the same landmarks: rank 0's counts
