@@ -177,28 +177,37 @@ def test_plus_diagonal_leaves_its_input():
 
 
 @pytest.mark.parametrize("length_scale,t", [(0.9, 3), (0.9, 0), (4.0, 5)])
-def test_closed_form_terms_gradient_matches_autograd_of_dense(length_scale, t):
-    """nystrom_preconditioner's Cholesky-form terms -1/2 log det P + 1/(2t) sum w^T P w: value and
-    gradient with respect to every entry of Y = K[:, S] (its landmark rows, which are also G,
-    included) and to mu, against autograd of the dense P = B B^T + mu I with B from
-    nystrom_factor with autograd. Length scale 4 makes G ill-conditioned (cond 5e7): there the
-    preconditioner's B, solved in place over Y_nu, is 7e-14 from the reference's out-of-place
-    solve (another layout), and cond(C) carries that into the gradient: 2.6e-12 of the largest
-    entry measured, hence 3e-11; 2e-14 in the well-conditioned cases, hence 2e-13."""
+def test_terms_gradient_matches_autograd_of_dense(length_scale, t, form, monkeypatch):
+    """nystrom_preconditioner's terms -1/2 log det P + 1/(2t) sum w^T P w: value and gradient
+    with respect to every entry of Y = K[:, S] (its landmark rows, which are also G, included)
+    and to mu, against autograd of the dense P = B B^T + mu I with B from nystrom_factor with
+    autograd; in the Cholesky form by the closed form, in the eigen form by autograd through B,
+    built once (one QR: a no-grad eigen build first had held two n x k matrices more at the
+    peak). Length scale 4 makes G ill-conditioned (cond 5e7): there the Cholesky form's B,
+    solved in place over Y_nu, is 7e-14 from the reference's out-of-place solve (another
+    layout), and cond(C) carries that into the gradient: 2.6e-12 of the largest entry measured,
+    hence 3e-11; 2e-14 in the well-conditioned cases, hence 2e-13. (The eigen form's P differs by
+    the Nyström shift nu ~ eps ||Y||: measured up to 1.4e-14, and 1.3e-13 at length scale 4.)"""
     from kernelkit.solvers._precond import nystrom_preconditioner
 
+    qr_calls = []
+    qr = torch.linalg.qr
+    monkeypatch.setattr(torch.linalg, "qr", lambda A, *a, **k: qr_calls.append(1) or qr(A, *a, **k))
     rng = np.random.default_rng(3)
     X = rng.uniform(-2.0, 2.0, size=(60, 2))
     K = torch.tensor(_rbf(X, length_scale=length_scale))
     rows = torch.tensor(np.sort(rng.permutation(60)[:12]))
     W = torch.tensor(rng.standard_normal((60, t)))
     out = {}
-    for how in ("closed", "dense"):
+    for how in ("pre", "dense"):
         Y = K[:, rows].clone().requires_grad_(True)
         mu = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-        if how == "closed":
+        if how == "pre":
             pre = nystrom_preconditioner(Y, rows, mu)
-            assert pre.woodbury and pre._closed is not None
+            if form == "cholesky":
+                assert pre.woodbury and pre._closed is not None
+            else:
+                assert not pre.woodbury and len(qr_calls) == 1
             value = pre.terms(W)
         else:
             B, _ = nystrom_factor(Y, Y[rows], rows=rows)
@@ -206,7 +215,7 @@ def test_closed_form_terms_gradient_matches_autograd_of_dense(length_scale, t):
             value = -0.5 * torch.logdet(P) + (0.5 / t * (W * (P @ W)).sum() if t else 0.0)
         out[how] = [value.detach().numpy()] + [g.numpy() for g in torch.autograd.grad(value, (Y, mu))]
     tol = 2e-13 if length_scale < 1 else 3e-11
-    for got, want in zip(out["closed"], out["dense"]):
+    for got, want in zip(out["pre"], out["dense"]):
         np.testing.assert_allclose(got, want, rtol=0, atol=tol * max(1.0, np.abs(want).max()))
 
 
@@ -221,36 +230,3 @@ def test_closed_form_terms_only_with_gradients():
     pre = nystrom_preconditioner(K[:, rows], rows, torch.tensor(0.05, dtype=torch.float64))
     assert pre.woodbury and pre._closed is None
 
-
-def test_eigen_form_with_gradients_is_built_once(monkeypatch):
-    """Where ||B||_F^2 / mu puts P in the eigen form (ratio forced to 0 here) and Y carries a
-    gradient, nystrom_preconditioner builds that form once, with autograd (one QR: a no-grad
-    eigen build first had held two n x k matrices more at the peak), and its terms' value and
-    gradient match autograd of the dense P (which differs by the Nyström shift nu ~ eps ||Y||:
-    measured 6.5e-15 of the largest entry; bound 1e-12)."""
-    from kernelkit.solvers._precond import nystrom_preconditioner
-
-    monkeypatch.setattr(_precond, "WOODBURY_MAX_RATIO", 0.0)
-    qr_calls = []
-    qr = torch.linalg.qr
-    monkeypatch.setattr(torch.linalg, "qr", lambda A, *a, **k: qr_calls.append(1) or qr(A, *a, **k))
-    rng = np.random.default_rng(3)
-    X = rng.uniform(-2.0, 2.0, size=(60, 2))
-    K = torch.tensor(_rbf(X))
-    rows = torch.tensor(np.sort(rng.permutation(60)[:12]))
-    W = torch.tensor(rng.standard_normal((60, 3)))
-    out = {}
-    for how in ("eigen", "dense"):
-        Y = K[:, rows].clone().requires_grad_(True)
-        mu = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
-        if how == "eigen":
-            pre = nystrom_preconditioner(Y, rows, mu)
-            assert not pre.woodbury and len(qr_calls) == 1
-            value = pre.terms(W)
-        else:
-            B, _ = nystrom_factor(Y, Y[rows], rows=rows)
-            P = B @ B.T + mu * torch.eye(60, dtype=torch.float64)
-            value = -0.5 * torch.logdet(P) + 0.5 / 3 * (W * (P @ W)).sum()
-        out[how] = [value.detach().numpy()] + [g.numpy() for g in torch.autograd.grad(value, (Y, mu))]
-    for got, want in zip(out["eigen"], out["dense"]):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 * max(1.0, np.abs(want).max()))
