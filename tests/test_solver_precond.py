@@ -192,7 +192,8 @@ def test_terms_gradient_matches_autograd_of_dense(length_scale, t, form, monkeyp
 
     qr_calls = []
     qr = torch.linalg.qr
-    monkeypatch.setattr(torch.linalg, "qr", lambda A, *a, **k: qr_calls.append(1) or qr(A, *a, **k))
+    monkeypatch.setattr(torch.linalg, "qr",
+                        lambda A, *a, **k: qr_calls.append(1) or qr(A, *a, **k))
     rng = np.random.default_rng(3)
     X = rng.uniform(-2.0, 2.0, size=(60, 2))
     K = torch.tensor(_rbf(X, length_scale=length_scale))

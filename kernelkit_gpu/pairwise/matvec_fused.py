@@ -159,11 +159,11 @@ def _matvec_kernel(
                                 VEC, False, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
         acc += part.to(acc.dtype)
     if m_full < M:
-        part = _matvec_step(tl.zeros(acc.shape, ACC), x_ptr, y_ptr, v_ptr, nx, ny_ptr, p0, p1, p2, DEG,
-                           offs_m, mask_m, offs_r, mask_r, m_full, M, D,
-                           stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
-                           BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
-                           VEC, True, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
+        part = _matvec_step(tl.zeros(acc.shape, ACC), x_ptr, y_ptr, v_ptr, nx, ny_ptr,
+                            p0, p1, p2, DEG, offs_m, mask_m, offs_r, mask_r, m_full, M, D,
+                            stride_xm, stride_xk, stride_ym, stride_yk, stride_vm, stride_vr,
+                            BLOCK_M, BLOCK_N, BLOCK_K, KIND, PAIRWISE, MODE, DK,
+                            VEC, True, DOT_PREC, MV_PREC, TAU_, BIAS, ACC)
         acc += part.to(acc.dtype)
 
     rows = offs_m.to(tl.int64)
