@@ -119,11 +119,58 @@ def test_predictive_variance_within_cg_tol_of_sklearn(monkeypatch, kernel, cg_to
     np.testing.assert_allclose(cov, ref_cov, rtol=0, atol=cg_tol * prior.max())
 
 
-def test_cache_is_rebuilt_by_fit():
+def _count_cache_builds(monkeypatch):
+    """The n of every SubspaceCache built."""
+    builds = []
+    original = SubspaceCache.__init__
+
+    def spy(self, U, KU, lambda_min):
+        builds.append(U.shape[0])
+        original(self, U, KU, lambda_min)
+
+    monkeypatch.setattr(SubspaceCache, "__init__", spy)
+    return builds
+
+
+def test_cache_is_built_by_fit_and_used_by_predict(monkeypatch):
+    """fit builds the cache once (so no prediction waits for it); predictions reuse it; a refit
+    builds a new one; a model without it (unpickled) builds it at its first variance request."""
+    builds = _count_cache_builds(monkeypatch)
     ours, _, Xt = _fit(C(1.0) * RBF(1.0) + W(0.05), 120, 1e-3)
-    ours.predict(Xt, return_std=True)
     first = ours._variance_cache
-    ours.fit(ours.X_train_, ours.y_train_ + 1.0)
-    assert ours._variance_cache is None
+    assert first is not None and builds == [120]
     ours.predict(Xt, return_std=True)
-    assert ours._variance_cache is not first
+    ours.predict(Xt, return_cov=True)
+    assert ours._variance_cache is first and builds == [120]
+    ours.fit(ours.X_train_, ours.y_train_ + 1.0)
+    assert ours._variance_cache is not first and builds == [120, 120]
+    ours._variance_cache = None  # as after unpickling
+    _, std = ours.predict(Xt, return_std=True)
+    assert ours._variance_cache is not None and builds == [120, 120, 120]
+
+
+def test_pretraining_fit_builds_no_cache(monkeypatch):
+    """The pretraining subset's fit only gives the optimiser a start: only the full data's
+    cache is built."""
+    builds = _count_cache_builds(monkeypatch)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2.0, 2.0, (300, 2))
+    y = np.sin(2.0 * X[:, 0]) + 0.1 * rng.standard_normal(300)
+    kk.GaussianProcessRegressor(C(1.0) * RBF(1.0) + W(0.05), device="cpu", exact_max_n=0,
+                                preconditioner_rank=20, pretrain_size=100, optimizer_max_iter=3,
+                                random_state=0).fit(X, y)
+    assert builds == [300]
+
+
+@pytest.mark.parametrize("free_gb, preconditioner_rank, want", [
+    (75, "auto", 2048), (20, "auto", 642), (20, 700, 700), (0, "auto", 268)])
+def test_variance_rank_follows_the_free_gpu_memory(monkeypatch, free_gb, preconditioner_rank,
+                                                   want):
+    """At n = 1e6: VARIANCE_RANK = 2048 where 0.9 of the free memory holds 3.5 n x k float64
+    matrices (75 GB: 2410 columns), fewer below (20 GB: 0.9 * 20e9 / (3.5 * 8 * 1e6) = 642),
+    never below the CPU's 2^28 // n = 268, and at least an integer preconditioner rank."""
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gb * 10**9, 0))
+    n = 10**6
+    assert R.variance_rank(n, "cpu", "auto") == 268
+    assert R.variance_rank(n, "cuda", preconditioner_rank) == want
+    assert R.variance_rank(500, "cuda", "auto") == 500

@@ -103,16 +103,22 @@ def resolve_rank(rank, n, device=None, form="cholesky"):
     if rank != "auto":
         return min(int(rank), n)
     wanted = max(AUTO_RANK, int(AUTO_RANK_PER_ROOT_N * math.sqrt(n)))
+    return max(1, min(n, wanted, factor_columns(n, device, PRECONDITIONER_COPIES[form])))
+
+
+def factor_columns(n, device, copies):
+    """How many columns k of n x k float64 matrices the "auto" sizes may take when ``copies``
+    of them are held at once: :data:`AUTO_FACTOR_ELEMENTS` // n, or on a CUDA ``device`` at
+    least what :data:`AUTO_GPU_SHARE` of its free memory holds, after PyTorch's cache is
+    emptied."""
     cap = AUTO_FACTOR_ELEMENTS // n
     if device is not None and torch.device(device).type == "cuda":
-        device = torch.device(device)
         # PyTorch's cached blocks go back to the driver first: counted as free while cached,
         # they can be too fragmented to hold the factors (a pretraining fit's cache at n = 1e6)
         torch.cuda.empty_cache()
-        free = torch.cuda.mem_get_info(device)[0]
-        copies = PRECONDITIONER_COPIES[form]
+        free = torch.cuda.mem_get_info(torch.device(device))[0]
         cap = max(cap, int(AUTO_GPU_SHARE * free / (8 * copies * n)))
-    return max(1, min(n, wanted, cap))
+    return cap
 
 
 class Draws(NamedTuple):

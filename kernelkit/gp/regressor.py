@@ -43,15 +43,20 @@ __all__ = ["GaussianProcessRegressor"]
 
 #: Test points per batch of predictive variances: n * batch <= this many values.
 VARIANCE_BATCH_ELEMENTS = 2**27
-#: Iterative path's predictive-variance cache: min(n, VARIANCE_RANK, VARIANCE_FACTOR_ELEMENTS // n)
-#: landmarks (at least the preconditioner's rank). The cache holds two n x k float64 matrices
-#: and its build costs k float64 products with K. At n = 2e4 (d = 8, fitted ARD RBF, CPU
+#: Iterative path's predictive-variance cache, built at the end of ``fit``: min(n,
+#: VARIANCE_RANK) landmarks (at least an integer ``preconditioner_rank``), fewer where n x k
+#: float64 values exceed 2^28 (on the CPU) or VARIANCE_COPIES n x k float64
+#: matrices exceed 0.9 of a GPU's free memory (:func:`kernelkit.gp._lml.factor_columns`): the
+#: cache holds two (U and K U; 32 GB at n = 1e6, k = 2048) and its build peaks at the QR's
+#: three. Its build costs k float64 products with K. At n = 2e4 (d = 8, fitted ARD RBF, CPU
 #: simulation) 1024 landmarks certified every test point at cg_tol = 1e-3 with bounds up to
-#: 9.3e-4 of the prior variance; the error grows about like n / k^2. At n = 1e5 on an H200
-#: every one of 1e4 test points was certified with 2048 landmarks (largest error 1.7e-4), and
-#: 62 were not with 1342 (largest 4.2e-4; those went to CG: 2 s more).
+#: 9.3e-4 of the prior variance; the error falls steeply with k (about 70x from 1024 to 2048
+#: landmarks at n = 1e4 and 2e4, CPU simulation at the n = 1e6 fit's theta) and grows about
+#: like n^1.7. At n = 1e5 on an H200 every one of 1e4 test points was certified with 2048
+#: landmarks (largest error 1.7e-4), and 62 were not with 1342 (largest 4.2e-4; those went to
+#: CG: 2 s more).
 VARIANCE_RANK = 2048
-VARIANCE_FACTOR_ELEMENTS = 2**28
+VARIANCE_COPIES = 3.5
 
 #: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
 #: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
@@ -81,6 +86,19 @@ def _check_int(name, value, low):
     if value < low:
         raise ValueError(f"{name} must be >= {low}; got {value!r}")
     return int(value)
+
+
+def variance_rank(n, device, preconditioner_rank):
+    """Landmarks of the predictive-variance cache for n training points on ``device``:
+    min(n, :data:`VARIANCE_RANK`, what :data:`VARIANCE_COPIES` n x k float64 matrices may take
+    (:func:`kernelkit.gp._lml.factor_columns`)), at least an integer ``preconditioner_rank``
+    (capped at n)."""
+    from kernelkit.gp._lml import factor_columns
+
+    k = max(1, min(n, VARIANCE_RANK, factor_columns(n, device, VARIANCE_COPIES)))
+    if preconditioner_rank != "auto":
+        k = max(k, min(int(preconditioner_rank), n))
+    return k
 
 
 def _check_rank(value):
@@ -271,10 +289,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Iterative path: predictive variances come from a cache built once per fit at the first
-    variance request (:mod:`kernelkit.solvers._galerkin`): the Galerkin projection of K^{-1} onto
-    the span of the kernel's columns at ``VARIANCE_RANK`` (2048, fewer where n x k float64
-    values exceed 2^28) uniformly drawn landmarks, from float64 products. Each test point gets a
+    Iterative path: predictive variances come from a cache built at the end of ``fit``
+    (:mod:`kernelkit.solvers._galerkin`; after unpickling, at the first variance request): the
+    Galerkin projection of K^{-1} onto the span of the kernel's columns at ``VARIANCE_RANK``
+    (2048; fewer where two n x k float64 matrices would not fit: 2^28 values on the CPU, the
+    free memory on a GPU) uniformly drawn landmarks, from float64 products. Each test point gets a
     certified bound on the cache's error (||r||^2 / (noise + alpha) for the Galerkin residual
     r); where it exceeds ``cg_tol`` times the prior variance, that
     point's column K(X, x*) is solved by batched CG instead. So every variance is within
@@ -490,6 +509,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         -------
         self : GaussianProcessRegressor
         """
+        return self._fit(X, y, variance_cache=True)
+
+    def _fit(self, X, y, variance_cache):
+        """:meth:`fit`; ``variance_cache``: on the iterative path, also build the predictive
+        variance cache (not for a pretraining subset, whose fit only gives a start)."""
         import torch
 
         from kernelkit.gp._exact import cholesky, exact_max_n, lml_from_factor
@@ -587,6 +611,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
         if sharded:
             _gp.share_fit(self)
+        if not self._exact and variance_cache:  # predictions then take no solve
+            params = op.structure.params(torch.as_tensor(self.kernel_.theta, dtype=torch.float64,
+                                                         device=op.device))
+            self._cache(op, params, settings)
         return self
 
     def _pretrain_rows(self, n):
@@ -614,7 +642,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             subset.set_params(alpha=self._alpha[rows])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            subset.fit(X[rows], self.y_train_[rows])
+            subset._fit(X[rows], self.y_train_[rows], variance_cache=False)
         return subset.kernel_.theta
 
     def _optimize(self, obj_func, initial_theta, bounds, step=None):
@@ -838,15 +866,18 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         None when K has no positive lower bound on its eigenvalues (no noise, no alpha)."""
         import torch
 
-        from kernelkit.gp._lml import resolve_rank, uniform_landmarks
+        from kernelkit.gp._lml import uniform_landmarks
         from kernelkit.solvers._galerkin import SubspaceCache
 
         lambda_min = float(params["noise"]) + op.jitter
         if lambda_min <= 0:
             return None
         if getattr(self, "_variance_cache", None) is None:
-            k = max(resolve_rank(settings.preconditioner_rank, op.n),
-                    min(op.n, VARIANCE_RANK, max(1, VARIANCE_FACTOR_ELEMENTS // op.n)))
+            k = variance_rank(op.n, op.device, settings.preconditioner_rank)
+            if distributed.active():  # the free memory may differ: rank 0's
+                from kernelkit.distributed import _gp
+
+                k = int(_gp.from_rank0([k])[0])
 
             def basis():  # orthonormal columns spanning k(X, X[landmarks])
                 landmarks = uniform_landmarks(op.n, k, self._probe_seed, op.device)
