@@ -157,7 +157,7 @@ def test_stalled_line_searches_stop_at_the_best_point():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        x, f, _ = gp._optimize(obj_func, start.copy(), np.array([[-10.0, 10.0]] * 4))
+        x, f = gp._optimize(obj_func, start.copy(), np.array([[-10.0, 10.0]] * 4))
     np.testing.assert_array_equal(x, start)
     assert f == 4.0
     assert len(seen) == 1 + regressor.STALL_EVALUATIONS

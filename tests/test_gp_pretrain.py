@@ -148,8 +148,7 @@ def test_lbfgs_first_trial_step(step, bound):
         return float(((theta - 3.0) ** 2).sum()), 2.0 * (theta - 3.0)
 
     gp = kk.GaussianProcessRegressor(optimizer_max_iter=50)
-    theta, value, _ = gp._lbfgs(quadratic, np.zeros(2), np.array([[-bound, bound]] * 2), None,
-                                step)
+    theta, value = gp._lbfgs(quadratic, np.zeros(2), np.array([[-bound, bound]] * 2), None, step)
     scipy_first = 6.0 * np.sqrt(2.0) if np.isfinite(bound) else 1.0
     assert np.linalg.norm(seen[1] - seen[0]) == pytest.approx(step or scipy_first, rel=1e-12)
     assert sum(np.array_equal(t, seen[0]) for t in seen) == 1
@@ -157,59 +156,13 @@ def test_lbfgs_first_trial_step(step, bound):
     assert value == pytest.approx(0.0, abs=1e-10)
 
 
-@pytest.mark.parametrize("step", [10.0, 0.5], ids=["newton", "shortened"])
-def test_lbfgs_first_trial_is_the_diagonal_newton_step(step):
-    """With ``curvature`` = the inverse Hessian's diagonal, the first trial is the Newton step
-    (here the minimum of a separable quadratic, found in one iteration), shortened to length
-    ``step`` along it where it is longer; the run reports the diagonal of its inverse-Hessian
-    approximation in theta (exact for the unshortened step: in the scaled coordinates the
-    Hessian is then the identity, SciPy's starting matrix)."""
-    h = np.array([100.0, 1.0, 0.01])
-    seen = []
-
-    def quadratic(theta):
-        seen.append(np.array(theta))
-        return float((0.5 * h * (theta - 3.0) ** 2).sum()), h * (theta - 3.0)
-
-    gp = kk.GaussianProcessRegressor(optimizer_max_iter=50)
-    start = np.zeros(3)
-    theta, value, inverse = gp._lbfgs(quadratic, start, np.array([[-1e3, 1e3]] * 3), None, step,
-                                      1.0 / h)
-    newton = np.full(3, 3.0)  # start - (1 / h) * gradient
-    first = newton * min(1.0, step / np.linalg.norm(newton))
-    np.testing.assert_allclose(seen[1], first, rtol=1e-12)
-    np.testing.assert_allclose(theta, newton, atol=1e-6)
-    assert np.all(inverse > 0)
-    if step > np.linalg.norm(newton):
-        assert len(seen) == 2  # the start and the minimum
-        np.testing.assert_allclose(inverse, 1.0 / h, rtol=1e-6)
-
-
-def test_the_pretrained_run_starts_from_the_subset_curvature(monkeypatch):
-    """The full-data run's ``curvature`` is the subset run's final inverse-Hessian diagonal
-    times m / n."""
-    calls = []
-    lbfgs = regressor.GaussianProcessRegressor._lbfgs
-
-    def recorded(self, obj_func, initial_theta, bounds, callback, step=None, curvature=None):
-        out = lbfgs(self, obj_func, initial_theta, bounds, callback, step, curvature)
-        calls.append((curvature, out[2]))
-        return out
-
-    monkeypatch.setattr(regressor.GaussianProcessRegressor, "_lbfgs", recorded)
-    X, y = _data(200)
-    kk.GaussianProcessRegressor(KERNEL, pretrain_size=80, device="cpu", random_state=0).fit(X, y)
-    assert len(calls) == 2 and calls[0][0] is None
-    np.testing.assert_allclose(calls[1][0], calls[0][1] * 80 / 200, rtol=1e-12)
-
-
 def test_the_pretrained_run_takes_small_first_steps(monkeypatch):
     steps = []
     lbfgs = regressor.GaussianProcessRegressor._lbfgs
 
-    def recorded(self, obj_func, initial_theta, bounds, callback, step=None, curvature=None):
+    def recorded(self, obj_func, initial_theta, bounds, callback, step=None):
         steps.append(step)
-        return lbfgs(self, obj_func, initial_theta, bounds, callback, step, curvature)
+        return lbfgs(self, obj_func, initial_theta, bounds, callback, step)
 
     monkeypatch.setattr(regressor.GaussianProcessRegressor, "_lbfgs", recorded)
     X, y = _data(200)

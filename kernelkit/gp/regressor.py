@@ -555,7 +555,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self._variance_cache = None  # the previous fit's predictive-variance cache
         self._device_data = None  # the previous fit's training inputs on the device
         self._rank = None  # the previous fit's preconditioner rank
-        self._inverse_hessian = None  # the previous fit's (a pretraining parent reads it)
         rng = check_random_state(self.random_state)
         self._probe_seed = int(rng.randint(2**31 - 1))
         if sharded:  # random_state=None: rank 0's draws
@@ -563,7 +562,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
         optimizing = self.optimizer is not None and self.kernel_.n_dims > 0
         # before this fit's operator: its "auto" rank then sees the memory the subset freed
-        start, curvature = self._pretrained_theta(X, y) if optimizing else (None, None)
+        start = self._pretrained_theta(X, y) if optimizing else None
         op = self._operator(structure)
         lml_at = self._lml_function(op, settings, optimizing=True)
         if sharded:
@@ -579,7 +578,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             bounds = self.kernel_.bounds
             pretrained = start is not None
             runs = [self._optimize(obj_func, self.kernel_.theta if start is None else start,
-                                   bounds, PRETRAINED_STEP if pretrained else None, curvature)]
+                                   bounds, PRETRAINED_STEP if pretrained else None)]
             if self.n_restarts_optimizer > 0 and not pretrained:
                 if not np.isfinite(bounds).all():
                     raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
@@ -590,7 +589,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                     runs.append(self._optimize(obj_func, start, bounds))
             best = min(range(len(runs)), key=lambda i: runs[i][1])
             self.kernel_.theta = runs[best][0]
-            self._inverse_hessian = runs[best][2]
             self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
         theta = self.kernel_.theta
         if self._exact:
@@ -630,13 +628,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def _pretrained_theta(self, X, y):
         """The optimum of the same fit on ``_pretrain_rows`` uniformly drawn training points
         (restarts included; the probe seed's draws, so every rank of a process group takes the
-        same rows), and the diagonal of its final L-BFGS inverse Hessian scaled by m / n (the
-        log-likelihood, and so its Hessian, grows like the number of points), or (None, None)
-        when there is no pretraining. Its ConvergenceWarnings are dropped: only the full-data
-        run's outcome is reported."""
+        same rows), or None when there is no pretraining. Its ConvergenceWarnings are dropped:
+        only the full-data run's outcome is reported."""
         m = self._pretrain_rows(X.shape[0])
         if m == 0:
-            return None, None
+            return None
         rows = np.sort(np.random.default_rng(self._probe_seed).choice(X.shape[0], m,
                                                                        replace=False))
         subset = clone(self).set_params(normalize_y=False, copy_X_train=False, n_targets=None,
@@ -647,18 +643,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             subset._fit(X[rows], self.y_train_[rows], variance_cache=False)
-        curvature = subset._inverse_hessian
-        return subset.kernel_.theta, None if curvature is None else curvature * (m / X.shape[0])
+        return subset.kernel_.theta
 
-    def _optimize(self, obj_func, initial_theta, bounds, step=None, curvature=None):
-        """One optimiser run from ``initial_theta``: (theta, value, diagonal of the final
-        L-BFGS inverse Hessian or None); ``step``, ``curvature``: its first trial step
+    def _optimize(self, obj_func, initial_theta, bounds, step=None):
+        """One optimiser run from ``initial_theta``; ``step``: L-BFGS-B's first trial step
         (:meth:`_lbfgs`)."""
         if callable(self.optimizer):
-            theta, value = self.optimizer(obj_func, initial_theta, bounds=bounds)
-            return theta, value, None
+            return self.optimizer(obj_func, initial_theta, bounds=bounds)
         if self._exact:
-            return self._lbfgs(obj_func, initial_theta, bounds, None, step, curvature)
+            return self._lbfgs(obj_func, initial_theta, bounds, None, step)
         # iterative path: stop once an iteration gains less than the estimate's standard error,
         # or STALL_EVALUATIONS evaluations in a row do not beat the best by that much (line
         # searches that the estimate's noise makes fail; at n = 2e4 on an H200 L-BFGS-B spent
@@ -684,9 +677,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return out
 
         try:
-            return self._lbfgs(watched, initial_theta, bounds, resolved, step, curvature)
+            return self._lbfgs(watched, initial_theta, bounds, resolved, step)
         except _Stalled:
-            return best["x"], best["f"], None
+            return best["x"], best["f"]
 
     def _spread(self):
         """The standard error of the last estimate (rank 0's under torch.distributed, so that
@@ -698,35 +691,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             spread = float(_gp.from_rank0([spread])[0])
         return spread
 
-    def _lbfgs(self, obj_func, initial_theta, bounds, callback, step=None, curvature=None):
-        """L-BFGS-B from ``initial_theta``; returns (theta, value, the diagonal of its final
-        inverse-Hessian approximation in theta, or None).
+    def _lbfgs(self, obj_func, initial_theta, bounds, callback, step=None):
+        """L-BFGS-B from ``initial_theta``; returns (theta, value).
 
         ``step``: the length of its first trial step in theta. L-BFGS-B tries the start minus
         its gradient first where every bound is finite (else a step of length 1), so it runs on
         ``theta = initial_theta + s * phi`` with s = sqrt(step / |gradient|) (else s = step);
-        the start's evaluation is computed once for both. None: SciPy's own first step.
-        ``curvature`` (with ``step`` and finite bounds): a positive diagonal estimate of the
-        inverse Hessian in theta (a pretraining run's); then s = sqrt(c * curvature) per
-        coordinate, so the first trial is the diagonal Newton step -curvature * gradient, with
-        c <= 1 shortening it to length ``step`` at most, and L-BFGS-B starts from that scaling
-        rather than the identity."""
+        the start's evaluation is computed once for both. None: SciPy's own first step."""
         self._lml_spread = 0.0
         start = np.asarray(initial_theta, dtype=np.float64)
         bounds = np.asarray(bounds, dtype=np.float64)
-        scale, first = np.ones_like(start), None
+        scale, first = 1.0, None
         if step is not None:
             first = obj_func(start)
-            gradient = np.asarray(first[1], dtype=np.float64)
-            norm = float(np.linalg.norm(gradient))
+            norm = float(np.linalg.norm(first[1]))
             boxed = bool(np.isfinite(bounds).all())
-            if not (boxed and norm > 0):
-                scale = np.full_like(start, step)
-            elif curvature is not None and np.all(np.isfinite(curvature) & (curvature > 0)):
-                newton = float(np.linalg.norm(curvature * gradient))
-                scale = np.sqrt(curvature * min(1.0, step / newton))
-            else:
-                scale = np.full_like(start, math.sqrt(step / norm))
+            scale = math.sqrt(step / norm) if boxed and norm > 0 else step
 
         def scaled(phi):
             nonlocal first
@@ -738,7 +718,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return value, scale * np.asarray(grad)
 
         res = scipy.optimize.minimize(scaled, np.zeros_like(start), method="L-BFGS-B", jac=True,
-                                      bounds=(bounds - start[:, None]) / scale[:, None],
+                                      bounds=(bounds - start[:, None]) / scale,
                                       options={"maxiter": self.optimizer_max_iter},
                                       callback=callback)
         if res.status not in (0, 99):  # 99: stopped by the callback
@@ -748,9 +728,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 f"marginal likelihood. Raise optimizer_max_iter, or on the iterative path "
                 f"n_probes / preconditioner_rank, or scale the data.",
                 ConvergenceWarning, stacklevel=4)
-        inverse = getattr(res, "hess_inv", None)
-        inverse = None if inverse is None else inverse.todense().diagonal() * scale**2
-        return start + scale * res.x, res.fun, inverse
+        return start + scale * res.x, res.fun
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """The log marginal likelihood of the training data at ``theta`` (iterative path: its
