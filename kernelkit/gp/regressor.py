@@ -862,8 +862,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return torch.cat(parts).cpu().numpy()
 
     def _cache(self, op, params, settings):
-        """The predictive-variance cache of this fit (built at the first variance request), or
-        None when K has no positive lower bound on its eigenvalues (no noise, no alpha)."""
+        """The predictive-variance cache of this fit (built at the end of ``fit``; after
+        unpickling, here at the first variance request), or None when K has no positive lower
+        bound on its eigenvalues (no noise, no alpha)."""
         import torch
 
         from kernelkit.gp._lml import uniform_landmarks
