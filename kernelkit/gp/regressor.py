@@ -93,11 +93,11 @@ def variance_rank(n, device, preconditioner_rank):
     min(n, :data:`VARIANCE_RANK`, what :data:`VARIANCE_COPIES` n x k float64 matrices may take
     (:func:`kernelkit.gp._lml.factor_columns`)), at least an integer ``preconditioner_rank``
     (capped at n)."""
-    from kernelkit.gp._lml import factor_columns
+    from kernelkit.gp._lml import factor_columns, resolve_rank
 
     k = max(1, min(n, VARIANCE_RANK, factor_columns(n, device, VARIANCE_COPIES)))
     if preconditioner_rank != "auto":
-        k = max(k, min(int(preconditioner_rank), n))
+        k = max(k, resolve_rank(preconditioner_rank, n))
     return k
 
 
