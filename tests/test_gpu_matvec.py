@@ -284,16 +284,24 @@ def test_matvec_launcher_runs(device, rng, monkeypatch):
 
 def test_default_config_by_operands(monkeypatch):
     """Without the autotuner: several columns of V with direct-difference operands (D <= 16)
-    take the 256 x 32 tiles measured fastest there (1.35-1.48x at 17 columns, H100); tensor-core
+    take the 256 x 32 tiles measured fastest there (1.35-1.48x at 17 columns, H100; 4 warps
+    for chunks of at most 16 columns), float64 ones 128 x 32 with 4 warps; tensor-core
     operands and single vectors keep the first config of their list (the GPU configs, whatever
     the device running this test)."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(_launch, "INTERPRET", False)
-    direct = SimpleNamespace(mode=_epilogues.MODE_DIRECT.value)
-    mma = SimpleNamespace(mode=_epilogues.MODE_MMA.value)
+    direct = SimpleNamespace(mode=_epilogues.MODE_DIRECT.value, acc=torch.float32)
+    mma = SimpleNamespace(mode=_epilogues.MODE_MMA.value, acc=torch.float32)
     picked = matvec_module._default_config(direct, False).all_kwargs()
     assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (256, 32, 8)
+    for block_r in (16, 32):  # chunks of at most 16 columns: 4 warps (1.3x at 16 columns, H100)
+        picked = matvec_module._default_config(direct, False, block_r).all_kwargs()
+        assert (picked["BLOCK_M"], picked["BLOCK_N"]) == (256, 32)
+        assert picked["num_warps"] == (4 if block_r == 16 else 8)
+    direct64 = SimpleNamespace(mode=_epilogues.MODE_DIRECT.value, acc=torch.float64)
+    picked = matvec_module._default_config(direct64, False, 16).all_kwargs()
+    assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (128, 32, 4)
     assert (matvec_module._default_config(mma, False).all_kwargs()
             == matvec_module._block_configs()[0].all_kwargs())
     for ops in (direct, mma):

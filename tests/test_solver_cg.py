@@ -220,7 +220,7 @@ def test_host_reads_one_step_late_as_on_cuda(monkeypatch, cond):
     B = torch.as_tensor(np.random.default_rng(1).standard_normal((300, 3)))
     results = {}
     for lag in (0, 1):
-        monkeypatch.setattr(_cg, "_flag_lag", lambda device, callback, lag=lag: lag)
+        monkeypatch.setattr(_cg, "_flag_lag", lambda device, callback, n, lag=lag: lag)
         results[lag] = conjugate_gradient(lambda V: (A.float() @ V.float()).double(), B,
                                           tol=1e-10, max_iter=3000, exact_matvec=lambda V: A @ V)
     for res in results.values():

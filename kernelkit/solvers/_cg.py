@@ -53,6 +53,11 @@ DRIFT = 10.0
 #: A run also ends where 1/2 x^T A x - b^T x (float64, exact products), which CG lowers at
 #: every step, rose by more than this fraction of itself since the last check: divergence.
 ENERGY_SLACK = 1e-8
+#: The host reads the device's "any column left" flag one step late (no wait per step) only
+#: below this many rows: there a step's ~30 small kernels cost as much as the product, while
+#: above it a wait per step costs < 1% of the product and the step read late (a whole product,
+#: dropped) ~5% of a solve (H100: K @ V of 16 columns ~2 s at n = 1e6, ~5 ms at 5e4).
+LAG_MAX_ROWS = 50_000
 
 
 @dataclass
@@ -121,10 +126,11 @@ def _col_dot(a, b):
     return (a * b).sum(dim=0)
 
 
-def _flag_lag(device, callback):
-    """Steps by which the host reads the device's flags late: 1 on CUDA (no step waits for the
-    device), 0 on the CPU or with a ``callback`` (which reads every step's residual anyway)."""
-    return 1 if device.type == "cuda" and callback is None else 0
+def _flag_lag(device, callback, n):
+    """Steps by which the host reads the device's flags late: 1 on CUDA for at most
+    :data:`LAG_MAX_ROWS` rows (no step waits for the device), 0 on the CPU, for larger systems
+    or with a ``callback`` (which reads every step's residual anyway)."""
+    return 1 if device.type == "cuda" and callback is None and n <= LAG_MAX_ROWS else 0
 
 
 def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=None):
@@ -142,13 +148,14 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     ``record``: a dict whose lists "alphas", "betas", "active" receive each step's
     coefficients and the columns that took it (float64 tensors / bool tensors of shape (k,)).
 
-    No step waits for the device (without a ``callback``): a column that converges or breaks
+    For small systems (:data:`LAG_MAX_ROWS`) no step waits for the device (without a
+    ``callback``): a column that converges or breaks
     down (``p^T A p <= 0`` or ``r^T z <= 0``) is switched off on the device, and the host learns
     whether any column is left one step late on CUDA (a pinned copy behind an event,
     :class:`kernelkit_gpu.attention._gate.PendingFlag`), after the next step's
     work is queued. That step then changed nothing (every step length is 0) and is dropped.
     """
-    lag = _flag_lag(B.device, callback)
+    lag = _flag_lag(B.device, callback, B.shape[0])
     bnorm = torch.linalg.vector_norm(B, dim=0)
     safe_bnorm = torch.where(bnorm > 0, bnorm, torch.ones_like(bnorm))
     x = torch.zeros_like(B)

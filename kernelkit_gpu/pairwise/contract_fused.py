@@ -67,12 +67,17 @@ MAX_BLOCK_T = 64
 DOT_PREC_F32 = "tf32x3"
 
 
-def _configs(acc):
-    """Launch configuration for accumulation dtype ``acc``. float32: 32 x 64 tiles (H100,
-    rbf ARD, n = 2e4, d = 8, t = 17: 4.1 ms, against 7.6 ms for 64 x 64 and 6.1-14.6 ms for
-    the other shapes tried, `_dev` sweep 2026-11-26f); float64 keeps 64 x 64 (not swept)."""
+def _configs(acc, block_t):
+    """Launch configuration for accumulation dtype ``acc`` and ``block_t`` columns of U and W.
+    float32: 32 x 64 tiles (H100, rbf ARD, n = 2e4, d = 8, t = 17: 4.1 ms, against 7.6 ms
+    for 64 x 64 and 6.1-14.6 ms for the other shapes tried, `_dev` sweep 2026-11-26f), 64 x 32
+    where t <= 16 (H100, n = 2e5, t = 16: 163 ms against 259 ms for 32 x 64 and 176-341 ms for
+    9 other shapes; t = 17 there: 32 x 64 280 ms, 64 x 32 326 ms; `_dev/ctr.py` 2026-11-26k);
+    float64 keeps 64 x 64 (not swept)."""
     if _launch.INTERPRET:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    if acc == torch.float32 and block_t <= 16:
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
     if acc == torch.float32:
         return {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
@@ -206,7 +211,8 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
     t = u.shape[1]
     r = 0 if v is None else v.shape[1]
     acc = part.dtype
-    cfg = dict(_configs(acc))
+    block_t = _launch.block_size(t)
+    cfg = dict(_configs(acc, block_t))
     dot_prec = "ieee" if acc == torch.float64 else DOT_PREC_F32
     if v is None:
         v = kv = part  # never read (HAS_V False)
@@ -216,7 +222,7 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
         first, last, n, t, r,
         xt.stride(0), u.stride(0), u.stride(1), w.stride(0), w.stride(1), v.stride(0),
         v.stride(1), part.stride(0), kv.stride(0), kv.stride(1),
-        BLOCK_T=_launch.block_size(t), BLOCK_R=_launch.block_size(max(r, 1)),
+        BLOCK_T=block_t, BLOCK_R=_launch.block_size(max(r, 1)),
         BLOCK_D=_launch.block_size(d, lo=1), DK=d, KIND=kind, L1=l1, ALPHA=alpha,
         HAS_V=r > 0, DOT_PREC=dot_prec, **cfg,
     )

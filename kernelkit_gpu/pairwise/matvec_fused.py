@@ -55,23 +55,36 @@ def _block_configs():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16}, num_warps=4, num_stages=1)]
     return [
         triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=8, num_stages=3),
+        # the default for float64 direct-difference operands (:func:`_default_config`)
         triton.Config({"BLOCK_M": 128, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=3),
         triton.Config({"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=3),
         triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=3),
-        # the default for direct-difference operands (:func:`_default_config`)
+        # the defaults for direct-difference operands (:func:`_default_config`): chunks of 32
+        # columns of V, and of at most 16
         triton.Config({"BLOCK_M": 256, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=8, num_stages=2),
+        triton.Config({"BLOCK_M": 256, "BLOCK_N": 32, "BLOCK_K": 32}, num_warps=4, num_stages=2),
     ]
 
 
-def _default_config(ops, vec):
+def _default_config(ops, vec, block_r=MAX_BLOCK_R):
     """The config launched without the autotuner: the first, except for several columns of V
     with direct-difference operands (D <= 16), which take 256 x 32 tiles (H100, rbf, D = 8,
     N = M = 2e5, 17 columns, "accurate": 135 ms against 200 ms for the first config; the
-    tf32x3 product with V dominates there; `_dev` sweep 2026-11-26f)."""
+    tf32x3 product with V dominates there; `_dev` sweep 2026-11-26f), with 4 warps where a
+    program's chunk of V has at most 16 columns (H100, D = 8, N = M = 4e5, 16 columns: 333 ms
+    against 435 ms with 8 warps and 341-1272 ms for the other 14 shapes of 128 / 256 x 32 / 64
+    tiles, 4 / 8 warps, 2 / 3 stages; `_dev/mvk.py` 2026-11-26k). float64 operands take
+    128 x 32 tiles with 4 warps (H100, D = 8, N = M = 2e5, 16 columns: 184 ms against 204 ms
+    for 256 x 32 with 8 warps, 365 ms with 4, and 188-439 ms for 7 other shapes;
+    `_dev/mv64.py` 2026-11-26k)."""
     if vec:
         return _vec_configs()[0]
     configs = _block_configs()
-    return configs[-1] if ops.mode == E.MODE_DIRECT.value and len(configs) > 1 else configs[0]
+    if ops.mode != E.MODE_DIRECT.value or len(configs) == 1:
+        return configs[0]
+    if ops.acc == torch.float64:
+        return configs[1]
+    return configs[-1] if block_r <= 16 else configs[-2]
 
 
 @triton.jit
@@ -207,7 +220,7 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
     if config is None and not _launch.autotuning():
         # the default config, launched directly: Triton's autotuner would still time a single
         # remaining config (several full runs: seconds at N = M = 10^6) at the first call
-        config = _default_config(ops, vec)
+        config = _default_config(ops, vec, block_r)
     if config is not None:
         launcher, extra = _matvec_kernel, config.all_kwargs()
 
