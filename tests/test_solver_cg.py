@@ -228,3 +228,24 @@ def test_host_reads_one_step_late_as_on_cuda(monkeypatch, cond):
         assert np.all(_relres(A.numpy(), B.numpy(), res.x.numpy()) <= 1e-10)
         assert res.residuals.shape == (res.n_iter + 1,)
     assert abs(results[1].n_iter - results[0].n_iter) <= 5
+
+
+def test_a_breakdown_on_inexact_products_hands_on_to_the_exact_ones():
+    """Inexact products that are indefinite along A's smallest eigenvector (as float32 kernel
+    products are where cond(A) times their error exceeds 1: an n = 1e6 GP refinement run broke
+    down so at a true residual of 4.4e-3 > tol, and the solve ended there): p^T A p <= 0 ends
+    the run, and the solve goes on with the exact products to tol instead of stopping
+    (measured: breakdown at step 13, the run's iterate not kept, 561 steps in all; without the
+    hand-on the solve stopped there, unconverged, at x = 0)."""
+    n = 200
+    rng = np.random.default_rng(4)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    eig = np.geomspace(1.0, 1e-4, n)
+    A = torch.as_tensor((Q * eig) @ Q.T)
+    q = torch.as_tensor(Q[:, -1:])
+    B = torch.as_tensor(rng.standard_normal((n, 2)) + 30.0 * Q[:, -1:])  # weight on that direction
+    bad = lambda V: A @ V - 3e-4 * q @ (q.T @ V)  # eigenvalue 1e-4 becomes -2e-4
+    res = conjugate_gradient(bad, B, tol=1e-8, max_iter=2000, exact_matvec=lambda V: A @ V)
+    true = _relres(A.numpy(), B.numpy(), res.x.numpy())
+    assert res.converged and not res.breakdown and res.exact_from is not None
+    assert np.all(true <= 1e-8), true

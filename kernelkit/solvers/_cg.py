@@ -102,8 +102,10 @@ class CGResult:
     converged : bool
         Every column's true relative residual is at most ``tol``.
     breakdown : bool
-        Stopped because ``p^T A p <= 0`` or ``r^T z <= 0`` for a column that had not converged:
-        A or the preconditioner is not positive definite in floating point.
+        Stopped because ``p^T A p <= 0`` or ``r^T z <= 0`` for a column that had not converged
+        in a run with the exact products: A or the preconditioner is not positive definite in
+        floating point. (A run with inexact products that breaks down above ``tol`` hands on
+        to the exact products, as a failed refinement step does: ``exact_from``.)
     lanczos : LanczosCoefficients or None
         With ``lanczos=True``: the first run's coefficients.
     exact_from : int or None
@@ -321,11 +323,14 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
         if float(rel_new.max()) <= previous:  # else the run made x worse: it is not kept
             x, R, rel = x + dx, R_new, rel_new
         residuals[-1] = float(rel.max())
-        if residuals[-1] > max(REFINE_GAIN * previous, tol):
+        failed = residuals[-1] > max(REFINE_GAIN * previous, tol)
+        if failed or (breakdown and residuals[-1] > tol):
             if check is None or len(residuals) > max_iter:
                 break
-            # the inexact products cannot take it further: on with the exact ones
-            matvec, check, exact_from = exact_matvec, None, len(residuals) - 1
+            # the inexact products cannot take it further (or made p^T A p or r^T z <= 0, which
+            # they can for a small residual when cond(A) times their error exceeds 1: n = 1e6 GP,
+            # float32 products, a refinement run ended so at 4.4e-3 > tol): on with the exact ones
+            matvec, check, exact_from, breakdown = exact_matvec, None, len(residuals) - 1, False
     converged = float(rel.max()) <= tol
     return CGResult(x, len(residuals) - 1, np.asarray(residuals), rel.cpu().numpy(), converged,
                     breakdown,
