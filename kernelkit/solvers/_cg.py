@@ -112,6 +112,9 @@ class CGResult:
         The iteration after which the runs used ``exact_matvec`` as their products, because a
         refinement step with the inexact ones failed to halve the true residual; None if they
         never did.
+    residual : torch.Tensor of shape (n, k) or None
+        The true residual B - A x at exit (``exact_matvec``; float64), from which a caller can
+        correct a quadratic form to second order: b^T A^{-1} b = b^T x + x^T r + r^T A^{-1} r.
     """
 
     x: torch.Tensor
@@ -122,6 +125,7 @@ class CGResult:
     breakdown: bool
     lanczos: LanczosCoefficients | None = None
     exact_from: int | None = None
+    residual: torch.Tensor | None = None
 
 
 def _col_dot(a, b):
@@ -335,7 +339,7 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     return CGResult(x, len(residuals) - 1, np.asarray(residuals), rel.cpu().numpy(), converged,
                     breakdown,
                     None if record is None else _coefficients(record, B.shape[1], first_true),
-                    exact_from)
+                    exact_from, R)
 
 
 def _coefficients(record, k, true_residual):
