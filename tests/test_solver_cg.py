@@ -249,3 +249,14 @@ def test_a_breakdown_on_inexact_products_hands_on_to_the_exact_ones():
     true = _relres(A.numpy(), B.numpy(), res.x.numpy())
     assert res.converged and not res.breakdown and res.exact_from is not None
     assert np.all(true <= 1e-8), true
+
+
+def test_the_host_reads_flags_late_only_for_small_systems_on_cuda():
+    """The late read saves a wait per step where the steps' small kernels cost as much as the
+    product; above LAG_MAX_ROWS it would drop a whole product per run (2.1 s at n = 1e6)."""
+    from kernelkit.solvers._cg import LAG_MAX_ROWS, _flag_lag
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert _flag_lag(cuda, None, LAG_MAX_ROWS) == 1
+    assert _flag_lag(cuda, None, LAG_MAX_ROWS + 1) == 0
+    assert _flag_lag(cuda, print, 100) == 0 and _flag_lag(cpu, None, 100) == 0

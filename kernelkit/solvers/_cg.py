@@ -155,11 +155,11 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     coefficients and the columns that took it (float64 tensors / bool tensors of shape (k,)).
 
     For small systems (:data:`LAG_MAX_ROWS`) no step waits for the device (without a
-    ``callback``): a column that converges or breaks
-    down (``p^T A p <= 0`` or ``r^T z <= 0``) is switched off on the device, and the host learns
-    whether any column is left one step late on CUDA (a pinned copy behind an event,
-    :class:`kernelkit_gpu.attention._gate.PendingFlag`), after the next step's
-    work is queued. That step then changed nothing (every step length is 0) and is dropped.
+    ``callback``): a column that converges or breaks down (``p^T A p <= 0`` or ``r^T z <= 0``)
+    is switched off on the device, and the host learns whether any column is left one step late
+    on CUDA (a pinned copy behind an event, :class:`kernelkit_gpu.attention._gate.PendingFlag`),
+    after the next step's work is queued. That step then changed nothing (every step length is
+    0) and is dropped.
     """
     lag = _flag_lag(B.device, callback, B.shape[0])
     bnorm = torch.linalg.vector_norm(B, dim=0)
