@@ -87,22 +87,27 @@ def kernel_for(d, rbf_class):
 
 
 class Trace:
-    """Records each of kernelkit's log-likelihood evaluations in a fit (``--trace``): theta, its
-    estimate, seconds, and per CG solve the steps, true residual and convergence."""
+    """Records each of kernelkit's log-likelihood evaluations in a fit (``--trace``): n, theta,
+    its estimate, start (seconds since the trace began) and length, and per CG solve the steps,
+    true residual, convergence and ``exact_from``. ``after(row)``, if given, runs after each
+    evaluation (``benchmarks/gp_large_fit.py`` writes its JSON there)."""
 
-    def __init__(self, device):
-        self.device, self.rows, self._solves = device, [], []
+    def __init__(self, device, after=None):
+        self.device, self.after, self.rows, self._solves = device, after, [], []
 
     def __enter__(self):
         from kernelkit.gp import _lml
 
         self._lml, self._originals = _lml, (_lml.solve, _lml.log_marginal_likelihood)
         solve, lml = self._originals
+        sync(self.device)
+        began = time.perf_counter()
 
         def traced_solve(*a, **k):
             result = solve(*a, **k)
             self._solves.append(dict(steps=int(result.n_iter), converged=bool(result.converged),
-                                     residual=float(result.residuals[-1])))
+                                     residual=float(result.residuals[-1]),
+                                     exact_from=result.exact_from))
             return result
 
         def traced_lml(op, theta, *a, **k):
@@ -111,8 +116,11 @@ class Trace:
             t0 = time.perf_counter()
             out = lml(op, theta, *a, **k)
             sync(self.device)
-            self.rows.append(dict(theta=[float(t) for t in theta], lml=float(out[0]),
-                                  s=time.perf_counter() - t0, solves=self._solves))
+            self.rows.append(dict(n=op.n, theta=[float(t) for t in theta], lml=float(out[0]),
+                                  start=t0 - began, s=time.perf_counter() - t0,
+                                  solves=self._solves))
+            if self.after is not None:
+                self.after(self.rows[-1])
             return out
 
         _lml.solve, _lml.log_marginal_likelihood = traced_solve, traced_lml

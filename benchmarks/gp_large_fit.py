@@ -5,9 +5,9 @@ plus 0.1 noise; ConstantKernel x ARD RBF + WhiteKernel). The JSON (``--out``, re
 a temporary file after every evaluation, so a run stopped early keeps what it measured) holds:
 
 - ``evals``: each log-likelihood evaluation of the fit on the iterative path (pretraining
-  subset and full data; the exact path, n <= ``exact_max_n``, is not traced): n,
-  start and length in seconds, the estimate, theta, and per CG solve its steps, true residual
-  at exit and ``exact_from``;
+  subset and full data; the exact path, n <= ``exact_max_n``, is not traced), as
+  ``benchmarks/gp.py --trace`` records them (:class:`gp.Trace`): n, start and length in
+  seconds, the estimate, theta, and per CG solve its steps, true residual and ``exact_from``;
 - ``iterations``: each L-BFGS-B iteration's time and value, its run, and whether it is on the
   full data (not the pretraining subset);
 - ``fit_s``, ``peak_gpu_GB``, predicted means (and with the variance cache, standard
@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gp import kernel_for, make_data  # noqa: E402
+from gp import Trace, kernel_for, make_data  # noqa: E402
 
 
 def _write(record, path):
@@ -69,7 +69,7 @@ def main(argv=None):
     import torch
 
     import kernelkit
-    from kernelkit.gp import _lml, regressor
+    from kernelkit.gp import regressor
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -85,30 +85,16 @@ def main(argv=None):
         sync()
         return time.perf_counter() - t0[0]
 
-    solves = []
-    solve, lml = _lml.solve, _lml.log_marginal_likelihood
     spread, stall = regressor.GaussianProcessRegressor._spread, regressor.STALL_EVALUATIONS
     measuring = args.iterations is not None
 
     def on_full_data():
         return bool(record["evals"]) and record["evals"][-1]["n"] == args.n
 
-    def traced_solve(*a, **k):
-        result = solve(*a, **k)
-        solves.append(dict(steps=int(result.n_iter), residual=float(result.residuals[-1]),
-                           exact_from=result.exact_from))
-        return result
-
-    def traced_lml(op, theta, *a, **k):
-        solves.clear()
-        start = clock()
-        out = lml(op, theta, *a, **k)
-        record["evals"].append(dict(n=op.n, start=start, s=clock() - start, lml=float(out[0]),
-                                    theta=[float(v) for v in theta], solves=list(solves)))
+    def after_evaluation(row):
         _write(record, args.out)
         # measurement mode: the full-data run's stopping rules off (read after each evaluation)
         regressor.STALL_EVALUATIONS = 10**9 if measuring and on_full_data() else stall
-        return out
 
     def traced_spread(self):
         return 0.0 if measuring and on_full_data() else spread(self)
@@ -134,7 +120,6 @@ def main(argv=None):
         return result
 
     regressor.GaussianProcessRegressor._spread = traced_spread
-    _lml.solve, _lml.log_marginal_likelihood = traced_solve, traced_lml
     regressor.scipy.optimize.minimize = traced_minimize
     gp = kernelkit.GaussianProcessRegressor(kernel_for(args.d, kernelkit.RBF), random_state=0,
                                             device=args.device, exact_max_n=args.exact_max_n,
@@ -142,7 +127,10 @@ def main(argv=None):
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0[0] = time.perf_counter()
-    gp._fit(X, y, variance_cache=not args.no_cache)
+    trace = Trace(args.device, after=after_evaluation)
+    record["evals"] = trace.rows
+    with trace:
+        gp._fit(X, y, variance_cache=not args.no_cache)
     record.update(fit_s=clock(), kernel=str(gp.kernel_),
                   lml=float(gp.log_marginal_likelihood_value_),
                   peak_gpu_GB=torch.cuda.max_memory_allocated() / 1e9 if cuda else None)

@@ -170,6 +170,13 @@ def _nystrom_parts(Y, G, rows, jitter=0.0):
     return torch.linalg.solve_triangular(C.T, Y, upper=True, left=False, out=Y), nu, C
 
 
+def _form_numbers(B, mu):
+    """(||B||_F^2, mu) read to the host in one synchronisation: what decides the preconditioner's
+    form (Cholesky where mu >= ||B||_F^2 / :data:`WOODBURY_MAX_RATIO`) for a scalar shift mu."""
+    return torch.stack([torch.linalg.vector_norm(B) ** 2,
+                        mu.to(B.device, torch.float64)]).tolist()
+
+
 def nystrom_preconditioner(Y, rows, shift):
     """The GP's P: Y = A[:, rows] (differentiable), P = B B^T + ``shift`` I with B from
     ``nystrom_factor(Y, Y[rows], rows)``, whose :meth:`LowRankPreconditioner.terms` is
@@ -184,8 +191,7 @@ def nystrom_preconditioner(Y, rows, shift):
         Yd = Y.detach()
         B, nu, C = _nystrom_parts(Yd, Yd[rows], rows)
         mu = torch.as_tensor(shift).detach()
-        frob2, mu_value = torch.stack([torch.linalg.vector_norm(B) ** 2,
-                                       mu.to(B.device, torch.float64)]).tolist()
+        frob2, mu_value = _form_numbers(B, mu)
         # the eigen form with a gradient is built once, below, with autograd: not here first
         # (its QR and eigenvectors would be two n x k matrices more at the peak)
         eigen = grad and frob2 > WOODBURY_MAX_RATIO * mu_value
@@ -251,8 +257,7 @@ class LowRankPreconditioner:
         self._B = B if B.requires_grad else None
         if k and self.shift.ndim == 0:
             # one pass over B decides the form; B^T B (an n x k x k GEMM) only where it is used
-            frob2, self._mu = read or torch.stack([torch.linalg.vector_norm(B.detach()) ** 2,
-                                                   self.shift.detach()]).tolist()
+            frob2, self._mu = read or _form_numbers(B.detach(), self.shift.detach())
             if frob2 <= WOODBURY_MAX_RATIO * self._mu:
                 gram = _Gram.apply(B)
                 L, info = torch.linalg.cholesky_ex(gram + torch.diag_embed(self.shift.expand(k)))
