@@ -200,6 +200,9 @@ def test_quadratic_term_is_second_order_in_the_residual_on_float32_products():
     params = op.structure.params(torch.as_tensor(kernel.theta))
     logdet = float(preconditioner(op, params, probes).logdet)
     quadratic = -2.0 * value - logdet - len(y) * math.log(2.0 * math.pi)
+    # the parts reported in info add up to the value
+    assert info["slq"] == 0.0 and info["logdet_pre"] == pytest.approx(logdet, rel=1e-12)
+    assert info["quadratic"] == pytest.approx(quadratic, rel=1e-9)
     r = info["cg"].residual[:, 0]
     second_order = float(r @ torch.linalg.solve(K, r))
     assert info["cg"].converged and second_order > 0

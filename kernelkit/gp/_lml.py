@@ -266,7 +266,9 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     info : dict, optional
         Receives ``"spread"``: the standard error of the estimate, 0.5 sd(per-probe log-det
         terms) / sqrt(t) (0 without probes; the quadratic term is exact to ``cg_tol``), and
-        ``"cg"``: the solve's CGResult (``converged`` says whether the estimate can be trusted).
+        ``"cg"``: the solve's CGResult (``converged`` says whether the estimate can be trusted),
+        and the estimate's parts ``"quadratic"`` (y^T K^-1 y), ``"logdet_pre"`` (log det P) and
+        ``"slq"`` (the stochastic estimate of log det P^-1/2 K P^-1/2).
     warn : bool, default True
         Warn (ConvergenceWarning) when the solve stops above ``cg_tol``.
 
@@ -330,7 +332,8 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
         slq = float(np.mean(terms))
         spread = 0.5 * float(np.std(terms, ddof=1)) / math.sqrt(t) if t > 1 else 0.0
     if info is not None:
-        info["spread"], info["cg"] = spread, result
+        info.update(spread=spread, cg=result, quadratic=float(quadratic),
+                    logdet_pre=float(logdet_pre), slq=slq)
     logdet = float(logdet_pre) + slq
     n = y.shape[0]
     lml = -0.5 * float(quadratic) - 0.5 * logdet - 0.5 * n * math.log(2.0 * math.pi)
