@@ -88,8 +88,9 @@ def kernel_for(d, rbf_class):
 
 class Trace:
     """Records each of kernelkit's log-likelihood evaluations in a fit (``--trace``): n, theta,
-    its estimate, start (seconds since the trace began) and length, and per CG solve the steps,
-    true residual, convergence and ``exact_from``. ``after(row)``, if given, runs after each
+    its estimate and its parts (quadratic term, log det P, stochastic term), start (seconds since
+    the trace began) and length, and per CG solve the steps, the first run's steps, true
+    residual, convergence and ``exact_from``. ``after(row)``, if given, runs after each
     evaluation (``benchmarks/gp_large_fit.py`` writes its JSON there)."""
 
     def __init__(self, device, after=None):
@@ -105,9 +106,10 @@ class Trace:
 
         def traced_solve(*a, **k):
             result = solve(*a, **k)
+            first = None if result.lanczos is None else int(result.lanczos.n_iter.max())
             self._solves.append(dict(steps=int(result.n_iter), converged=bool(result.converged),
                                      residual=float(result.residuals[-1]),
-                                     exact_from=result.exact_from))
+                                     exact_from=result.exact_from, first_run_steps=first))
             return result
 
         def traced_lml(op, theta, *a, **k):
@@ -116,9 +118,12 @@ class Trace:
             t0 = time.perf_counter()
             out = lml(op, theta, *a, **k)
             sync(self.device)
+            info = k.get("info", a[4] if len(a) > 4 else None) or {}
             self.rows.append(dict(n=op.n, theta=[float(t) for t in theta], lml=float(out[0]),
                                   start=t0 - began, s=time.perf_counter() - t0,
-                                  solves=self._solves))
+                                  solves=self._solves,
+                                  **{part: info[part] for part in ("quadratic", "logdet_pre",
+                                                                   "slq") if part in info}))
             if self.after is not None:
                 self.after(self.rows[-1])
             return out

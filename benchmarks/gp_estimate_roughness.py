@@ -3,8 +3,9 @@
 At n = 1e6 the full-data L-BFGS-B stalls where estimates at thetas equal up to their last bits
 differ by a few nats (docs/benchmarks.md, session l). This script evaluates the iterative
 path's estimate (value, gradient and the parts of ``log_marginal_likelihood(info=)``: the
-quadratic term, log det P, the stochastic log-det term; the CG steps, true residual and
-``exact_from``) at ``theta`` and at ``theta * (1 + k * eps)`` for k = 1..K, with the probes and
+quadratic term, log det P, the stochastic log-det term; the CG steps, residual history,
+true residual and ``exact_from``, and the steps of the first run, whose Lanczos coefficients the
+stochastic term uses) at ``theta`` and at ``theta * (1 + k * eps)`` for k = 1..K, with the probes and
 landmarks of one fit, so that the part that moves can be read off. Data and kernel of
 ``benchmarks/gp.py`` (ConstantKernel x ARD RBF + WhiteKernel). The JSON is rewritten after
 every evaluation.
@@ -102,12 +103,14 @@ def main(argv=None):
             grad=np.asarray(grad).tolist(), quadratic=info["quadratic"],
             logdet_pre=info["logdet_pre"], slq=info["slq"], spread=info["spread"],
             cg_steps=int(cg.n_iter), residual=float(cg.residuals[-1]),
-            exact_from=cg.exact_from))
+            exact_from=cg.exact_from, residual_history=cg.residuals.tolist(),
+            lanczos_steps=cg.lanczos.n_iter.tolist(),
+            lanczos_true_residual=float(cg.lanczos.true_residual)))
         write_json_atomic(args.out, record)
         row = record["evaluations"][-1]
         print(f"k={k}: lml {row['lml']:.3f}  quadratic {row['quadratic']:.3f}  log det P "
-              f"{row['logdet_pre']:.3f}  slq {row['slq']:.3f}  steps {row['cg_steps']} "
-              f"exact_from {row['exact_from']}  {row['seconds']:.1f} s", flush=True)
+              f"{row['logdet_pre']:.3f}  slq {row['slq']:.3f}  steps {row['cg_steps']} (first run "
+              f"{max(row['lanczos_steps'])}) exact_from {row['exact_from']}  {row['seconds']:.1f} s", flush=True)
 
 
 if __name__ == "__main__":
