@@ -21,6 +21,8 @@ Usage (GPU; runs over 10 minutes at n = 1e6: start it in the background)::
 
     python benchmarks/gp_large_fit.py --n 1000000 --out /tmp/fit.json
     python benchmarks/gp_large_fit.py --n 1000000 --iterations 10 --no-cache --out /tmp/it.json
+    python benchmarks/gp_large_fit.py --n 1000000 --iterations 10 --no-cache --dtype float64 \
+        --pretrain-size 1000 --out /tmp/it64.json   # float64 products: a smoother estimate
     python benchmarks/gp_large_fit.py --n 3000 --n-test 200 --device cpu --exact-max-n 0 \\
         --pretrain-size 500 --iterations 2 --out /tmp/smoke.json   # CPU smoke run
 """
@@ -57,6 +59,8 @@ def main(argv=None):
                    help="build no predictive-variance cache (and predict means only)")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--exact-max-n", type=int, help="the estimator's exact_max_n")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float64"],
+                   help="the estimator's dtype (of the CG products)")
     p.add_argument("--pretrain-size", default="auto",
                    type=lambda v: v if v == "auto" else None if v == "none" else int(v),
                    help="the estimator's pretrain_size: auto, none or an int")
@@ -123,7 +127,7 @@ def main(argv=None):
     regressor.scipy.optimize.minimize = traced_minimize
     gp = kernelkit.GaussianProcessRegressor(kernel_for(args.d, kernelkit.RBF), random_state=0,
                                             device=args.device, exact_max_n=args.exact_max_n,
-                                            pretrain_size=args.pretrain_size)
+                                            pretrain_size=args.pretrain_size, dtype=args.dtype)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0[0] = time.perf_counter()
