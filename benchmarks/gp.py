@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import time
 import warnings
 
@@ -118,7 +119,7 @@ class Trace:
             t0 = time.perf_counter()
             out = lml(op, theta, *a, **k)
             sync(self.device)
-            info = k.get("info", a[4] if len(a) > 4 else None) or {}
+            info = inspect.signature(lml).bind(op, theta, *a, **k).arguments.get("info") or {}
             self.rows.append(dict(n=op.n, theta=[float(t) for t in theta], lml=float(out[0]),
                                   start=t0 - began, s=time.perf_counter() - t0,
                                   solves=self._solves,
