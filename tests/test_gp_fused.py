@@ -117,6 +117,42 @@ def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_
     np.testing.assert_allclose(grad, ref_grad, rtol=0, atol=_tolerance(len(y), dtype, ref_grad))
 
 
+def test_float64_products_with_float32_contractions(device, fused_here, monkeypatch):
+    """The regressor's dtype="auto" mix: float64 CG products, the fused gradient contractions in
+    float32 (float64 sums): the value is the float64 operator's, the gradient within float32
+    rounding of the float64 autograd one, and the contraction saw float32 operands."""
+    kernel = FAST["rbf-ard"]
+    X, y = _data(n=64)
+    op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, torch.float64,
+                            contraction_dtype=torch.float32)
+    seen = []
+    launch = contract_fused.contract_fwd
+    monkeypatch.setattr(contract_fused, "contract_fwd",
+                        lambda *a, **k: seen.append(a[0].dtype) or launch(*a, **k))
+    value, grad, _ = _lml(op, kernel, y)
+    assert seen and set(seen) == {torch.float32}
+    monkeypatch.setattr(_fused_tree, "DEVICES", ())  # float64 autograd of blocks, same probes
+    ref_value, ref_grad, _ = _lml(op, kernel, y)
+    assert abs(value - ref_value) <= 1e-6  # as in the test above: products' rounding only
+    np.testing.assert_allclose(grad, ref_grad, rtol=0,
+                               atol=_tolerance(len(y), torch.float32, ref_grad))
+
+
+@pytest.mark.parametrize("dtype,products,contractions", [
+    ("auto", torch.float64, "float32 on cuda"), ("float32", torch.float32, torch.float32),
+    ("float64", torch.float64, torch.float64)])
+def test_regressor_dtype_sets_products_and_contractions(dtype, products, contractions, device):
+    """dtype="auto": float64 products everywhere, float32 fused contractions on CUDA only (the
+    CPU's gradient is float64 autograd); an explicit dtype is both."""
+    X, y = _data(n=40)
+    gp = kk.GaussianProcessRegressor(FAST["rbf-ard"], optimizer=None, device=device,
+                                     dtype=dtype, exact_max_n=0).fit(X, y)
+    op = gp._operator(parse_kernel(gp.kernel_, X.shape[1]))
+    if contractions == "float32 on cuda":
+        contractions = torch.float32 if device == "cuda" else torch.float64
+    assert (op.dtype, op.contraction_dtype) == (products, contractions)
+
+
 @pytest.mark.parametrize("name,n", [(name, 63) for name in list(FAST) + list(FAST_MORE)]
                          + [("rbf-ard", 1), ("rq", 1)])
 def test_fused_bilinear_value_and_gradient(name, n, device, fused_here):

@@ -154,6 +154,27 @@ def test_wide_u_and_v_take_several_launches(device, spy, poisoned_outputs):
     check(res, x, u, w, v, "matern", dict(nu=2.5, length_scale=[0.5, 2.0]), "float64")
 
 
+def test_float32_sums_across_column_tiles_are_float64(device, spy):
+    """Each column tile's float32 row sums go into float64 accumulators: a row whose running
+    sum reaches 2^25 before 30 tiles that each add exactly 1 keeps those 30 (a float32
+    accumulator rounds every 2^25 + 1 back to 2^25 and returns 0 per row). All x equal, so
+    K = 1 exactly; u = 1, and w constant per tile of the launch's BLOCK_N columns: 2^25 / BLOCK_N
+    in the first tile, 1 / BLOCK_N in the next 30, -2^25 / BLOCK_N in the last (all exact in
+    float32 and tf32x3), so every tile sum is exact and kg = n * 30 exactly."""
+    block = fused._configs(torch.float32, 1)["BLOCK_N"]
+    tiles = 32
+    n = block * tiles
+    per_tile = np.full(tiles, 1.0)
+    per_tile[0], per_tile[-1] = 2.0**25, -(2.0**25)
+    w = torch.tensor(np.repeat(per_tile / block, block), dtype=torch.float32, device=device)
+    x = torch.zeros((n, 1), dtype=torch.float32, device=device)
+    u = torch.ones(n, dtype=torch.float32, device=device)
+    res = fused.kernel_contractions(x, u, w, "rbf", gamma=1.0)
+    assert len(spy) == 1
+    assert float(res.kg) == n * (tiles - 2)
+    assert float(res.grad[0]) == 0.0  # every distance is 0
+
+
 def test_half_precision_input(device, spy):
     """float16 x, u, w compute in float32: compared with the reference on the rounded inputs."""
     x, u, w, _ = data(40, 3, 2, None, 0.0, torch.float16, device)

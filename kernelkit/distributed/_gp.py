@@ -49,12 +49,13 @@ class ShardedCovarianceOperator(CovarianceOperator):
     K holds only this rank's rows.
     """
 
-    def __init__(self, X, structure, jitter, device, dtype, block_elements=None, data=None):
+    def __init__(self, X, structure, jitter, device, dtype, block_elements=None, data=None,
+                 contraction_dtype=None):
         from kernelkit_gpu import distributed as D
 
         n = len(X) if data is None else data[0].shape[0]
         super().__init__(X, structure, jitter, device, dtype, block_elements,
-                         rows=D.shard(n), data=data)
+                         rows=D.shard(n), data=data, contraction_dtype=contraction_dtype)
 
     def gather(self, rows_fn):
         """All n rows: this rank's from ``rows_fn()``, the others' by all-gather."""

@@ -234,6 +234,9 @@ class CovarianceOperator:
     device : torch.device
     dtype : torch.dtype
         float32 or float64: the dtype of the kernel blocks and of the CG vectors.
+    contraction_dtype : torch.dtype, optional
+        The dtype of the gradient's fused Triton contractions (:mod:`kernelkit.gp._fused`,
+        CUDA); default ``dtype``.
     block_elements : int, optional
         Kernel values per row chunk; default :data:`BLOCK_ELEMENTS`.
     rows : tuple of int, optional
@@ -246,7 +249,7 @@ class CovarianceOperator:
     """
 
     def __init__(self, X, structure, jitter, device, dtype, block_elements=None, rows=None,
-                 data=None):
+                 data=None, contraction_dtype=None):
         self.device = torch.device(device)
         if data is None:
             data = centred_on_device(X, self.device)
@@ -254,6 +257,7 @@ class CovarianceOperator:
         self.structure = structure
         self.jitter = float(jitter)
         self.dtype = dtype
+        self.contraction_dtype = contraction_dtype or dtype
         self.block_elements = int(block_elements or BLOCK_ELEMENTS)
         self.rows = (0, self.n) if rows is None else tuple(rows)
         itemsize = torch.empty((), dtype=dtype).element_size()
@@ -279,7 +283,8 @@ class CovarianceOperator:
         if dtype == self.dtype:
             return self
         return type(self)(None, self.structure, self.jitter, self.device, dtype,
-                          self.block_elements, data=self.data)
+                          self.block_elements, data=self.data,
+                          contraction_dtype=self.contraction_dtype)
 
     def gather(self, rows_fn):
         """All n rows of a product whose rows ``self.rows`` ``rows_fn()`` computes."""

@@ -218,14 +218,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Where the kernel products and the Cholesky factorisation run; "auto" is the GPU when one
         is present.
     dtype : {"auto", "float32", "float64"}, default="auto"
-        Iterative path: dtype of the kernel blocks and CG vectors; "auto" is float32 on the GPU
-        and float64 on the CPU. The kernel blocks are formed from data centred on their float64
-        mean and scaled in float64, then rounded once (:mod:`kernelkit.gp._operator`), so float32
-        blocks are as accurate as the library's float32 Gram at any offset of the data
-        (measured on 400 timestamps in seconds over a day, RBF(20) + WhiteKernel(0.1), cg_tol
-        1e-6: mean 3e-5 and std 8e-5 from scikit-learn's float64 result). The
-        preconditioner, the tridiagonal eigenproblems and the final sums are float64. The exact
-        path is float64 throughout.
+        Iterative path: dtype of the kernel products in CG (its vectors and scalars are
+        float64). "auto" is float64 products; on the GPU the gradient's fused Triton
+        contractions then run in float32 with float64 sums (float64 ones took 69 s instead of
+        4.2 s at n = 1e6). Float32 products cost less each but bias the log-determinant
+        estimate, whose Lanczos run sees their rounding as spread in the small eigenvalues: at
+        the noise fitted at n = 1e6 (H200, ``benchmarks/gp.py`` data, NOTES.md) the estimate was
+        +333 nats above the float64 one at n = 1e6 and +1650 at n = 1e5, and they took more
+        CG steps (6 + refinement against 3 at n = 1e6, 32 against 4 at n = 1e5). The kernel
+        blocks are formed from data centred on their float64 mean and scaled in float64, then
+        rounded once (:mod:`kernelkit.gp._operator`). The preconditioner, the tridiagonal
+        eigenproblems and the final sums are float64. The exact path is float64 throughout.
     exact_max_n : int or None, default=None
         Largest n for the exact path; None means
         :data:`kernelkit.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0 always
@@ -385,10 +388,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         import torch
 
         where = resolve_device(self.device)
-        name = self.dtype if self.dtype != "auto" else ("float32" if where == "cuda" else "float64")
+        name = "float64" if self.dtype == "auto" else self.dtype
         return torch.device(where), getattr(torch, name)
 
     def _operator(self, structure):
+        import torch
+
         from kernelkit.gp._operator import CovarianceOperator
 
         device, dtype = self._torch_setup()
@@ -399,7 +404,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         # log_marginal_likelihood / predict call would copy it again)
         held = getattr(self, "_device_data", None)
         data = held[1] if held is not None and held[0] == device else None
-        op = CovarianceOperator(self.X_train_, structure, jitter, device, dtype, data=data)
+        # "auto": float64 products, float32 fused gradient contractions (float64 sums)
+        contraction = torch.float32 if self.dtype == "auto" and device.type == "cuda" else dtype
+        op = CovarianceOperator(self.X_train_, structure, jitter, device, dtype, data=data,
+                                contraction_dtype=contraction)
         self._device_data = (device, op.data)
         return op
 

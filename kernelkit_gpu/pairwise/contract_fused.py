@@ -18,7 +18,10 @@ G = U_a W_b^T on tensor cores (tf32x3 for float32, IEEE for float64), then
 P = phi(s) o G with phi the derivative factor below, and per feature k the row sums of
 P o (x~_ak - x~_bk)^2 (|.| for the L1 distance), again by direct differences. K o G gives the
 contraction for a multiplicative amplitude (ConstantKernel) and, for rational quadratic, psi o G
-the one for alpha. Each program writes per-row partial sums; they are added in float64.
+the one for alpha. Each tile's row sums (BLOCK_N terms, in the operands' dtype) are added
+into float64 per-row accumulators, and the per-row sums in float64 across rows: at n = 1e6 float32
+accumulators across the 31 250 column tiles put errors of up to 550 on gradient entries of ~100
+(H200, the GP of benchmarks/gp.py at its fitted theta, 2026-11-26m).
 
 Derivative factors (x~ = x * sqrt(gamma) for rbf, x * gamma for laplacian, x / length_scale
 otherwise; Delta_k = x~_ak - x~_bk; r = sqrt(s)):
@@ -130,7 +133,7 @@ def _contract_kernel(
     x is feature-major, (DK, N) with unit stride along rows. Every column tile is masked (loads
     give 0 beyond N: G and v vanish there); loop bounds depend on N only.
     """
-    ACC: tl.constexpr = part_ptr.dtype.element_ty
+    ACC: tl.constexpr = x_ptr.dtype.element_ty  # tile arithmetic; part (float64) accumulates
     pid = tl.program_id(0)
     offs_m = ROW0 + pid * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < ROW_END
@@ -144,9 +147,9 @@ def _contract_kernel(
     p2 = tl.load(prm_ptr + 2)
     ua = tl.load(u_ptr + rows[:, None] * stride_um + offs_t[None, :] * stride_ut,
                  mask=mask_m[:, None] & mask_t[None, :], other=0.0).to(ACC)
-    acc_d = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    acc_kg = tl.zeros((BLOCK_M,), ACC)
-    acc_a = tl.zeros((BLOCK_M,), ACC)
+    acc_d = tl.zeros((BLOCK_M, BLOCK_D), tl.float64)
+    acc_kg = tl.zeros((BLOCK_M,), tl.float64)
+    acc_a = tl.zeros((BLOCK_M,), tl.float64)
     if HAS_V:
         offs_r = tl.arange(0, BLOCK_R)
         mask_r = offs_r < R
@@ -171,10 +174,11 @@ def _contract_kernel(
         wb = tl.load(w_ptr + cols[:, None] * stride_wm + offs_t[None, :] * stride_wt,
                      mask=mask_n[:, None] & mask_t[None, :], other=0.0).to(ACC)
         g = tl.dot(ua, tl.trans(wb), input_precision=DOT_PREC, out_dtype=ACC)
-        acc_kg += tl.sum(kval * g, axis=1)
+        acc_kg += tl.sum(kval * g, axis=1).to(tl.float64)
         pg = _factor(kval, s, p0, p1, KIND) * g
         if ALPHA:
-            acc_a += tl.sum(_alpha_factor(kval, s, p0, p1) * g, axis=1)
+            acc_a += tl.sum(_alpha_factor(kval, s, p0, p1) * g, axis=1).to(tl.float64)
+        tile_d = tl.zeros((BLOCK_M, BLOCK_D), ACC)
         for k in tl.static_range(DK):
             a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
             b = tl.load(x_ptr + k * stride_xk + cols, mask=mask_n, other=0.0)
@@ -184,7 +188,8 @@ def _contract_kernel(
             else:
                 q = diff * diff
             rk = tl.sum(pg * q, axis=1)
-            acc_d += tl.where(offs_d[None, :] == k, rk[:, None], 0.0)
+            tile_d += tl.where(offs_d[None, :] == k, rk[:, None], 0.0)
+        acc_d += tile_d.to(tl.float64)
         if HAS_V:
             vb = tl.load(v_ptr + cols[:, None] * stride_vm + offs_r[None, :] * stride_vr,
                          mask=mask_n[:, None] & mask_r[None, :], other=0.0).to(ACC)
@@ -203,14 +208,14 @@ def _contract_kernel(
 
 def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
     """Launch one pass: ``xt`` (D, n) prepared feature-major operand, ``u``/``w`` (n, t <= 64),
-    ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (m, D + 2) and ``kv``
-    (m, r) outputs in the accumulation dtype for the m rows ``rows = (first, last)`` of K
+    ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (m, D + 2) float64 and
+    ``kv`` (m, r) in the operands' dtype: outputs for the m rows ``rows = (first, last)`` of K
     (default all n)."""
     d, n = xt.shape
     first, last = (0, n) if rows is None else rows
     t = u.shape[1]
     r = 0 if v is None else v.shape[1]
-    acc = part.dtype
+    acc = xt.dtype
     block_t = _launch.block_size(t)
     cfg = dict(_configs(acc, block_t))
     dot_prec = "ieee" if acc == torch.float64 else DOT_PREC_F32
@@ -296,7 +301,7 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     -----
     Each pair costs two passes of direct differences over the d features (distance, then the
     per-feature derivative), one exp, a t-long tensor-core dot for G and an r-long one for K V.
-    Float32 sums run in float32 within a row and in float64 across rows. Measured on an H200
+    Float32 sums run in float32 within a tile and in float64 across tiles and rows. Measured on an H200
     (Triton 3.6; rbf ARD, d = 8, t = r = 11, uniform data; helper check of 2026-11-26, not yet
     benchmark JSON): max_j |c_j - c_j(float64)| / max_j |c_j| = 3.9e-7 at n = 2e4 and 1.6e-6
     at n = 2e5 (K @ v: 7.7e-7, 2.9e-6), against 5.2e-6 for dense float32 torch autograd at
@@ -341,7 +346,7 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     prm_t = torch.tensor([float(p) for p in prm], dtype=acc, device=x.device)
     alpha = plan.name == "rational_quadratic"
     m = last - first
-    part = _launch.alloc((m, d + 2), acc, x.device)
+    part = _launch.alloc((m, d + 2), torch.float64, x.device)
     part_sum = torch.zeros(d + 2, dtype=torch.float64, device=x.device)
     r = 0 if v2 is None else v2.shape[1]
     kv = None if v2 is None else _launch.alloc((m, r), acc, x.device)
