@@ -21,8 +21,8 @@ Usage (GPU; runs over 10 minutes at n = 1e6: start it in the background)::
 
     python benchmarks/gp_large_fit.py --n 1000000 --out /tmp/fit.json
     python benchmarks/gp_large_fit.py --n 1000000 --iterations 10 --no-cache --out /tmp/it.json
-    python benchmarks/gp_large_fit.py --n 1000000 --iterations 10 --no-cache --dtype float64 \
-        --pretrain-size 1000 --out /tmp/it64.json   # float64 products: a smoother estimate
+    python benchmarks/gp_large_fit.py --n 1000000 --iterations 10 --no-cache --dtype float32 \
+        --pretrain-size 1000 --out /tmp/it32.json   # the float32 products of before 2026-11-26m
     python benchmarks/gp_large_fit.py --n 3000 --n-test 200 --device cpu --exact-max-n 0 \\
         --pretrain-size 500 --iterations 2 --out /tmp/smoke.json   # CPU smoke run
 """

@@ -242,7 +242,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         not enough).
     cg_tol : float, default=1e-3
         Iterative path: relative residual ||K x - b|| / ||b|| at which CG stops. 1e-3 is enough
-        for hyperparameter fitting in float32; use 1e-6 or less in float64 for reference
+        for hyperparameter fitting; use 1e-6 or less (float64 products) for reference
         accuracy.
     preconditioner_rank : int or "auto", default="auto"
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
