@@ -200,12 +200,13 @@ def run_sklearn(X, y, Xt, yt, args, rbf_class=None):
                 kernel=str(gp.kernel_), lml=float(gp.log_marginal_likelihood_value_))
 
 
-def run_gpytorch(X, y, Xt, yt, args, device):
+def gpytorch_model(X, y, device, dtype):
+    """GPyTorch's exact GP as its tutorial writes it (ScaleKernel(ARD RBF), Gaussian
+    likelihood) at :func:`kernel_for`'s initial theta, in training mode: ``(model, likelihood,
+    mll, Xtr, ytr)``."""
     import gpytorch
     import torch
 
-    use32 = args.dtype == "float32" or (args.dtype == "auto" and device == "cuda")
-    dtype = torch.float32 if use32 else torch.float64
     Xtr = torch.as_tensor(X, dtype=dtype, device=device)
     ytr = torch.as_tensor(y, dtype=dtype, device=device)
     d = X.shape[1]
@@ -229,6 +230,16 @@ def run_gpytorch(X, y, Xt, yt, args, device):
     mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
     model.train()
     likelihood.train()
+    return model, likelihood, mll, Xtr, ytr
+
+
+def run_gpytorch(X, y, Xt, yt, args, device):
+    import gpytorch
+    import torch
+
+    use32 = args.dtype == "float32" or (args.dtype == "auto" and device == "cuda")
+    dtype = torch.float32 if use32 else torch.float64
+    model, likelihood, mll, Xtr, ytr = gpytorch_model(X, y, device, dtype)
 
     def step():
         loss = -mll(model(Xtr), ytr)

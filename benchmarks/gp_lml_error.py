@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import log, now, write_json_atomic  # noqa: E402
-from gp import kernel_for, make_data  # noqa: E402
+from gp import gpytorch_model, kernel_for, make_data  # noqa: E402
 
 
 def exact_values(X, y, kernel, device):
@@ -54,33 +54,11 @@ def errors(value, grad, exact_value, exact_grad):
 
 def gpytorch_estimates(X, y, calls, device):
     """``calls`` GPyTorch (LML, gradient along log theta) estimates at theta0."""
-    import gpytorch
     import torch
 
     dtype = torch.float32 if device == "cuda" else torch.float64
-    Xtr = torch.as_tensor(X, dtype=dtype, device=device)
-    ytr = torch.as_tensor(y, dtype=dtype, device=device)
-    n, d = X.shape
-
-    class Model(gpytorch.models.ExactGP):
-        def __init__(self, likelihood):
-            super().__init__(Xtr, ytr, likelihood)
-            self.mean_module = gpytorch.means.ZeroMean()
-            self.covar_module = gpytorch.kernels.ScaleKernel(
-                gpytorch.kernels.RBFKernel(ard_num_dims=d))
-
-        def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x),
-                                                             self.covar_module(x))
-
-    likelihood = gpytorch.likelihoods.GaussianLikelihood().to(device, dtype)
-    model = Model(likelihood).to(device, dtype)
-    model.covar_module.base_kernel.lengthscale = 1.0
-    model.covar_module.outputscale = 1.0
-    likelihood.noise = 0.05
-    mll = gpytorch.mlls.ExactMarginalLogLikelihood(likelihood, model)
-    model.train()
-    likelihood.train()
+    model, likelihood, mll, Xtr, ytr = gpytorch_model(X, y, device, dtype)
+    n = X.shape[0]
 
     def along_log(raw, value):  # value = softplus(raw) (+ bound): dvalue / draw = sigmoid(raw)
         g = raw.grad.detach().double() / torch.sigmoid(raw.detach().double())
