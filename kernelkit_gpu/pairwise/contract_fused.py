@@ -303,8 +303,9 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     per-feature derivative), one exp, a t-long tensor-core dot for G and an r-long one for K V.
     Float32 sums run in float32 within a tile and in float64 across tiles and rows. Measured
     on an H200 before the float64 tile sums (Triton 3.6; rbf ARD, d = 8, t = r = 11, uniform
-    data; helper check of 2026-11-26, not yet benchmark JSON): max_j |c_j - c_j(float64)| / max_j |c_j| = 3.9e-7 at n = 2e4 and 1.6e-6
-    at n = 2e5 (K @ v: 7.7e-7, 2.9e-6), against 5.2e-6 for dense float32 torch autograd at
+    data; helper check of 2026-11-26, not yet benchmark JSON):
+    max_j |c_j - c_j(float64)| / max_j |c_j| = 3.9e-7 at n = 2e4 and 1.6e-6 at n = 2e5 (K @ v:
+    7.7e-7, 2.9e-6), against 5.2e-6 for dense float32 torch autograd at
     n = 2e4; time 8.97 ms (n = 2e4; dense autograd 15.3 ms) and 503 ms (n = 2e5).
     To turn gamma derivatives into length-scale ones: dK / dlog l = -2 dK / dlog gamma (rbf).
 
