@@ -24,6 +24,7 @@ def meminfo(tmp_path, monkeypatch):
     the MemFree figure, as Linux does for SC_AVPHYS_PAGES."""
     path = tmp_path / "meminfo"
     monkeypatch.setattr(_host_memory, "MEMINFO", str(path))
+    monkeypatch.setattr(_host_memory, "PROC_CGROUP", str(tmp_path / "no-cgroup"))  # this machine's own
     pages = {"SC_AVPHYS_PAGES": 1048576 // 4, "SC_PAGE_SIZE": 4096}
     monkeypatch.setattr(_host_memory.os, "sysconf", lambda name: pages[name])
     return path
@@ -65,3 +66,86 @@ def test_kernel_ridge_memory_plan_counts_mem_available(meminfo):
     meminfo.write_text(MEMINFO.replace("20971520", "1048576"))
     with pytest.raises(ValueError, match="but 1 GiB is available"):
         _memory.plan_blocks(_cpu_operator(), n=n, d=10, k=1, m=m, solver="nystrom")
+
+
+# ----------------------------------------------------------------------------- memory cgroups
+def _write(directory, files):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+
+
+@pytest.fixture
+def cgroups(meminfo, tmp_path, monkeypatch):
+    """A fake /proc/self/cgroup and cgroup mount (``root``); meminfo reports 20 GiB available."""
+    meminfo.write_text(MEMINFO)
+    root = tmp_path / "sys-fs-cgroup"
+    root.mkdir()
+    monkeypatch.setattr(_host_memory, "CGROUP_ROOT", str(root))
+    proc = tmp_path / "proc-self-cgroup"
+    monkeypatch.setattr(_host_memory, "PROC_CGROUP", str(proc))
+    return root, proc
+
+
+def test_cgroup_v2_limit_caps_mem_available(cgroups):
+    """Issue 37 N7: inside a 1 GiB cgroup the machine's 20 GiB are not available."""
+    root, proc = cgroups
+    proc.write_text("0::/job/step\n")
+    _write(root, {"memory.max": "max\n"})  # the root has no limit
+    _write(root / "job" / "step", {"memory.max": f"{GIB}\n", "memory.current": f"{GIB // 4}\n",
+                                    "memory.stat": f"anon 1\ninactive_file {GIB // 8}\n"})
+    assert _host_memory.available_bytes() == GIB - GIB // 4 + GIB // 8
+
+
+def test_cgroup_v2_an_ancestor_limit_binds(cgroups):
+    root, proc = cgroups
+    proc.write_text("0::/job/step\n")
+    _write(root / "job", {"memory.max": f"{2 * GIB}\n", "memory.current": f"{GIB + GIB // 2}\n"})
+    _write(root / "job" / "step", {"memory.max": "max\n", "memory.current": "0\n"})
+    assert _host_memory.available_bytes() == GIB // 2
+
+
+def test_cgroup_v2_without_a_limit_leaves_mem_available(cgroups):
+    root, proc = cgroups
+    proc.write_text("0::/\n")
+    _write(root, {"memory.max": "max\n", "memory.current": f"{GIB}\n"})
+    assert _host_memory.available_bytes() == 20 * GIB
+
+
+def test_cgroup_v1_limit_and_hierarchical_limit(cgroups):
+    root, proc = cgroups
+    proc.write_text("5:cpu,cpuacct:/\n4:memory:/docker/abc\n0::/\n")
+    memory = root / "memory"
+    _write(memory, {"memory.limit_in_bytes": "9223372036854771712\n",
+                    "memory.usage_in_bytes": f"{8 * GIB}\n"})  # v1's "no limit"
+    stat = f"cache 5\nhierarchical_memory_limit {3 * GIB}\ntotal_inactive_file {GIB // 2}\n"
+    _write(memory / "docker" / "abc", {"memory.limit_in_bytes": f"{4 * GIB}\n",
+                                       "memory.usage_in_bytes": f"{GIB}\n", "memory.stat": stat})
+    assert _host_memory.available_bytes() == 3 * GIB - GIB + GIB // 2
+
+
+def test_cgroup_v1_container_sees_its_own_cgroup_as_the_root(cgroups):
+    """Without a cgroup namespace the path names the host's hierarchy, which the container's
+    mount does not hold: the mount's root is the container's own cgroup."""
+    root, proc = cgroups
+    proc.write_text("4:memory:/docker/0123abcd\n")
+    _write(root / "memory", {"memory.limit_in_bytes": f"{GIB}\n",
+                             "memory.usage_in_bytes": f"{GIB // 2}\n"})
+    assert _host_memory.available_bytes() == GIB // 2
+
+
+def test_cgroup_files_unreadable_or_malformed_are_ignored(cgroups):
+    root, proc = cgroups
+    proc.write_text("garbage line\n0::/a\n")
+    _write(root / "a", {"memory.max": "lots\n", "memory.current": "x\n"})
+    assert _host_memory.available_bytes() == 20 * GIB
+
+
+def test_kernel_ridge_plan_refuses_a_fit_larger_than_the_cgroup(cgroups):
+    """Issue 37 N7: a 2 GB fit inside a 1 GiB cgroup raises the documented ValueError (it was
+    accepted on the machine's 22 GiB, then OOM-killed)."""
+    root, proc = cgroups
+    proc.write_text("0::/\n")
+    _write(root, {"memory.max": f"{GIB}\n", "memory.current": "0\n"})
+    with pytest.raises(ValueError, match="but 1 GiB is available"):
+        _memory.plan_blocks(_cpu_operator(), n=30_000, d=10, k=1, m=8_000, solver="nystrom")
