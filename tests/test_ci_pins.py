@@ -3,6 +3,8 @@
 
 import os
 import re
+import subprocess
+import textwrap
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -79,3 +81,23 @@ def test_triton_is_required_only_where_its_wheels_exist(platform_system, platfor
     (triton,) = [Requirement(r) for r in project["dependencies"] if Requirement(r).name == "triton"]
     env = {"platform_system": platform_system, "platform_machine": platform_machine}
     assert triton.marker is not None and triton.marker.evaluate(env) is required
+
+
+def test_ci_run_runs_every_step_and_exits_with_the_worst_code():
+    """Issue 37: a failing step does not stop the later ones (one run shows every failure), and
+    the script exits with the worst exit code; pytest's "no tests collected" (5) counts as 1."""
+    script = (ROOT / ".ci" / "run").read_text()
+    start = script.index("worst=0")
+    end = script.index("\nstep ", start)
+    driver = "set -euo pipefail\n" + script[start:end] + textwrap.dedent("""
+        step "first" sh -c 'exit 3'
+        step "second" sh -c 'echo second ran'
+        step "third" sh -c 'exit 5'
+        step "fourth" true
+        exit "$worst"
+        """)
+    res = subprocess.run(["bash", "-c", driver], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "second ran" in res.stdout
+    assert "== third: exit code 1" in res.stdout and "collected no tests" in res.stderr
+    assert "== fourth: exit code 0" in res.stdout
