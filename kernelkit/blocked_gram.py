@@ -112,23 +112,30 @@ def _block_entries(i0, i1, n_cols, upper_only):
 def _block_value(spec, A, B, params, device, transposed=False):
     """K(A, B) for one block as a NumPy array of shape (len(A), len(B)); ``B=None`` means K(A, A).
 
-    ``K(A, None)`` is exactly symmetric with the kernel's exact diagonal. The only function that
-    evaluates a kernel. On "cpu", ``A`` and ``B`` are NumPy arrays and the float64 registry
-    reference runs; on "cuda" they are CUDA tensors and the Triton Gram kernel runs (float64 for
-    float64 data, the accurate float32 mode otherwise). With ``transposed=True`` it returns
-    K(A, B).T, of shape (len(B), len(A)), with the same bits (made contiguous on the GPU so the
-    host writes rows, not columns). Equal arguments give equal bits.
+    ``K(A, None)`` is exactly symmetric, float64, with the kernel's exact float64 diagonal
+    (``spec.diag_fn``) on either device. The only function that evaluates a kernel. On "cpu",
+    ``A`` and ``B`` are NumPy arrays and the float64 registry reference runs; on "cuda" they are
+    CUDA tensors and the Triton Gram kernel runs (float64 for float64 data, the accurate float32
+    mode otherwise). With ``transposed=True`` it returns K(A, B).T, of shape (len(B), len(A)),
+    with the same bits (made contiguous on the GPU so the host writes rows, not columns). Equal
+    arguments give equal bits.
     """
     if device == "cuda":
         import kernelkit_gpu
 
         with kernelkit_gpu.assume_finite():  # the arrays passed check_pair (finite)
             K = kernelkit_gpu.gram(A, B, kernel=spec.name, **params)
-        return (K.T.contiguous() if transposed else K).cpu().numpy()
-    K = spec.value_fn(A, B, **params)
-    if B is None:
-        np.fill_diagonal(K, spec.diag_fn(A, **params))
-    return K.T if transposed else K
+        K = (K.T.contiguous() if transposed else K).cpu().numpy()
+        if B is not None:
+            return K
+        # the GPU's diagonal is only as exact as its arithmetic (the dot-product kernels)
+        K, A = K.astype(np.float64, copy=False), A.cpu().numpy().astype(np.float64, copy=False)
+    else:
+        K = spec.value_fn(A, B, **params)
+        if B is not None:
+            return K.T if transposed else K
+    np.fill_diagonal(K, spec.diag_fn(A, **params))
+    return K
 
 
 def _fill_block_mirrored(K, spec, X, Y, params, i0, i1, device):

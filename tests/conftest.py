@@ -5,6 +5,8 @@ On the CPU (the default) Triton kernels run under TRITON_INTERPRET=1, which .ci/
 before Python starts; run ``pytest --device cuda`` on a GPU machine to test the compiled kernels.
 """
 
+import os
+
 import numpy as np
 import pytest
 
@@ -22,6 +24,12 @@ TOL = {
 
 
 def pytest_configure(config):
+    """``--device`` decides where the whole run computes. ``cpu`` (the default, as CI runs) hides
+    every GPU from this process and the processes it starts (``CUDA_VISIBLE_DEVICES=""`` before
+    torch looks for one), so ``device="auto"`` means the CPU and a run on a GPU machine tests
+    exactly what CI tests. ``cuda`` makes ``device="auto"`` the GPU, and needs one."""
+    if config.getoption("--device") == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     config.addinivalue_line(
         "markers", "interpreter: runs Triton kernels (under the CPU interpreter: slow); given "
         "automatically to every test that uses the triton_can_run fixture")
@@ -46,7 +54,14 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def device(request):
     """The device GPU-kernel tests run on ("cpu" under the Triton interpreter, or "cuda")."""
-    return request.config.getoption("--device")
+    name = request.config.getoption("--device")
+    if name == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            pytest.fail("--device cuda needs a CUDA GPU (torch.cuda.is_available() is False)",
+                        pytrace=False)
+    return name
 
 
 @pytest.fixture

@@ -303,7 +303,11 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
         interpreter is on (``TRITON_INTERPRET=1`` set before import).
     y : torch.Tensor, shape (M, D), optional
         Same dtype and device as ``x``. ``None`` (or ``y is x``) computes K(X, X): exactly
-        symmetric with an exact diagonal; only the upper block triangle is computed.
+        symmetric (only the upper block triangle is computed). Its diagonal is exactly k(0) for
+        the kernels with k(x, x) = 1 (and cosine's 1, or 0 for a zero row); the dot-product
+        kernels' diagonal is the kernel of the float64 squared row norms evaluated in the
+        output's precision, so within a few of its ulps of the exact diagonal
+        (:func:`kernelkit.gram` writes the exact one).
     kernel : str
         A registry kernel name: one of ``kernelkit_math.kernel_names()``.
     precision : {"accurate", "fast"}
