@@ -10,6 +10,11 @@ import os
 import numpy as np
 import pytest
 
+if os.environ.get("KERNELKIT_TOLERANCE_REPORT"):  # opt-in: see tests/tolerance_report.py
+    from tests import tolerance_report
+
+    tolerance_report.install(os.environ[tolerance_report.ENV])
+
 #: Tolerances per dtype, passed by keyword: ``np.testing.assert_allclose(a, b, **TOL["float32"])``.
 #: float64: references agree to a few ulps of 1e-16 after O(n) accumulation.
 #: float32: the kernels compute in float64 or with compensated float32; rounding of the output
