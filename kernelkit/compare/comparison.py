@@ -263,8 +263,9 @@ def work_left_running():
     """True while a worker of :func:`_interruptible` is still inside its function (abandoned
     after Ctrl-C): the command line then ends the process at once (``kernelkit.cli.entry``),
     because interpreter shutdown joins OpenBLAS's threads and deadlocks while one of them
-    serves the abandoned SVD (or torch call of a sweep). ``Thread.is_alive`` can not say it: on Python 3.11 a join
-    interrupted by KeyboardInterrupt marks the running thread as stopped (bpo-45274's fix)."""
+    serves the abandoned SVD (or a sweep's torch call). ``Thread.is_alive`` can not say it: on
+    Python 3.11 a join interrupted by KeyboardInterrupt marks the running thread as stopped
+    (bpo-45274's fix)."""
     return any(not done.is_set() for done in list(_UNFINISHED))
 
 
