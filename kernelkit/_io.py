@@ -72,7 +72,7 @@ def _irregular_kind(path):
     return next((kind for is_kind, kind in _FILE_KINDS if is_kind(mode)), "not a file")
 
 
-def load_matrix(path, name="X"):
+def load_matrix(path, name="X", header="auto"):
     """Read a 2-D numeric matrix from a ``.npy`` or ``.csv`` file.
 
     Parameters
@@ -80,9 +80,17 @@ def load_matrix(path, name="X"):
     path : str or os.PathLike
         A ``.npy`` file (any real numeric dtype; pickled object arrays are refused) or a
         comma-separated ``.csv`` file, one sample per line, with an optional first line of
-        non-numeric column names that is skipped. Blank lines are ignored.
+        column names that is skipped (see ``header``). Blank lines are ignored.
     name : str, default="X"
         The argument name used in error messages.
+    header : {"auto", True, False}, default="auto"
+        Whether the first non-blank line of a ``.csv`` file is a header (column names, skipped)
+        or data; not read for ``.npy``. ``"auto"``: a header when one of its fields is not a
+        number (names; the empty first field pandas writes above its index) or when its fields
+        are exactly 0, 1, ..., d - 1 for d >= 2 (pandas' default column names, as
+        ``pd.DataFrame(X).to_csv(path)`` writes them); a single field ``0`` is refused as
+        ambiguous. A header whose first field is empty marks the first column as row labels
+        (the index ``DataFrame.to_csv`` writes by default), which is left out of the matrix.
 
     Returns
     -------
@@ -99,8 +107,9 @@ def load_matrix(path, name="X"):
         ``.npy``, a ``.npy`` header that declares more data than the file holds (truncated or
         corrupt; checked before the array is allocated), a pickled object array, a non-numeric
         dtype, an array that is not 2-D, an empty file, a malformed CSV row (the wrong number
-        of values) or a non-numeric CSV value. The message names ``name``, the file and, for
-        CSV, the line.
+        of values), a non-numeric CSV value, a CSV whose first line is the single field ``0``
+        with ``header="auto"`` (a header or data: pass True or False), or an unknown
+        ``header``. The message names ``name``, the file and, for CSV, the line.
     TypeError
         If ``path`` is not a path.
 
@@ -116,6 +125,8 @@ def load_matrix(path, name="X"):
            [3., 4.]])
     """
     path = _check_path_type(path, name)
+    if not (header is True or header is False or (isinstance(header, str) and header == "auto")):
+        raise ValueError(f"header must be 'auto', True or False; got {header!r}")
     where = f"{name} file {path!r}"
     if not os.path.exists(path):
         raise FileNotFoundError(f"{where} does not exist")
@@ -126,7 +137,7 @@ def load_matrix(path, name="X"):
     if suffix == ".npy":
         arr = _load_npy(path, where)
     elif suffix == ".csv":
-        arr = _load_csv(path, where)
+        arr = _load_csv(path, where, header)
     else:
         raise ValueError(
             f"{where} has unsupported extension {suffix or '(none)'!r}; expected .npy or .csv"
@@ -204,17 +215,33 @@ def _is_number(text):
     return True
 
 
-def _load_csv(path, where):
+def _is_header(fields, header, where, lineno):
+    """Whether the first non-blank CSV line ``fields`` is a header (see :func:`load_matrix`)."""
+    if header != "auto":
+        return header
+    if fields == ["0"]:
+        raise ValueError(
+            f"{where}: the first line (line {lineno}) is the single value 0: pandas' column name "
+            "of a one-column DataFrame, or a data row; say which: header=True or header=False "
+            "(kernelkit gram: --header or --no-header)"
+        )
+    pandas_names = [str(i) for i in range(len(fields))]
+    return not all(_is_number(v) for v in fields) or fields == pandas_names
+
+
+def _load_csv(path, where, header):
     rows = []
     n_cols = None
+    labels = False  # the first column holds row labels (a header with an empty first field)
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             for lineno, fields in enumerate(csv.reader(f), start=1):
                 fields = [v.strip() for v in fields]
                 if not fields or all(v == "" for v in fields):
                     continue  # blank line
-                if n_cols is None and not rows and not any(_is_number(v) for v in fields):
+                if n_cols is None and _is_header(fields, header, where, lineno):
                     n_cols = len(fields)  # header line of column names
+                    labels = n_cols > 1 and fields[0] == ""
                     continue
                 if n_cols is None:
                     n_cols = len(fields)
@@ -224,7 +251,7 @@ def _load_csv(path, where):
                         f"comma-separated values, got {len(fields)}"
                     )
                 row = []
-                for col, v in enumerate(fields, start=1):
+                for col, v in enumerate(fields[labels:], start=1 + labels):
                     try:
                         row.append(float(v))
                     except ValueError:

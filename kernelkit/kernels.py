@@ -543,7 +543,11 @@ class Matern(_LengthScaleKernel):
 
     _registry_name = "matern"
     _param_map = (_ParamMap("length_scale", "length_scale"), _ParamMap("nu", "nu"))
-    _hints = {"nu": "for other values use sklearn.gaussian_process.kernels.Matern"}
+    _hints = {"nu": "kernelkit has the closed forms of these three only (in kernelkit.Matern and "
+                    "in kernelkit's estimators, which convert scikit-learn's Matern to it): pick "
+                    "one, use RBF for nu=inf, or for another nu give scikit-learn's Matern to a "
+                    "scikit-learn estimator such as "
+                    "sklearn.gaussian_process.GaussianProcessRegressor"}
 
     def __init__(self, length_scale=1.0, length_scale_bounds=(1e-5, 1e5), nu=1.5, *,
                  device="auto"):

@@ -197,6 +197,41 @@ def test_sweep_end_to_end(tmp_path, capsys):
     check_svg(tmp_path / "sweep.svg")
 
 
+def test_sweep_of_softmax_alone_reports_the_reference(tmp_path, capsys):
+    code, stdout, err = run_main(
+        ["attention", "sweep", "--method", "softmax", "--lengths", "16", "--dim", 8, "--heads",
+         1, "--repeat", 1, "--device", "cpu", "--no-plot", "--out", tmp_path], capsys)
+    assert code == 0, err
+    assert "| 16 | 1 |" in stdout and "has no 'softmax' rows" not in stdout
+    assert ("No crossover: softmax is the reference of the crossover and the only method "
+            "swept; sweep other methods with it") in stdout
+    assert strict_json(tmp_path / "report.json")["rows"][0]["status"] == "ok"
+
+
+def test_sweep_that_measures_nothing_is_an_error_and_draws_nothing(tmp_path, capsys,
+                                                                  monkeypatch):
+    # softmax skipped at every length by the memory plan: it used to reach matplotlib's "Data
+    # cannot be log-scaled because all values are <= 0."
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("kernelkit_gpu._launch"), "INTERPRET", False)
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    code, _, err = run_main(["attention", "sweep", "--method", "softmax", "--lengths",
+                             "1024,2048", "--dim", 8, "--heads", 1, "--device", "cpu",
+                             "--out", tmp_path / "o"], capsys)
+    assert code == 2
+    *progress, error = err.strip().splitlines()
+    assert progress == [
+        "sweep 1/2: softmax at T = 1024: skipped (needs about 12.2 MiB of memory, 8.0 MiB "
+        "available)",
+        "sweep 2/2: softmax at T = 2048: skipped (needs about 12.2 MiB of memory, 8.0 MiB "
+        "available at T = 1024)"]
+    assert_one_line_error(error, "kernelkit: error: ", (
+        "the sweep measured nothing (no method ran at any length): softmax at T = 1024: needs "
+        "about 12.2 MiB of memory, 8.0 MiB available"))
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("extra, fragments", [
     (["--lengths", "a,b"], ["--lengths 'a,b': expected comma-separated ints"]),
     (["--lengths", "64..8"], ["--lengths '64..8'"]),
@@ -438,7 +473,7 @@ def test_failed_allocations_are_one_line_under_ulimit(tmp_path, argv):
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (4_000_000 * 1024,) * 2)
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1")  # no sweep estimate
     res = subprocess.run([sys.executable, "-c", _NO_PLAN, *argv, "--no-plot", "--device", "cpu",
                           "--out", str(tmp_path / "o")], cwd=ROOT, env=env, preexec_fn=limit,
                          capture_output=True, text=True, timeout=300)
@@ -448,11 +483,15 @@ def test_failed_allocations_are_one_line_under_ulimit(tmp_path, argv):
         note, error = res.stderr.strip().splitlines()
         assert note.startswith("kernelkit: note: this comparison will take about")
         assert_one_line_error(error, "kernelkit: error: ", "out of memory")
-    else:  # the sweep records the length whose inputs did not fit and reports it
-        assert res.returncode == 0, res.stderr
-        rows = strict_json(tmp_path / "o" / "report.json")["rows"]
-        assert [(r["status"], r["note"]) for r in rows] == [
-            ("oom", "the inputs do not fit in memory")]
+    else:  # the sweep's one length did not fit: its progress line, then nothing to report
+        assert res.returncode == 2
+        progress, error = res.stderr.strip().splitlines()
+        assert progress == ("sweep 1/1: elu+1 at T = 3000000: oom (the inputs do not fit in "
+                            "memory)")
+        assert_one_line_error(error, "kernelkit: error: ", "the sweep measured nothing (no "
+                              "method ran at any length): elu+1 at T = 3000000: the inputs do "
+                              "not fit in memory")
+        assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------ long steps: Ctrl-C, note
@@ -464,6 +503,90 @@ def test_compare_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypat
     assert code == 0
     assert ("kernelkit: note: this comparison will take about 10 min on this CPU (2 SVDs of "
             "64 x 64 attention weights); Ctrl-C stops it") in err
+
+
+def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    from kernelkit.compare import sweeps
+
+    # the estimate is of the plain-PyTorch CPU path: 3 calls (warm-up, 1 timed, memory) of
+    # softmax at B·H·T²·D = 16² x 8, priced at 10 min in all
+    monkeypatch.setattr(importlib.import_module("kernelkit_gpu._launch"), "INTERPRET", False)
+    monkeypatch.setattr(sweeps, "CPU_SECONDS", {"quadratic": 600 / (3 * 16**2 * 8),
+                                                "features": 0.0})
+    code, _, err = run_main(["attention", "sweep", "--method", "softmax", "--lengths", "16",
+                             "--dim", 8, "--heads", 1, "--repeat", 1, "--device", "cpu",
+                             "--no-plot", "--out", tmp_path], capsys)
+    assert code == 0, err
+    note, progress = err.strip().splitlines()
+    assert note == ("kernelkit: note: this sweep will take about 10 min on this CPU (shorter "
+                    "--lengths, fewer --heads or a smaller --repeat take less); Ctrl-C stops it "
+                    "and keeps the runs finished before it")
+    assert progress.startswith("sweep 1/1: softmax at T = 16: ")
+
+
+# A sweep whose third run is one long LAPACK call (an SVD of 2048 x 2048, 10 s or more on a
+# 2-core CPU), which never looks at signals, as a long torch call on the CPU does not.
+_SLOW_THIRD_RUN = """\
+import sys
+import numpy as np
+import kernelkit.compare.measurement as m
+real, calls = m.measure, []
+def measure(fn, **kwargs):
+    calls.append(fn)
+    if len(calls) == 3:
+        np.linalg.svd(np.random.default_rng(0).random((2048, 2048)))
+    return real(fn, **kwargs)
+m.measure = measure
+from kernelkit.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_stops_a_sweep_at_once_and_keeps_the_finished_runs(tmp_path):
+    # Progress reaches a pipe as runs finish; SIGINT is sent inside the third run's long call:
+    # the process must end within 5 s with code 130, the two finished runs written.
+    import signal
+    import time
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "sweep.png").write_bytes(b"an earlier run's plot")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_THIRD_RUN, "attention", "sweep", "--method", "softmax",
+         "--method", "elu+1", "--lengths", "16,32", "--dim", "8", "--heads", "1", "--repeat",
+         "1", "--device", "cpu", "--out", str(out)],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # even from a
+    try:                                                                 # background job
+        seen = b""
+        while b"sweep 2/4: " not in seen:
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, seen.decode(errors="replace")
+            seen += chunk
+        time.sleep(1.0)  # inside the third run's SVD
+        proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _, rest = proc.communicate(timeout=120)
+        waited = time.monotonic() - start
+    finally:
+        proc.kill()
+    err = (seen + rest).decode()
+    assert proc.returncode == 130, err
+    assert waited < 5, f"exited {waited:.1f} s after SIGINT"
+    assert err.splitlines()[-2:] == [
+        f"kernelkit: sweep interrupted at softmax, T = 32; the 2 runs finished before it are "
+        f"in report.md, report.json in {out} (no plots)",
+        "kernelkit: interrupted"]
+    report = SweepReport.from_json(out / "report.json")
+    assert [(r["method"], r["T"], r["status"]) for r in report.rows] == [
+        ("softmax", 16, "ok"), ("elu+1", 16, "ok")]
+    assert report.meta["interrupted"] == {"method": "softmax", "T": 32}
+    assert (out / "report.md").read_text(encoding="utf-8") == report.to_markdown()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md"]
 
 
 @pytest.mark.subprocess

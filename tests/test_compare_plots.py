@@ -177,6 +177,26 @@ def test_sweep_crossover_below_range_is_annotated():
     assert [t.get_text() for t in ax_t.texts] == ["elu+1 faster than softmax at every T ≥ 256"]
 
 
+def test_sweep_figure_draws_panels_with_nothing_positive(tmp_path):
+    # no run finished (a report read back from JSON): both panels say so instead of failing
+    # on a log axis with no positive value; a zero peak leaves the memory panel linear too
+    report = sweep_report()
+    for r in report.rows:
+        r.update(status="skipped", time_ms=math.nan, peak_bytes=-1)
+    report.crossover = crossover_lengths(report.rows)
+    ax_t, ax_m = plots._sweep_figure(report).axes
+    assert ax_t.get_yscale() == ax_m.get_yscale() == "linear"
+    assert [t.get_text() for t in ax_t.texts] == ["no method ran: no time to show"]
+    assert [t.get_text() for t in ax_m.texts] == ["no positive peak memory to show"]
+    assert [p.name for p in plot_sweep(report, tmp_path, ["png"])] == ["sweep.png"]
+    check_png(tmp_path / "sweep.png")
+    report.rows[0].update(status="ok", time_ms=1.0, peak_bytes=0)
+    ax_t, ax_m = plots._sweep_figure(report).axes
+    assert (ax_t.get_yscale(), ax_m.get_yscale()) == ("log", "linear")
+    plot_sweep(report, tmp_path, ["svg"])
+    check_svg(tmp_path / "sweep.svg")
+
+
 def test_heatmap_scales():
     report = compare_report(("elu+1", "favor+:16"))
     fig = plots._heatmap_figure(report)

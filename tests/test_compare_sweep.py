@@ -172,6 +172,16 @@ def test_report_markdown_crossover_edge_cases():
     assert "No crossover: the sweep has no 'softmax' rows" in no_base
 
 
+def test_report_of_softmax_alone_says_it_is_the_reference():
+    # softmax alone has rows (its own time and memory) but nothing to cross over with
+    rows = rows_from({"softmax": [1.0, 2.0, 8.0, 32.0]})
+    text = SweepReport(rows=rows, crossover=crossover_lengths(rows)).to_markdown()
+    assert "| 2048 | 1 | 32 |" in text
+    assert ("No crossover: softmax is the reference of the crossover and the only method swept; "
+            "sweep other methods with it (e.g. elu+1, favor+:256)") in text
+    assert "has no 'softmax' rows" not in text
+
+
 # ------------------------------------------------------------------------------ the sweep
 def test_sweep_runs_methods_on_the_cpu():
     report = sweep(["softmax", "elu+1"], [32, 16], heads=1, d=16, device="cpu", repeat=1,
@@ -357,3 +367,98 @@ def test_available_memory_counts_the_address_space_limit():
                          check=True, timeout=60, cwd=root,
                          env=dict(os.environ, PYTHONPATH=str(root))).stdout
     assert 0 < int(out) < 4 * 2**30
+
+
+def test_a_sweep_that_measures_nothing_says_why(monkeypatch):
+    # every method skipped at every length: no report to plot, one error with the reasons
+    launch = importlib.import_module("kernelkit_gpu._launch")
+    monkeypatch.setattr(launch, "INTERPRET", False)  # softmax on its (B, H, T, T) path
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
+    with pytest.raises(ValueError, match=(
+            r"^the sweep measured nothing \(no method ran at any length\): softmax at T = 1024: "
+            r"needs about 12\.2 MiB of memory, 8\.0 MiB available; favor\+:256 at T = 1024: "
+            r"needs about 10\.5 MiB of memory, 8\.0 MiB available$")):
+        sweep(["softmax", "favor+:256"], [1024, 2048], heads=1, d=8, device="cpu",
+              progress=False)
+
+
+def test_progress_is_one_line_per_run_when_stderr_is_not_a_terminal(monkeypatch, capsys):
+    # a pipe or a log file gets a flushed line per finished run (tqdm draws nothing there)
+    monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0, "oom", 2.5]))
+    sweep(["softmax", "elu+1"], [16, 32], heads=1, d=8, device="cpu")
+    assert capsys.readouterr().err.splitlines() == [
+        "sweep 1/4: softmax at T = 16: 1 (1–1) ms, 9.537e-05 MiB peak beyond the inputs",
+        "sweep 2/4: elu+1 at T = 16: oom (out of memory)",
+        "sweep 3/4: softmax at T = 32: 2.5 (2.5–2.5) ms, 9.537e-05 MiB peak beyond the inputs",
+        "sweep 4/4: elu+1 at T = 32: skipped (out of memory at T = 16)",
+    ]
+
+
+def test_ctrl_c_keeps_the_runs_finished_before_it(monkeypatch):
+    # Ctrl-C while the third run is still in its (endless) call: the sweep stops at once with
+    # the two finished runs; the abandoned call is released at the end
+    import _thread
+    import signal
+    import threading
+
+    from kernelkit.compare.sweeps import SweepInterrupted
+
+    release = threading.Event()
+    table = FakeMeasure([1.0, 2.0])
+
+    def measure(fn, **kwargs):
+        if len(table.calls) < 2:
+            return table(fn, **kwargs)
+        _thread.interrupt_main()  # Ctrl-C, as the main thread waits for this call
+        release.wait(60)
+        return table(fn, **kwargs)
+
+    monkeypatch.setattr(MEASURE_MODULE, "measure", measure)
+    # interrupt_main does nothing where SIGINT is ignored (a background job of a shell)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(SweepInterrupted) as info:
+            sweep(["softmax", "elu+1"], [16, 32], heads=1, d=8, device="cpu", progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+    assert isinstance(info.value, KeyboardInterrupt)
+    report = info.value.report
+    assert [(r["method"], r["T"], r["time_ms"]) for r in report.rows] == [
+        ("softmax", 16, 1.0), ("elu+1", 16, 2.0)]
+    assert report.meta["interrupted"] == {"method": "softmax", "T": 32}
+    assert set(report.crossover) == {"elu+1"}
+    text = report.to_markdown()
+    assert "Interrupted (Ctrl-C) at softmax, T = 32: the tables hold the runs finished" in text
+    assert "| 16 | 1 | 1 (1–1) | 2 (2–2) |" in text
+    assert SweepReport.from_json(report.to_json()).meta["interrupted"] == {
+        "method": "softmax", "T": 32}
+
+
+def test_sweep_seconds_counts_the_runs_the_memory_plan_lets_run(monkeypatch):
+    from kernelkit.compare import sweeps
+
+    launch = importlib.import_module("kernelkit_gpu._launch")
+    monkeypatch.setattr(launch, "INTERPRET", False)  # the plain-PyTorch path the model is for
+    memory = importlib.import_module("kernelkit.compare.memory")
+    monkeypatch.setattr(memory, "available_memory", lambda: 2**40)
+    monkeypatch.setattr(sweeps, "CPU_SECONDS", {"quadratic": 1e-9, "features": 1e-8})
+    args = dict(heads=2, d=16, device="cpu", repeat=3)
+    # 5 calls per run (warm-up, 3 timed, memory); softmax B·H·T²·D, elu+1 B·H·T·(M + D)·D
+    softmax = 5 * 1e-9 * 2 * 16 * (256**2 + 512**2)
+    elu = 5 * 1e-8 * 2 * (16 + 16) * 16 * (256 + 512)
+    assert sweeps.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
+        softmax + elu, rel=1e-12)
+    assert sweeps.sweep_seconds(["softmax"], [256], backward=True, **args) == pytest.approx(
+        sweeps.BACKWARD_COST * 5 * 1e-9 * 2 * 16 * 256**2, rel=1e-12)
+    # softmax needs 3 (1, 2, 512, 512) float32 arrays = 6 MiB at T = 512: skipped there
+    monkeypatch.setattr(memory, "available_memory", lambda: 4 * 2**20)
+    assert sweeps.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
+        5 * 1e-9 * 2 * 16 * 256**2 + elu, rel=1e-12)
+    # no estimate under the Triton interpreter; bad arguments as sweep()
+    monkeypatch.setattr(launch, "INTERPRET", True)
+    assert sweeps.sweep_seconds(["softmax"], [256], **args) is None
+    with pytest.raises(ValueError, match="'softmax' more than once"):
+        sweeps.sweep_seconds(["softmax", "softmax"], [256], **args)

@@ -539,8 +539,7 @@ def test_mismatched_features_raise(kernel, X):
                      id="sigmoid-negative-coef0"),
         pytest.param(Matern(nu=1.0), ValueError, "'nu' must be one of 0.5, 1.5, 2.5.*sklearn",
                      id="matern-nu"),
-        pytest.param(Matern(nu=np.inf), ValueError, "sklearn.gaussian_process.kernels.Matern",
-                     id="matern-nu-inf"),
+        pytest.param(Matern(nu=np.inf), ValueError, "use RBF for nu=inf", id="matern-nu-inf"),
         pytest.param(RationalQuadratic(alpha=0.0), ValueError, "'alpha'", id="rq-alpha"),
         pytest.param(Exponential(scale=-1.0), ValueError, "'scale'", id="exponential-scale"),
         pytest.param(RBF(device="gpu"), ValueError, "device must be one of", id="device-unknown"),
@@ -554,6 +553,29 @@ def test_bad_parameters_raise_at_call_time(kernel, error, match, X):
     if error is ValueError and "device" not in match:
         with pytest.raises(error, match=match):
             kernel(X, eval_gradient=True)
+
+
+MATERN_NU = (
+    "Matern: parameter 'nu' must be one of 0.5, 1.5, 2.5; got 0.7; kernelkit has the closed "
+    "forms of these three only (in kernelkit.Matern and in kernelkit's estimators, which convert "
+    "scikit-learn's Matern to it): pick one, use RBF for nu=inf, or for another nu give "
+    "scikit-learn's Matern to a scikit-learn estimator such as "
+    "sklearn.gaussian_process.GaussianProcessRegressor")
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: Matern(nu=0.7), id="kernelkit-Matern"),
+    # scikit-learn's own Matern, which the message used to tell this user to use instead
+    pytest.param(lambda: sk.Matern(nu=0.7), id="sklearn-Matern-in-kernelkit-GP"),
+])
+def test_matern_nu_message_says_what_to_do(make, X):
+    import re
+
+    from kernelkit import GaussianProcessRegressor
+
+    y = X[:, 0]
+    with pytest.raises(ValueError, match="^" + re.escape(MATERN_NU) + "$"):
+        GaussianProcessRegressor(kernel=make()).fit(X, y)
 
 
 def test_negative_coef0_without_fixed_bounds_has_no_theta():

@@ -88,18 +88,26 @@ marked); files of these names left by an earlier run are removed first.
 
 timings: each cell is the median of --repeat calls with their min-max range; a crossover
 where the method's and softmax's ranges overlap is marked noisy (busy machines swap the order
-between runs: repeat the sweep, or raise --repeat). Memory is planned first: lengths whose
-inputs do not fit are refused before anything is drawn, and a method that would not fit at a
-length is skipped there with the reason.
+between runs: repeat the sweep, or raise --repeat). softmax is the reference of the
+crossover: sweep it with other methods. Memory is planned first: lengths whose inputs do not
+fit are refused before anything is drawn, and a method that would not fit at a length is
+skipped there with the reason; a sweep in which nothing ran is an error that gives the reasons.
+
+time and Ctrl-C: softmax on the CPU is O(T^2) in plain PyTorch: a CPU sweep estimated to take
+more than a minute says so first. Progress goes to stderr: a bar on a terminal, one line per
+finished method and length when stderr is a pipe or a file. Ctrl-C stops the sweep at once:
+the runs finished before it are written to report.md and report.json (no plots), exit code 130.
 
 examples:
+  kernelkit attention sweep --method softmax --method elu+1 --out sweep/   # CPU: T = 128..2048
   kernelkit attention sweep --method softmax --method elu+1 --lengths 512..65536 --out sweep/
+                                       (sized for a GPU: on a CPU it takes many minutes)
   kernelkit attention sweep --method softmax --method favor+:128 --backward --tokens 65536 \\
       --dim 128 --heads 16 --out sweep-bwd/"""
 
 
 # ------------------------------------------------------------------------------------ parser
-def _add_output_options(p):
+def _add_output_options(p, progress_help):
     p.add_argument("--out", required=True, metavar="DIR",
                    help="directory for report.md, report.json and the plots (created with its "
                         "parents if missing; the files an earlier run wrote there are replaced "
@@ -108,7 +116,7 @@ def _add_output_options(p):
                    help="plot format (repeatable; default: png and svg)")
     p.add_argument("--no-plot", action="store_true", help="write the reports without plots")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar on stderr (default: when stderr is a terminal)")
+                   help=progress_help)
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
                    help="where the methods run and are timed (default: auto, the GPU if present)")
 
@@ -163,7 +171,7 @@ def add_attention_parser(subparsers, formatter_class):
                    help="batch and head shown in the heatmaps (default 0,0)")
     c.add_argument("--no-measure", action="store_true",
                    help="skip the time and peak-memory measurements")
-    _add_output_options(c)
+    _add_output_options(c, "show a progress bar on stderr (default: when stderr is a terminal)")
 
     s = sub.add_parser(
         "sweep", formatter_class=fmt, epilog=_SWEEP_EPILOG,
@@ -194,7 +202,9 @@ def add_attention_parser(subparsers, formatter_class):
     s.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed calls per measurement, after a warm-up (default 5)")
     s.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
-    _add_output_options(s)
+    _add_output_options(s, "show a progress bar on stderr; --no-progress: nothing (default: the "
+                           "bar when stderr is a terminal, otherwise one line per finished "
+                           "method and length)")
     return att
 
 
@@ -251,8 +261,9 @@ def _check_out(path):
         raise ValueError(f"--out {path!r} exists and is not a directory")
 
 
-def _write_outputs(report, args):
-    """Write the reports and plots into --out; remove the files of an earlier run first.
+def _write_outputs(report, args, plots=True):
+    """Write the reports (and, with ``plots`` and without --no-plot, the plots) into --out;
+    remove the files of an earlier run first.
 
     Returns (files written, names of earlier files removed and not written again)."""
     from kernelkit._io import write_text_atomic
@@ -271,7 +282,7 @@ def _write_outputs(report, args):
         written.append(report.save_heatmaps(out / "heatmaps.npz"))
     else:
         report.to_json(out / "report.json")
-    if not args.no_plot:
+    if plots and not args.no_plot:
         written += report.plot(out, formats=tuple(args.formats or ("png", "svg")))
     removed = sorted({p.name for p in earlier} - {Path(p).name for p in written})
     return written, removed
@@ -283,10 +294,40 @@ def _out_of_memory(exc):
                       "smaller batch")
 
 
+def _note_long_run(seconds, what, detail, stop):
+    """Say on stderr, before it starts, that a run estimated at ``seconds`` takes more than
+    :data:`_SLOW_SECONDS` (None: no estimate)."""
+    if seconds is not None and seconds > _SLOW_SECONDS:
+        print(f"kernelkit: note: this {what} will take about {seconds / 60:.0f} min on this CPU "
+              f"({detail}); {stop}", file=sys.stderr, flush=True)
+
+
+def _keep_interrupted(report, args):
+    """Write the runs an interrupted sweep finished into --out (the reports, no plots), and say
+    so on stderr."""
+    stopped = report.meta["interrupted"]
+    at = (f"T = {stopped['T']}" if stopped["method"] is None else
+          f"{stopped['method']}, T = {stopped['T']}")
+    if not report.rows:
+        print(f"kernelkit: sweep interrupted at {at}, before any run finished; nothing written",
+              file=sys.stderr, flush=True)
+        return
+    try:
+        written, _ = _write_outputs(report, args, plots=False)
+    except OSError as exc:
+        print(f"kernelkit: sweep interrupted at {at}; the runs finished before it could not be "
+              f"written: {exc}", file=sys.stderr, flush=True)
+        return
+    print(f"kernelkit: sweep interrupted at {at}; the {len(report.rows)} runs finished before "
+          f"it are in {', '.join(p.name for p in written)} in {args.out} (no plots)",
+          file=sys.stderr, flush=True)
+
+
 def _run(args, build):
     """Build the report, write it, print it; user errors and failed allocations become one-line
-    CLI errors."""
+    CLI errors. An interrupted sweep keeps the runs it finished, then Ctrl-C goes on up."""
     from kernelkit.compare.memory import is_out_of_memory
+    from kernelkit.compare.sweeps import SweepInterrupted
 
     t0 = time.perf_counter()
     try:
@@ -297,6 +338,9 @@ def _run(args, build):
             require_matplotlib()
         report = build(args)
         written, removed = _write_outputs(report, args)
+    except SweepInterrupted as exc:
+        _keep_interrupted(exc.report, args)
+        raise
     except ImportError as exc:  # matplotlib missing
         raise _cli_error(f"{exc} (or pass --no-plot)") from None
     except (OSError, ValueError, TypeError) as exc:
@@ -341,11 +385,8 @@ def _compare_report(args):
         sizes = (B, H, T, T, D, D)  # checked before the synthetic inputs are drawn
     if sizes is not None:
         check_memory(*sizes)
-        seconds = context_seconds(*sizes[:4])
-        if seconds > _SLOW_SECONDS:
-            print(f"kernelkit: note: this comparison will take about {seconds / 60:.0f} min on "
-                  f"this CPU ({B * H} SVDs of {T} x {sizes[3]} attention weights); Ctrl-C "
-                  "stops it", file=sys.stderr, flush=True)
+        _note_long_run(context_seconds(*sizes[:4]), "comparison",
+                       f"{B * H} SVDs of {T} x {sizes[3]} attention weights", "Ctrl-C stops it")
     if args.qkv is not None:
         q, k, v = load_qkv(args.qkv)
     else:
@@ -358,16 +399,19 @@ def _compare_report(args):
 
 
 def _sweep_report(args):
-    from kernelkit.compare.sweeps import sweep
+    from kernelkit.compare.sweeps import sweep, sweep_seconds
 
     kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
     lengths = None if args.lengths is None else parse_lengths(args.lengths)
     for name in ("dim", "heads", "batch", "tokens", "repeat"):
         _check_count(getattr(args, name), f"--{name}")
-    return sweep(**kwargs, lengths=lengths, batch=args.batch, heads=args.heads, d=args.dim,
-                 is_causal=args.causal, backward=args.backward, dtype=args.dtype,
-                 device=args.device, tokens=args.tokens, repeat=args.repeat,
-                 progress=args.progress, seed=args.seed)
+    sizes = dict(**kwargs, lengths=lengths, batch=args.batch, heads=args.heads, d=args.dim,
+                 backward=args.backward, dtype=args.dtype, device=args.device,
+                 tokens=args.tokens, repeat=args.repeat)
+    _note_long_run(sweep_seconds(**sizes), "sweep",
+                   "shorter --lengths, fewer --heads or a smaller --repeat take less",
+                   "Ctrl-C stops it and keeps the runs finished before it")
+    return sweep(**sizes, is_causal=args.causal, progress=args.progress, seed=args.seed)
 
 
 def cmd_attention(args):

@@ -45,7 +45,16 @@ kernels and parameters (--param NAME=VALUE, repeatable; scikit-learn names; defa
 
 input files:
   .npy  a 2-D numeric array saved with numpy.save (pickled object arrays are refused)
-  .csv  comma-separated numbers, one sample per line; an optional header line is skipped
+  .csv  comma-separated numbers, one sample per line, with an optional header line (see
+        --header); as pandas writes it: pd.DataFrame(X).to_csv("X.csv"), with or without
+        index=False
+
+CSV header (--header / --no-header; default: detected): the first line is read as column
+names when one of its fields is not a number, or when it is exactly 0,1,...,d-1 (pandas'
+default names); otherwise it is data. A header with an empty first field (pandas' index
+column) marks the first column as row labels, left out. A first line that is the single value
+0 is refused as ambiguous. --no-header reads every line as data (a first row 0,1,2 included);
+--header skips the first line whatever it holds.
 
 Input files must be regular files (not a FIFO or a device).
 
@@ -82,6 +91,11 @@ def add_gram_parser(sub, fmt):
     g.add_argument(
         "--y", dest="Y", metavar="Y", default=None,
         help="second data file (.npy or .csv) with the same number of features; default: X",
+    )
+    g.add_argument(
+        "--header", action=argparse.BooleanOptionalAction, default=None,
+        help="the first line of a .csv file is a header (--header) or data (--no-header); "
+             "default: detected, see below",
     )
     g.add_argument("--kernel", default="rbf", help="kernel name (default: rbf); see below")
     g.add_argument(
@@ -175,8 +189,9 @@ def _gram_job(args, quiet=False):
         inputs = [("X", args.X)] + ([] if args.Y is None else [("--y", args.Y)])
         check_npy_path(args.out, "--out", inputs=inputs)  # fail before reading large inputs
         try:
-            X = load_matrix(args.X, "X")
-            Y = None if args.Y is None else load_matrix(args.Y, "Y")
+            header = "auto" if args.header is None else args.header
+            X = load_matrix(args.X, "X", header=header)
+            Y = None if args.Y is None else load_matrix(args.Y, "Y", header=header)
         except MemoryError:
             raise CLIError("out of memory reading the input files: the data do not fit in "
                            "memory") from None

@@ -263,15 +263,17 @@ def work_left_running():
     """True while a worker of :func:`_interruptible` is still inside its function (abandoned
     after Ctrl-C): the command line then ends the process at once (``kernelkit.cli.entry``),
     because interpreter shutdown joins OpenBLAS's threads and deadlocks while one of them
-    serves the abandoned SVD. ``Thread.is_alive`` can not say it: on Python 3.11 a join
-    interrupted by KeyboardInterrupt marks the running thread as stopped (bpo-45274's fix)."""
+    serves the abandoned SVD (or a sweep's torch call). ``Thread.is_alive`` can not say it: on
+    Python 3.11 a join interrupted by KeyboardInterrupt marks the running thread as stopped
+    (bpo-45274's fix)."""
     return any(not done.is_set() for done in list(_UNFINISHED))
 
 
 def _interruptible(fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` in a worker thread, waited for in steps of 0.1 s: LAPACK never
-    looks at signals, so a long SVD in the main thread would hold Ctrl-C until it ends; here
-    KeyboardInterrupt reaches the main thread at once (the daemon worker is abandoned)."""
+    """``fn(*args, **kwargs)`` in a worker thread, waited for in steps of 0.1 s: LAPACK and
+    torch's kernels never look at signals, so a long SVD (or a sweep's long torch call) in the
+    main thread would hold Ctrl-C until it ends; here KeyboardInterrupt reaches the main thread
+    at once (the daemon worker is abandoned)."""
     box, done = {}, threading.Event()
 
     def work():
@@ -283,7 +285,7 @@ def _interruptible(fn, *args, **kwargs):
             done.set()
 
     _UNFINISHED.add(done)
-    threading.Thread(target=work, name="kernelkit-compare-svd", daemon=True).start()
+    threading.Thread(target=work, name="kernelkit-compare-worker", daemon=True).start()
     while not done.wait(0.1):
         pass
     _UNFINISHED.discard(done)

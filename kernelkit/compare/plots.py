@@ -286,6 +286,7 @@ def _sweep_figure(report):
     ax_t, ax_m = fig.subplots(1, 2)
     methods = report.methods()
     colors = _colors(len(methods))
+    drawn = {ax_t: False, ax_m: False}  # whether a panel shows any positive value
     for color, (spec, label) in zip(colors, methods):
         rows = sorted((r for r in report.rows if r["method"] == spec), key=lambda r: r["T"])
         ok = [r for r in rows if r["status"] == "ok"]
@@ -295,6 +296,7 @@ def _sweep_figure(report):
                            (ax_m, [r["peak_bytes"] / _MIB for r in ok])):
             xs, ys = _positive([r["T"] for r in ok], values)
             ax.plot(xs, ys, marker="o", color=color, label=name)
+            drawn[ax] |= bool(xs)
         spread = [r for r in ok if np.isfinite(r.get("time_min_ms", np.nan))
                   and r["time_min_ms"] > 0]
         if spread:  # the min-max range of the repeats
@@ -320,12 +322,18 @@ def _sweep_figure(report):
         f"{m.get('dtype', '?')}, {batch}, H = {m.get('heads', '?')}, D = {m.get('d', '?')} "
         f"on {m.get('device_name', m.get('device', '?'))}"
     )
-    for ax, ylabel, title in (
-        (ax_t, "time per call (ms, median; shaded: min-max)", "Time vs sequence length"),
-        (ax_m, "peak memory beyond the inputs (MiB)", "Peak memory vs sequence length"),
+    for ax, ylabel, title, nothing in (
+        (ax_t, "time per call (ms, median; shaded: min-max)", "Time vs sequence length",
+         "no method ran: no time to show"),
+        (ax_m, "peak memory beyond the inputs (MiB)", "Peak memory vs sequence length",
+         "no positive peak memory to show"),
     ):
         _log2_axis(ax)
-        ax.set_yscale("log")
+        if drawn[ax]:  # a log axis with no positive value cannot be drawn
+            ax.set_yscale("log")
+        else:
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, nothing, ha="center", transform=ax.transAxes)
         ax.set_xlabel("sequence length T (tokens)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)

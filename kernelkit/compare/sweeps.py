@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,8 @@ from kernelkit.compare import memory
 from kernelkit.compare.report import _encode
 from kernelkit_math.attention import resolve_is_causal
 
-__all__ = ["sweep", "SweepReport", "crossover_lengths", "DTYPES"]
+__all__ = ["sweep", "sweep_seconds", "SweepReport", "SweepInterrupted", "crossover_lengths",
+           "DTYPES"]
 
 #: dtypes a sweep can run in.
 DTYPES = ("float32", "float16", "bfloat16")
@@ -43,6 +45,15 @@ QUADRATIC_ARRAYS = {"softmax": 3, "kernel": 5, "local": 4}
 #: measure() on the CPU gave 3.0-9.0 for elu+1, favor+:128, taylor2 and nystrom:32 at D = 16
 #: and 64, T = 1024 and 4096, causal or not, forward or forward + backward.
 LINEAR_ARRAYS = 10
+#: Seconds of one forward call on the plain-PyTorch CPU path, for :func:`sweep_seconds`, per
+#: B·H·T²·D for the methods of :data:`QUADRATIC_ARRAYS` and per B·H·T·(M + D)·D for a method
+#: with M features (or landmarks). A 2-core CPU shared with other jobs (H = 8, D = 64, T = 1024
+#: to 4096, causal) took 2.1e-10 to 6.6e-10 for softmax and 7.7e-10 to 1.5e-9 for kernel:rbf;
+#: 0.9e-9 (taylor2) to 6.7e-9 (elu+1) per feature unit, nystrom:64 up to 10 times more.
+CPU_SECONDS = {"quadratic": 6e-10, "features": 5e-9}
+#: Forward + backward over forward alone: 3.5 for softmax on that CPU, 0.8 to 2.3 for the
+#: feature maps.
+BACKWARD_COST = 3
 
 
 # -------------------------------------------------------------------------------- crossover
@@ -221,6 +232,10 @@ class SweepReport:
 
     def _crossover_lines(self):
         if not self.crossover:
+            if [spec for spec, _ in self.methods()] == [BASELINE]:
+                return [f"No crossover: {BASELINE} is the reference of the crossover and the "
+                        "only method swept; sweep other methods with it (e.g. elu+1, "
+                        "favor+:256) to get the length from which each is faster."]
             return [f"No crossover: the sweep has no {BASELINE!r} rows to compare with."]
         labels = dict(self.methods())
         lengths = sorted({r["T"] for r in self.rows})
@@ -252,7 +267,15 @@ class SweepReport:
             f"{'causal' if m.get('causal') else 'non-causal'}, {pass_}; "
             f"median (min–max) of {m.get('repeat', '?')} runs."
         )
-        lines = ["## Attention sweep", "", setup, "", "### Time (median, min–max)", ""]
+        lines = ["## Attention sweep", "", setup, ""]
+        stopped = m.get("interrupted")
+        if stopped:
+            at = f"T = {stopped['T']}"
+            if stopped["method"] is not None:
+                at = f"{dict(self.methods()).get(stopped['method'], stopped['method'])}, {at}"
+            lines += [f"Interrupted (Ctrl-C) at {at}: the tables hold the runs finished "
+                      "before it.", ""]
+        lines += ["### Time (median, min–max)", ""]
         lines += self._table("time", "ms")
         lines += ["", "### Peak memory (beyond the inputs)", ""]
         lines += self._table("memory", "MiB")
@@ -358,6 +381,110 @@ def _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available):
             )
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """A sweep's checked settings: parsed methods, ``{T: batch}``, and the rest as given."""
+
+    methods: list
+    batches: dict
+    heads: int
+    d: int
+    backward: bool
+    dtype: str
+    where: str
+
+    def needed_bytes(self, method, T, triton):
+        """Bytes a method needs at length T: its inputs and its working memory."""
+        B = self.batches[T]
+        return (_input_bytes(B, self.heads, T, self.d, self.dtype, self.backward)
+                + _method_bytes(method, B, self.heads, T, self.d, triton, self.backward))
+
+
+def _setup(methods, lengths, batch, heads, d, backward, dtype, device, tokens, repeat):
+    """Check the settings :func:`sweep` and :func:`sweep_seconds` share, and that the inputs of
+    every length fit; return them resolved, before torch is imported."""
+    from kernelkit._device import resolve_device
+
+    for name, value in (("heads", heads), ("d", d), ("batch", batch), ("repeat", repeat)):
+        _check_int(value, name)
+    if not isinstance(backward, bool):
+        raise TypeError(f"backward must be True or False; got {backward!r}")
+    if tokens is not None:
+        _check_int(tokens, "tokens")
+        if batch != 1:
+            raise ValueError(f"give tokens or batch, not both; got tokens={tokens}, batch={batch}")
+    where = resolve_device(device)
+    lengths = _check_lengths(GPU_LENGTHS if lengths is None and where == "cuda" else
+                             CPU_LENGTHS if lengths is None else lengths)
+    if tokens is not None and tokens < lengths[-1]:
+        raise ValueError(f"tokens={tokens} is less than one sequence of the longest length "
+                         f"T = {lengths[-1]} (batch = tokens // T would be 0); give tokens >= "
+                         f"{lengths[-1]}")
+    if dtype is None:
+        dtype = "bfloat16" if where == "cuda" else "float32"
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+    parsed = _parse_methods(methods, d)
+    batches = {T: tokens // T if tokens is not None else batch for T in lengths}
+    available = _available(where)
+    if available is not None:
+        _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available)
+    return _Setup(parsed, batches, heads, d, backward, dtype, where)
+
+
+def _call_seconds(method, B, heads, T, d, backward):
+    """Rough seconds of one call on the plain-PyTorch CPU path (:data:`CPU_SECONDS`)."""
+    if method.family.partition(":")[0] in QUADRATIC_ARRAYS:
+        seconds = CPU_SECONDS["quadratic"] * B * heads * T * T * d
+    else:
+        seconds = CPU_SECONDS["features"] * B * heads * T * (method.n_features + d) * d
+    return seconds * (BACKWARD_COST if backward else 1)
+
+
+def sweep_seconds(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
+                  backward=False, dtype=None, device="auto", tokens=None, repeat=5):
+    """Rough seconds :func:`sweep` takes with these arguments on a CPU, to warn before a long run.
+
+    Each (method, length) that the memory plan lets run costs ``repeat + 2`` calls (the
+    warm-up, the timed calls, the memory measurement) of :data:`CPU_SECONDS` per unit of work;
+    a method is counted up to the first length whose memory would not fit, as :func:`sweep`
+    skips it from there.
+
+    Parameters
+    ----------
+    methods, lengths, batch, heads, d, backward, dtype, device, tokens, repeat
+        As :func:`sweep`.
+
+    Returns
+    -------
+    float or None
+        Seconds on the plain-PyTorch CPU path; None where that path does not run: on a GPU (the
+        Triton kernels) and under the Triton interpreter (``TRITON_INTERPRET=1``, far slower).
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`sweep`, for the same arguments.
+    """
+    setup = _setup(methods, lengths, batch, heads, d, backward, dtype, device, tokens, repeat)
+    if setup.where != "cpu":
+        return None
+    import torch
+
+    from kernelkit._attention_ops import use_triton
+
+    if use_triton(torch.empty(0, dtype=getattr(torch, setup.dtype))):
+        return None
+    available = _available("cpu")
+    total = 0.0
+    for method in setup.methods:
+        for T, B in setup.batches.items():
+            if available is not None and setup.needed_bytes(method, T, False) > available:
+                break  # skipped at this length and every longer one
+            total += (repeat + 2) * _call_seconds(method, B, heads, T, d, backward)
+    return total
+
+
 def _inputs(batch, heads, T, d, dtype, device, seed, backward):
     """Standard-normal q, k, v (scores q·k / sqrt(D) of unit spread) and an output gradient."""
     import torch
@@ -383,6 +510,41 @@ def _runner(method, tensors, causal, seed, backward):
     return forward_backward
 
 
+def _row_line(row, done, total):
+    """One finished (method, length) as a line of progress for a log or a pipe."""
+    if row["status"] == "ok":
+        result = (f"{_cell(row, 'time')} ms, {_cell(row, 'memory')} MiB peak beyond the "
+                  "inputs")
+    else:
+        result = f"{row['status']} ({row['note']})"
+    return f"sweep {done}/{total}: {row['label']} at T = {row['T']}: {result}"
+
+
+def _nothing_measured(rows):
+    """The ValueError of a sweep in which no method ran at any length: each method's reason."""
+    first = {}
+    for r in rows:
+        first.setdefault(r["method"], r)
+    reasons = "; ".join(f"{r['label']} at T = {r['T']}: {r['note']}" for r in first.values())
+    return ValueError(f"the sweep measured nothing (no method ran at any length): {reasons}")
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`sweep`: a KeyboardInterrupt that keeps what was measured before it.
+
+    Attributes
+    ----------
+    report : SweepReport
+        The rows finished before the interrupt (possibly none), their crossovers, and the
+        settings; ``report.meta["interrupted"]`` is ``{"method": spec or None, "T": T}``, the
+        step that was running.
+    """
+
+    def __init__(self, report):
+        super().__init__("sweep interrupted")
+        self.report = report
+
+
 def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64, is_causal=True,
           backward=False, dtype=None, device="auto", tokens=None, repeat=5, progress=None, seed=0,
           causal=None):
@@ -395,15 +557,21 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     host memory, :func:`kernelkit.compare.memory.available_memory`, or free GPU memory): a
     sweep whose inputs at some length do not fit is refused before anything is drawn, and a
     method whose working memory would not fit (:data:`QUADRATIC_ARRAYS`,
-    :data:`LINEAR_ARRAYS`) is ``"skipped"`` there with the reason. A method that still runs out of memory gets status ``"oom"``; both are
-    ``"skipped"`` at longer lengths. One that cannot run the setup (a ValueError or
-    NotImplementedError, e.g. no backward) is ``"skipped"`` with the reason.
+    :data:`LINEAR_ARRAYS`) is ``"skipped"`` there with the reason. A method that still runs out
+    of memory gets status ``"oom"``; both are ``"skipped"`` at longer lengths. One that cannot
+    run the setup (a ValueError or NotImplementedError, e.g. no backward) is ``"skipped"`` with
+    the reason. :func:`sweep_seconds` estimates how long a sweep takes on a CPU.
+
+    Each measurement runs in a worker thread that the calling thread waits for, so Ctrl-C
+    stops the sweep at once even inside a long torch call (which never looks at signals):
+    :class:`SweepInterrupted` (a KeyboardInterrupt) is raised with the rows finished so far,
+    and the abandoned worker finishes its call in the background.
 
     Parameters
     ----------
     methods : sequence of method specs, default=("softmax", "elu+1")
-        Anything :func:`kernelkit.compare.methods.parse_method` accepts. Include ``"softmax"``
-        to get crossover lengths.
+        Anything :func:`kernelkit.compare.methods.parse_method` accepts. softmax is the
+        reference of the crossovers: include it with other methods to get crossover lengths.
     lengths : sequence of int or None, default=None
         Sequence lengths T = S. None means 512, 1024, ..., 65536 on a GPU and
         128, 256, ..., 2048 on the CPU.
@@ -426,8 +594,9 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     repeat : int, default=5
         Timed calls per measurement (after one warm-up call).
     progress : bool or None, default=None
-        A tqdm progress bar on stderr, one step per (length, method); None shows it only when
-        stderr is a terminal.
+        True: a tqdm progress bar on stderr, one step per (length, method). False: nothing.
+        None: the bar when stderr is a terminal, otherwise one line per finished (length,
+        method) on stderr, flushed at once (so a log or a pipe shows how far the sweep is).
     seed : int, default=0
         Seed of the inputs and of random feature maps.
 
@@ -440,9 +609,12 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     ValueError
         For an unknown method or dtype, bad sizes, repeated methods or lengths, both
         ``tokens`` and ``batch``, ``tokens`` below the longest length, ``device="cuda"``
-        without a GPU, or inputs that do not fit in the available memory at some length.
+        without a GPU, inputs that do not fit in the available memory at some length, or a
+        sweep in which no method ran at any length (the message gives each method's reason).
     TypeError
         For sizes that are not integers, or flags that are not bools.
+    SweepInterrupted
+        On Ctrl-C (KeyboardInterrupt), with the report of the rows finished before it.
 
     Examples
     --------
@@ -454,52 +626,42 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     ['elu+1']
     """
     causal = resolve_is_causal(is_causal, causal, "sweep")
-    from kernelkit._device import resolve_device
-
-    for name, value in (("heads", heads), ("d", d), ("batch", batch), ("repeat", repeat)):
-        _check_int(value, name)
     _check_int(seed, "seed", minimum=0)
-    for name, value in (("is_causal", causal), ("backward", backward)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False; got {value!r}")
-    if tokens is not None:
-        _check_int(tokens, "tokens")
-        if batch != 1:
-            raise ValueError(f"give tokens or batch, not both; got tokens={tokens}, batch={batch}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"is_causal must be True or False; got {causal!r}")
     if progress is not None and not isinstance(progress, bool):
         raise TypeError(f"progress must be True, False or None; got {progress!r}")
-    where = resolve_device(device)
-    lengths = _check_lengths(GPU_LENGTHS if lengths is None and where == "cuda" else
-                             CPU_LENGTHS if lengths is None else lengths)
-    if tokens is not None and tokens < lengths[-1]:
-        raise ValueError(f"tokens={tokens} is less than one sequence of the longest length "
-                         f"T = {lengths[-1]} (batch = tokens // T would be 0); give tokens >= "
-                         f"{lengths[-1]}")
-    if dtype is None:
-        dtype = "bfloat16" if where == "cuda" else "float32"
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    parsed = _parse_methods(methods, d)
-    batches = {T: tokens // T if tokens is not None else batch for T in lengths}
-    available = _available(where)
-    if available is not None:
-        _check_inputs_fit(batches, heads, d, dtype, backward, tokens, available)
+    setup = _setup(methods, lengths, batch, heads, d, backward, dtype, device, tokens, repeat)
+    parsed, where = setup.methods, setup.where
 
     import torch
     from tqdm import tqdm
 
     from kernelkit._attention_ops import use_triton
-    from kernelkit.compare.comparison import _versions
+    from kernelkit.compare.comparison import _interruptible, _versions
     from kernelkit.compare.measurement import measure
 
-    torch_dtype = getattr(torch, dtype)
+    torch_dtype = getattr(torch, setup.dtype)
+    triton = use_triton(torch.empty(0, dtype=torch_dtype, device=where))
     available = _available(where)  # again: importing torch took address space
-    rows, failed = [], {}
-    bar = tqdm(total=len(lengths) * len(parsed), desc="sweep", unit="run",
-               disable=(None if progress is None else not progress), leave=False)
+    meta = {
+        "methods": [m.spec for m in parsed], "lengths": list(setup.batches), "batch": batch,
+        "tokens": tokens, "heads": heads, "d": d, "causal": causal, "backward": backward,
+        "dtype": setup.dtype, "device": where, "device_name": _device_name(where),
+        "repeat": repeat, "seed": seed,
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "versions": _versions(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "interrupted": None,
+    }
+    total = len(setup.batches) * len(parsed)
+    terminal = callable(getattr(sys.stderr, "isatty", None)) and sys.stderr.isatty()
+    lines = progress is None and not terminal
+    bar = tqdm(total=total, desc="sweep", unit="run", leave=False,
+               disable=not (terminal if progress is None else progress))
+    rows, failed, step = [], {}, None
     try:
-        for T, B in batches.items():
-            inputs = _input_bytes(B, heads, T, d, dtype, backward)
+        for T, B in setup.batches.items():
+            step = {"method": None, "T": T}
             try:
                 tensors = _inputs(B, heads, T, d, torch_dtype, where, seed, backward)
             except Exception as exc:  # noqa: BLE001 - only failed allocations are absorbed
@@ -507,12 +669,12 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                     raise
                 tensors = None
             for method in parsed:
+                step = {"method": method.spec, "T": T}
                 bar.set_postfix_str(f"{method.label} T={T}")
                 row = dict(method=method.spec, label=method.label, T=T, batch=B,
                            time_ms=math.nan, time_min_ms=math.nan, time_max_ms=math.nan,
                            peak_bytes=-1, status="ok", note="")
-                needed = None if tensors is None else inputs + _method_bytes(
-                    method, B, heads, T, d, use_triton(tensors[0]), backward)
+                needed = setup.needed_bytes(method, T, triton)
                 if tensors is None:
                     row.update(status="oom", note="the inputs do not fit in memory")
                 elif method.spec in failed:
@@ -525,7 +687,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                 else:
                     try:
                         fn = _runner(method, tensors, causal, seed, backward)
-                        got = measure(fn, device=where, warmup=1, repeat=repeat)
+                        got = _interruptible(measure, fn, device=where, warmup=1,
+                                             repeat=repeat)
                     except (ValueError, NotImplementedError) as exc:
                         row.update(status="skipped", note=f"{type(exc).__name__}: {exc}")
                         failed[method.spec] = row["note"]
@@ -541,14 +704,15 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
                             failed[method.spec] = f"out of memory at T = {T}"
                 rows.append(row)
                 bar.update(1)
+                if lines:
+                    print(_row_line(row, len(rows), total), file=sys.stderr, flush=True)
             del tensors
+    except KeyboardInterrupt:
+        meta["interrupted"] = step
+        raise SweepInterrupted(SweepReport(rows=rows, crossover=crossover_lengths(rows),
+                                           meta=meta)) from None
     finally:
         bar.close()
-    meta = {
-        "methods": [m.spec for m in parsed], "lengths": lengths, "batch": batch, "tokens": tokens,
-        "heads": heads, "d": d, "causal": causal, "backward": backward,
-        "dtype": dtype, "device": where, "device_name": _device_name(where), "repeat": repeat,
-        "seed": seed, "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
-        "versions": _versions(), "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    if not any(r["status"] == "ok" for r in rows):
+        raise _nothing_measured(rows)
     return SweepReport(rows=rows, crossover=crossover_lengths(rows), meta=meta)
