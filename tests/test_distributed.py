@@ -28,8 +28,6 @@ from kernelkit_math import get_kernel
 from tests.conftest import TOL
 from tests.distributed_worker import gp_fits, inputs, ridge
 
-pytestmark = pytest.mark.subprocess
-
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
 #: Seconds a whole spawn may take (the workers' own collective timeout is 30 s).
@@ -134,6 +132,65 @@ def _check_matvec(out, kernel, x, y, v, **params):
 @pytest.fixture(scope="module")
 def data():
     return inputs()
+
+
+# ------------------------------------------------------------ the digest of the arguments
+def _checksum_reference(data):
+    """kernelkit_gpu.distributed's checksum of ``data`` (bytes) in Python integers: word i
+    (8 bytes, little-endian, zero-padded) XOR i * golden, SplitMix64's finaliser, the sum
+    modulo 2**64 (little-endian bytes)."""
+    data += bytes(-len(data) % 8)
+    total, mod = 0, 2**64
+    for i in range(len(data) // 8):
+        z = int.from_bytes(data[8 * i:8 * i + 8], "little") ^ (i * 0x9E3779B97F4A7C15 % mod)
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % mod
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB % mod
+        total = (total + (z ^ (z >> 31))) % mod
+    return total.to_bytes(8, "little")
+
+
+def test_checksum_is_the_same_on_every_device(device, monkeypatch):
+    """Exact 64-bit integer arithmetic on the device (wrapping products, logical shifts), in
+    any number of steps: the Python-integer value."""
+    import torch
+
+    from kernelkit_gpu import distributed as D
+
+    rng = np.random.default_rng(3)
+    for n_bytes in (0, 5, 8, 8 * 13 + 3):  # empty, one padded word, several steps
+        data = rng.integers(0, 256, size=n_bytes, dtype=np.uint8)
+        want = _checksum_reference(data.tobytes())
+        on_device = torch.from_numpy(data).to(device)
+        assert D._checksum(on_device) == want, n_bytes
+        monkeypatch.setattr(D, "CHECKSUM_WORDS", 2)
+        assert D._checksum(on_device) == want, n_bytes
+        monkeypatch.undo()
+
+
+def test_digest_sees_order_values_and_types(device):
+    """Equal values in another memory layout or on another device: the same digest; the same
+    rows in another order, a swap of two elements, another shape or dtype: another digest."""
+    import torch
+    from sklearn.gaussian_process.kernels import RBF
+
+    from kernelkit_gpu.distributed import digest
+
+    a = np.arange(24).reshape(6, 4)
+    base = digest(a)
+    assert digest(a.copy()) == digest(np.asfortranarray(a)) == base
+    others = [a[::-1], np.roll(a, 1, axis=0), a.T, a.reshape(4, 6), a.astype(np.int32),
+              a.astype(np.float64), a.tolist(), torch.from_numpy(a)]
+    assert len({digest(o) for o in others} | {base}) == len(others) + 1
+    x = np.linspace(0.0, 1.0, 11)
+    swapped = x.copy()
+    swapped[[2, 7]] = swapped[[7, 2]]
+    assert digest(swapped) != digest(x)
+    t = torch.from_numpy(x)
+    assert digest(t.to(device)) == digest(t) != digest(torch.from_numpy(swapped))
+    assert digest({"a": 1, "b": [2.0, None]}) == digest({"b": [2.0, None], "a": 1})
+    assert digest({"a": 1}) != digest({"a": 1.0})
+    assert digest(Path("K.npy")) == digest("K.npy") != digest("K2.npy")
+    assert digest(RBF(1.0)) == digest(RBF(1.0)) != digest(RBF(2.0))
 
 
 # ---------------------------------------------------------------------------- kernelkit.gram
