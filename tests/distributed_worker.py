@@ -348,6 +348,7 @@ def _checks(data, outdir, rank, size, device):
         "error_gp_predict": lambda: gp_model().predict(data["Xr"][:3] + rank),
         "error_gp_predict_rows": lambda: gp_model().predict(data["Xr"][:3 + rank],
                                                             return_std=True)[1],
+        "error_gp_sample": lambda: gp_model().sample_y(data["Xr"][:3], n_samples=1 + rank),
         "error_gp_lml": lambda: gp_model().log_marginal_likelihood(
             gp_model().kernel_.theta + rank, eval_gradient=True)[1],
     }

@@ -474,9 +474,11 @@ def test_gp_errors_are_shared(ranks):
     kind, message = _errors(ranks, "error_gp_nan")  # in the last rank's y only
     assert kind == "ValueError"
     assert message.startswith(f"rank {world - 1} of {world}: Input y contains NaN")
-    # predict and log_marginal_likelihood: other test points (as many, or more) or theta
+    # predict, sample_y and log_marginal_likelihood: other test points (as many, or more),
+    # number of draws or theta
     for name, method, arg in [("error_gp_predict", "predict", "X"),
                               ("error_gp_predict_rows", "predict", "X"),
+                              ("error_gp_sample", "sample_y", "n_samples"),
                               ("error_gp_lml", "log_marginal_likelihood", "theta")]:
         assert _errors(ranks, name) == ["ValueError", different.format(method, world, arg)]
     # random_state=None with a restart: the same probes and starts on every rank

@@ -1002,8 +1002,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
         """
-        n_samples = _check_int("n_samples", n_samples, 1)
-        rng = check_random_state(random_state)
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        n_samples, rng = distributed.checked(  # (X: checked by predict)
+            "GaussianProcessRegressor.sample_y", self,
+            lambda n_samples, random_state: (_check_int("n_samples", n_samples, 1),
+                                             check_random_state(random_state)),
+            n_samples=n_samples, random_state=random_state)
         mean, cov = self.predict(X, return_cov=True)
         if mean.ndim == 1:
             return rng.multivariate_normal(mean, cov, n_samples).T
