@@ -362,7 +362,8 @@ def check_same(name, **arguments):
 def sharded_rows(single, x, y, v, kernel="rbf", *, transpose=False, precision="accurate",
                  **params):
     """``single(x, y, v, ...)`` (:func:`kernelkit_gpu.kernel_matvec` on one rank) over the
-    process group: every rank passes the same full x, y, v; rank r computes its :func:`shard`
+    process group: every rank passes the same full x, y, v (checked first, with the kernel and
+    its parameters: :func:`check_same`); rank r computes its :func:`shard`
     of the output rows against the whole of the other operand, and the rows are all-gathered,
     so every rank returns the full result. ``single`` is passed in to keep imports one-way."""
     check_same("kernel_matvec", x=x, y=y, v=v, kernel=kernel, transpose=transpose,
