@@ -1,17 +1,21 @@
 """One rank of the distributed tests (tests/test_distributed.py starts 2 or 3 of these).
 
-Run as ``python tests/distributed_worker.py DIR [die]`` with RANK, WORLD_SIZE, MASTER_ADDR
-and MASTER_PORT set (env:// rendezvous, gloo, CPU; Triton under the interpreter). Every check
-of a scenario runs in this one process (start-up dominates); the results go to
+Run as ``python tests/distributed_worker.py DIR [SCENARIO [DEVICE]]`` with RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set (env:// rendezvous, gloo over CPU tensors). Every check of a
+scenario runs in this one process (start-up dominates); the results go to
 ``DIR/rank<R>.npz`` and the errors each check raised to ``DIR/rank<R>.json``, for the test to
-compare with the single-process results it computes itself. Inputs come from
-:func:`inputs`, shared with the test. With ``die`` the last rank ends its process (os._exit)
-while writing a Gram file, and the others record what they raised.
+compare with the single-process or float64 reference results it computes itself. Inputs come
+from :func:`inputs`, shared with the test. The checks of the Triton products (kernel_matvec,
+KernelRidge's Triton products, the GP's fused gradient pass) run on DEVICE: "cpu" (the Triton
+interpreter: the test sets TRITON_INTERPRET=1) or "cuda"; everything else on the CPU. With
+SCENARIO ``die`` the last rank ends its process (os._exit) while writing a Gram file, and the
+others record what they raised.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import sys
@@ -30,18 +34,26 @@ def inputs():
     Xr = rng.uniform(-2, 2, size=(40, 2))
     yr = np.stack([np.sin(Xr[:, 0]), np.cos(Xr[:, 1])], axis=1)
     w = rng.uniform(0.5, 2.0, size=40)
-    return dict(X=X, Y=Y, V=V, U=U, X2=X[:2], Xr=Xr, yr=yr, w=w)
+    Xg = rng.normal(size=(37, 5))  # the Gram file of every registry kernel
+    Yg = rng.normal(size=(11, 5))
+    Xi = rng.integers(-5, 6, size=(6, 3))  # integer data: a permutation keeps every sum
+    return dict(X=X, Y=Y, V=V, U=U, X2=X[:2], Xr=Xr, yr=yr, w=w, Xg=Xg, Yg=Yg, Xi=Xi)
 
 
-def ridge(**kw):
+#: Block sizes of the Gram files of every registry kernel: the default (256 on the CPU) and one
+#: larger than ceil(37 / world) for 2 and 3 ranks (such a block is not cut for the ranks).
+GRAM_BLOCK_SIZES = (None, 20)
+
+
+def ridge(device="cpu", **kw):
     from kernelkit import KernelRidge
 
-    return KernelRidge(alpha=1e-2, kernel="rbf", gamma=0.5, device="cpu", tol=1e-10,
-                       max_iter=200, **kw)
+    kw = {"alpha": 1e-2, "kernel": "rbf", "gamma": 0.5, "tol": 1e-10, "max_iter": 200, **kw}
+    return KernelRidge(device=device, **kw)
 
 
-def gp(kernel=None, **kw):
-    """The GP of the distributed checks (CPU, float64): iterative path unless told otherwise,
+def gp(kernel=None, device="cpu", **kw):
+    """The GP of the distributed checks (float64): iterative path unless told otherwise,
     a preconditioner of rank 5 (so CG iterates), CG to 1e-10 (so runs that stop an iteration
     apart still agree to 1e-7)."""
     from sklearn.gaussian_process.kernels import RBF, WhiteKernel
@@ -53,7 +65,7 @@ def gp(kernel=None, **kw):
               if kernel is None else kernel)
     kw = {"exact_max_n": 0, "random_state": 0, "preconditioner_rank": 5, "cg_tol": 1e-10,
           "max_cg_iter": 200, **kw}
-    return GaussianProcessRegressor(kernel=kernel, device="cpu", **kw)
+    return GaussianProcessRegressor(kernel=kernel, device=device, **kw)
 
 
 def gp_summary(model, Z, grad=True):
@@ -71,8 +83,11 @@ def gp_summary(model, Z, grad=True):
     return np.concatenate([np.ravel(p) for p in parts])
 
 
-def gp_fits(data):
-    """``{name: callable}`` of the GP checks, shared by the worker and the test (one process)."""
+def gp_fits(data, fused_device=None):
+    """``{name: callable}`` of the GP checks, shared by the worker and the test (one process).
+
+    ``fused_device``: where "gp_fused" runs the fused gradient pass ("cpu": the interpreter, or
+    "cuda"); None (the test's reference) fits the same GP on the CPU without it."""
     import warnings
 
     from sklearn.gaussian_process.kernels import RBF, WhiteKernel
@@ -97,8 +112,11 @@ def gp_fits(data):
             _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS = saved
 
     def fused():
-        """The gradient's contractions from the fused Triton pass (interpreter), each rank on its
-        rows, sums all-reduced; fails unless the pass ran (not the autograd fallback)."""
+        """The gradient's contractions from the fused Triton pass on ``fused_device`` (float64),
+        each rank on its rows, sums all-reduced; fails unless the pass ran (not the autograd
+        fallback). Without ``fused_device``: the same fit on the CPU, autograd."""
+        if fused_device is None:
+            return gp_summary(fit(gp(optimizer=None), Xr[:23], yr[:23, 0]), Xr[:3])
         from kernelkit.gp import _fused_tree
         from kernelkit_gpu.pairwise import contract_fused
 
@@ -109,9 +127,10 @@ def gp_fits(data):
             calls.append(kwargs.get("rows"))
             return original(*args, **kwargs)
 
-        _fused_tree.DEVICES, contract_fused.kernel_contractions = ("cpu",), counted
+        _fused_tree.DEVICES, contract_fused.kernel_contractions = (fused_device,), counted
         try:
-            out = gp_summary(fit(gp(optimizer=None), Xr[:23], yr[:23, 0]), Xr[:3])
+            model = gp(optimizer=None, device=fused_device, dtype="float64")
+            out = gp_summary(fit(model, Xr[:23], yr[:23, 0]), Xr[:3])
         finally:
             _fused_tree.DEVICES, contract_fused.kernel_contractions = saved, original
         assert calls, "the fused pass did not run"
@@ -215,8 +234,9 @@ def _gp_linalg(data, rank, size):
         _lml.preconditioner = original
 
 
-def _checks(data, outdir, rank, size):
-    """``{name: callable returning an array}``; each runs on every rank."""
+def _checks(data, outdir, rank, size, device):
+    """``{name: callable returning an array}``; each runs on every rank. The Triton products
+    run on ``device``."""
     import torch
 
     import kernelkit
@@ -224,12 +244,29 @@ def _checks(data, outdir, rank, size):
     from kernelkit_gpu import distributed as D
 
     X, Y, V, U, X2 = (data[k] for k in ("X", "Y", "V", "U", "X2"))
-    t = torch.from_numpy
+    last = rank == size - 1
+    ordered = np.roll(data["Xi"], rank, axis=0)  # the same rows, in another order on rank > 0
+    y_nan = data["yr"][:, 0].copy()
+    y_nan[3] = np.nan if last else y_nan[3]  # a NaN in the last rank's copy only
 
-    def gram_file(name, A, **kw):
+    def t(a):
+        return torch.from_numpy(a).to(device)
+
+    def matvec(*args, **kw):
+        return kernelkit_gpu.kernel_matvec(*args, **kw).cpu().numpy()
+
+    def gram_file(name, A, B=None, **kw):
         path = os.path.join(outdir, name)
-        assert kernelkit.gram(A, out=path, **kw) == path
+        assert kernelkit.gram(A, B, out=path, **kw) == path
         return np.load(path)
+
+    def gram_kernels(B):
+        """The Gram file K(Xg, B) of every registry kernel, at each of GRAM_BLOCK_SIZES."""
+        from kernelkit_math import kernel_names
+
+        return np.stack([gram_file(f"K-{name}-{bs}.npy", data["Xg"], B, kernel=name,
+                                   block_size=bs, device="cpu")
+                         for name in kernel_names() for bs in GRAM_BLOCK_SIZES])
 
     def streamed():
         from kernelkit_gpu.pairwise.matvec_streamed import kernel_matvec_streamed
@@ -237,7 +274,7 @@ def _checks(data, outdir, rank, size):
         lo, hi = D.shard(X.shape[0])
         mo, mi = D.shard(Y.shape[0])
         part = kernel_matvec_streamed(t(X[lo:hi]), t(Y[mo:mi]), t(V[mo:mi]), "rbf", gamma=0.5)
-        return D.all_gather_rows(part, X.shape[0]).numpy()
+        return D.all_gather_rows(part, X.shape[0]).cpu().numpy()
 
     def cli():
         from kernelkit.cli import main
@@ -249,6 +286,10 @@ def _checks(data, outdir, rank, size):
         assert code == 0
         return np.load(out)
 
+    @functools.lru_cache(maxsize=None)
+    def gp_model():  # one fitted GP for the checks of its other calls
+        return gp(optimizer=None).fit(data["Xr"][:9], data["yr"][:9, 0])
+
     return {
         "gram_xx": lambda: kernelkit.gram(X, kernel="rbf", gamma=0.3, block_size=2, device="cpu"),
         "gram_xy": lambda: kernelkit.gram(X, Y, kernel="matern", nu=1.5, device="cpu"),
@@ -256,13 +297,12 @@ def _checks(data, outdir, rank, size):
         "gram_file_xx": lambda: gram_file("K.npy", X.astype(np.float32), kernel="laplacian",
                                           block_size=2, device="cpu"),
         "gram_file_small": lambda: gram_file("K2.npy", X2, block_size=1, device="cpu"),
-        "matvec64": lambda: kernelkit_gpu.kernel_matvec(t(X), t(Y), t(V), "rbf",
-                                                        gamma=0.5).numpy(),
-        "matvec32": lambda: kernelkit_gpu.kernel_matvec(t(X).float(), t(Y).float(),
-                                                        t(V[:, 0]).float(), "linear").numpy(),
-        "matvec_t": lambda: kernelkit_gpu.kernel_matvec(t(X), t(Y), t(U), "laplacian",
-                                                        transpose=True).numpy(),
-        "matvec_small": lambda: kernelkit_gpu.kernel_matvec(t(X2), t(Y), t(V), "rbf").numpy(),
+        "gram_kernels_xx": lambda: gram_kernels(None),
+        "gram_kernels_xy": lambda: gram_kernels(data["Yg"]),
+        "matvec64": lambda: matvec(t(X), t(Y), t(V), "rbf", gamma=0.5),
+        "matvec32": lambda: matvec(t(X).float(), t(Y).float(), t(V[:, 0]).float(), "linear"),
+        "matvec_t": lambda: matvec(t(X), t(Y), t(U), "laplacian", transpose=True),
+        "matvec_small": lambda: matvec(t(X2), t(Y), t(V), "rbf"),
         "matvec_streamed": streamed,
         "cli_gram": cli,
         "ridge_nystrom": lambda: ridge(solver="nystrom", n_components=12, random_state=0).fit(
@@ -273,17 +313,28 @@ def _checks(data, outdir, rank, size):
             data["Xr"], data["yr"][:, 0]).dual_coef_,
         "ridge_cg": lambda: ridge(solver="cg", n_components=8, random_state=0).fit(
             data["Xr"], data["yr"][:, 0]).dual_coef_,
-        "ridge_cg_triton": lambda: _ridge_triton(data),
+        "ridge_cg_triton": lambda: _ridge_triton(data, device),
+        "ridge_memory": lambda: _ridge_memory(data, rank),
         # every rank must raise the same error: the NaN is in the last rank's rows only
-        "error_nan_rows": lambda: kernelkit_gpu.kernel_matvec(
-            t(np.vstack([X[:-1], [[np.nan] * 3]])), t(Y), t(V), "rbf").numpy(),
-        "error_shapes": lambda: kernelkit_gpu.kernel_matvec(
-            t(X[:5 + rank]), t(Y), t(V), "rbf").numpy(),
-        "error_values": lambda: kernelkit_gpu.kernel_matvec(  # e.g. unseeded random probes
-            t(X), t(Y), t(V + rank), "rbf").numpy(),
+        "error_nan_rows": lambda: matvec(t(np.vstack([X[:-1], [[np.nan] * 3]])), t(Y), t(V),
+                                         "rbf"),
+        "error_shapes": lambda: matvec(t(X[:5 + rank]), t(Y), t(V), "rbf"),
+        "error_values": lambda: matvec(t(X), t(Y), t(V + rank), "rbf"),  # unseeded probes
+        "error_matvec_order": lambda: matvec(t(ordered.astype(np.float64)), t(Y), t(V),
+                                             "rbf"),
+        "error_gram_order": lambda: kernelkit.gram(ordered, kernel="linear", device="cpu"),
+        "error_gram_out": lambda: kernelkit.gram(X, out=os.path.join(outdir, f"out{rank}.npy"),
+                                                 device="cpu"),
         "error_write": lambda: _failing_write(X, outdir, rank, size),
-        "local": lambda: _local(X, Y, V),
-        **gp_fits(data),
+        "error_unicode": lambda: D.agree(lambda: b"\xff".decode() if last else ""),
+        "error_foreign_value": lambda: D.agree(_raise_foreign, last),
+        "error_ridge_nan": lambda: ridge(solver="nystrom", n_components=12, random_state=0).fit(
+            data["Xr"], y_nan),
+        "error_ridge_data": lambda: ridge(solver="nystrom", n_components=12, random_state=0).fit(
+            data["Xr"], data["yr"][:, 0] + rank),
+        "error_ridge_plan": lambda: _ridge_memory(data, rank, refuse=0),
+        "local": lambda: _local(X, Y, V, device),
+        **gp_fits(data, fused_device=device),
         "gp_rows": lambda: _gp_rows(data),
         "error_gp_rank": lambda: _gp_raises(data, rank, size),
         "gp_linalg": lambda: _gp_linalg(data, rank, size),
@@ -293,18 +344,53 @@ def _checks(data, outdir, rank, size):
                                                             ).alpha_,
         "error_gp_data": lambda: gp(optimizer=None).fit(data["Xr"], data["yr"][:, 0] + rank
                                                         ).alpha_,
+        "error_gp_nan": lambda: gp(optimizer=None).fit(data["Xr"], y_nan).alpha_,
+        "error_gp_predict": lambda: gp_model().predict(data["Xr"][:3] + rank),
+        "error_gp_predict_rows": lambda: gp_model().predict(data["Xr"][:3 + rank],
+                                                            return_std=True)[1],
+        "error_gp_sample": lambda: gp_model().sample_y(data["Xr"][:3], n_samples=1 + rank),
+        "error_gp_lml": lambda: gp_model().log_marginal_likelihood(
+            gp_model().kernel_.theta + rank, eval_gradient=True)[1],
     }
 
 
-def _ridge_triton(data):
+class _Refused(ValueError):
+    """A ValueError subclass from outside the built-ins (as scikit-learn's NotFittedError)."""
+
+
+def _raise_foreign(last):
+    if last:
+        raise _Refused("refused on purpose")
+
+
+def _ridge_triton(data, device):
+    """solver="cg" with the Triton products (on the CPU through kernel_matvec under the
+    interpreter, on "cuda" the GPU path) and the exact Nyström preconditioner."""
     from kernelkit.solvers import _kernel_op
 
-    _kernel_op.TRITON_ON_CPU = True  # products through kernel_matvec under the interpreter
+    _kernel_op.TRITON_ON_CPU = device == "cpu"
     try:
-        model = ridge(solver="cg", n_components=10, random_state=0)  # exact preconditioner
+        model = ridge(device=device, solver="cg", n_components=10, random_state=0)
         return model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
     finally:
         _kernel_op.TRITON_ON_CPU = False
+
+
+def _ridge_memory(data, rank, refuse=None):
+    """A Nyström fit with a dense fallback (max_iter=2) while the ranks read different free
+    memory: rank ``refuse`` (None: every rank but 0, with n_components="auto") reads 1 byte,
+    too little for any plan. Returns [M, dense fallback, coefficients]."""
+    from kernelkit.solvers import _memory
+
+    real = _memory.available_bytes
+    if rank == refuse or (refuse is None and rank != 0):
+        _memory.available_bytes = lambda where: 1
+    try:
+        model = ridge(solver="nystrom", n_components="auto" if refuse is None else 12,
+                      max_iter=2, random_state=0).fit(data["Xr"], data["yr"][:, 0])
+    finally:
+        _memory.available_bytes = real
+    return np.concatenate([[model.n_components_, model.dense_fallback_], model.dual_coef_])
 
 
 def _failing_write(X, outdir, rank, size):
@@ -327,7 +413,7 @@ def _failing_write(X, outdir, rank, size):
         blocked_gram._fill_rows_sequential = real
 
 
-def _local(X, Y, V):
+def _local(X, Y, V, device):
     """Inside local() each rank computes alone (a different X per rank proves it)."""
     import torch
 
@@ -335,11 +421,11 @@ def _local(X, Y, V):
     from kernelkit_gpu import distributed as D
 
     rank, _ = D.world()
+    x, y, v = (torch.from_numpy(a).to(device) for a in (X[rank:rank + 1], Y, V))
     with D.local():
         assert not D.active()
-        out = kernelkit_gpu.kernel_matvec(torch.from_numpy(X[rank:rank + 1]), torch.from_numpy(Y),
-                                          torch.from_numpy(V), "rbf")
-    return out.numpy()
+        out = kernelkit_gpu.kernel_matvec(x, y, v, "rbf")
+    return out.cpu().numpy()
 
 
 def _die(X, outdir, rank, size):
@@ -391,7 +477,7 @@ def _install_spies():
     _kernel_op.KernelOperator.row_blocks = counted_rows
 
 
-def main(outdir, scenario="checks"):
+def main(outdir, scenario="checks", device="cpu"):
     import torch
 
     rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -404,7 +490,7 @@ def main(outdir, scenario="checks"):
     _install_spies()
     results, errors = {}, {}
     data = inputs()
-    checks = (_checks(data, outdir, rank, size) if scenario == "checks" else
+    checks = (_checks(data, outdir, rank, size, device) if scenario == "checks" else
               {"die": lambda: _die(data["X"], outdir, rank, size)})
     for name, check in checks.items():
         start = time.perf_counter()

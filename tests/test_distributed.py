@@ -1,10 +1,13 @@
-"""kernelkit over torch.distributed (gloo, CPU): 2 and 3 ranks give the single-process results.
+"""kernelkit over torch.distributed (gloo): 2 and 3 ranks give the single-process results.
 
 Each world size is one spawn of tests/distributed_worker.py per rank (env:// rendezvous on a
 free local port); every check of the worker runs in that one spawn, and each test here reads
-its results. The expected values are the same calls made here, in a process without a process
-group (the single-process code paths), plus the float64 references where they apply. Sizes
-cover uneven shards (7 rows over 2 and 3 ranks) and fewer rows than ranks (2 rows).
+its results. The Triton products of the workers run on ``--device`` (the CPU under the Triton
+interpreter, which the workers switch on themselves, or CUDA); this process runs no Triton
+kernel, so the file passes with or without TRITON_INTERPRET=1 here. The expected values are the
+float64 references, or the same calls made here on the CPU in a process without a process group
+(the single-process code paths). Sizes cover uneven shards (7 rows over 2 and 3 ranks) and
+fewer rows than ranks (2 rows).
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ from kernelkit_math import get_kernel
 from tests.conftest import TOL
 from tests.distributed_worker import gp_fits, inputs, ridge
 
-pytestmark = pytest.mark.subprocess
-
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
 #: Seconds a whole spawn may take (the workers' own collective timeout is 30 s).
@@ -39,18 +40,21 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def spawn(world, outdir, scenario="checks"):
-    """Start ``world`` ranks of the worker; return their exit codes and outputs (bounded by
+def spawn(world, outdir, scenario="checks", device="cpu"):
+    """Start ``world`` ranks of the worker, their Triton products on ``device`` (the CPU under
+    the interpreter, or CUDA); return their exit codes and outputs (bounded by
     :data:`SPAWN_TIMEOUT`: a hang fails the test, it never blocks the suite)."""
     port = _free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRITON_INTERPRET="1")
+        if device == "cuda":
+            del env["TRITON_INTERPRET"]
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(
             os.pathsep)
         procs.append(subprocess.Popen(
-            [sys.executable, str(WORKER), str(outdir), scenario], cwd=ROOT, env=env,
+            [sys.executable, str(WORKER), str(outdir), scenario, device], cwd=ROOT, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     deadline = time.monotonic() + SPAWN_TIMEOUT
     outputs = []
@@ -66,11 +70,11 @@ def spawn(world, outdir, scenario="checks"):
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
-def ranks(request, tmp_path_factory):
+def ranks(request, tmp_path_factory, device):
     """``(world, [(results, errors) per rank], outdir)`` of one spawn of every check."""
     world = request.param
     outdir = tmp_path_factory.mktemp(f"dist{world}")
-    codes, outputs = spawn(world, outdir)
+    codes, outputs = spawn(world, outdir, device=device)
     assert codes == [0] * world, "\n".join(outputs)
     found = []
     for r in range(world):
@@ -102,9 +106,91 @@ def _shares(world, n):
     return [n * (r + 1) // world - n * r // world for r in range(world)]
 
 
+def _errors(ranks, name):
+    """``[type name, message]`` that check ``name`` raised, after checking every rank raised
+    the same."""
+    _, found, _ = ranks
+    raised = [errors.get(name) for _, errors in found]
+    assert raised[0] is not None, f"{name} raised nothing"
+    assert raised == [raised[0]] * len(raised), raised
+    return raised[0]
+
+
+def _check_matvec(out, kernel, x, y, v, **params):
+    """``out`` against the float64 K(x, y) @ v within kernel_matvec's error bound for the dtype
+    of ``x`` (tests/test_gpu_matvec.py's ``check_matvec``), wherever it was computed."""
+    import torch
+
+    from tests.test_gpu_matvec import check_matvec
+
+    x, y, v = (torch.from_numpy(a) for a in (x, y, v))
+    dtype_name = str(x.dtype).replace("torch.", "")
+    K = get_kernel(kernel).value(x.double().numpy(), y.double().numpy(), **params)
+    check_matvec(torch.from_numpy(out), K, v, dtype_name, kernel, params, x, y)
+
+
 @pytest.fixture(scope="module")
 def data():
     return inputs()
+
+
+# ------------------------------------------------------------ the digest of the arguments
+def _checksum_reference(data):
+    """kernelkit_gpu.distributed's checksum of ``data`` (bytes) in Python integers: word i
+    (8 bytes, little-endian, zero-padded) XOR i * golden, SplitMix64's finaliser, the sum
+    modulo 2**64 (little-endian bytes)."""
+    data += bytes(-len(data) % 8)
+    total, mod = 0, 2**64
+    for i in range(len(data) // 8):
+        z = int.from_bytes(data[8 * i:8 * i + 8], "little") ^ (i * 0x9E3779B97F4A7C15 % mod)
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % mod
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB % mod
+        total = (total + (z ^ (z >> 31))) % mod
+    return total.to_bytes(8, "little")
+
+
+def test_checksum_is_the_same_on_every_device(device, monkeypatch):
+    """Exact 64-bit integer arithmetic on the device (wrapping products, logical shifts), in
+    any number of steps: the Python-integer value."""
+    import torch
+
+    from kernelkit_gpu import distributed as D
+
+    rng = np.random.default_rng(3)
+    for n_bytes in (0, 5, 8, 8 * 13 + 3):  # empty, one padded word, several steps
+        data = rng.integers(0, 256, size=n_bytes, dtype=np.uint8)
+        want = _checksum_reference(data.tobytes())
+        on_device = torch.from_numpy(data).to(device)
+        assert D._checksum(on_device) == want, n_bytes
+        monkeypatch.setattr(D, "CHECKSUM_WORDS", 2)
+        assert D._checksum(on_device) == want, n_bytes
+        monkeypatch.undo()
+
+
+def test_digest_sees_order_values_and_types(device):
+    """Equal values in another memory layout or on another device: the same digest; the same
+    rows in another order, a swap of two elements, another shape or dtype: another digest."""
+    import torch
+    from sklearn.gaussian_process.kernels import RBF
+
+    from kernelkit_gpu.distributed import digest
+
+    a = np.arange(24).reshape(6, 4)
+    base = digest(a)
+    assert digest(a.copy()) == digest(np.asfortranarray(a)) == base
+    others = [a[::-1], np.roll(a, 1, axis=0), a.T, a.reshape(4, 6), a.astype(np.int32),
+              a.astype(np.float64), a.tolist(), torch.from_numpy(a)]
+    assert len({digest(o) for o in others} | {base}) == len(others) + 1
+    x = np.linspace(0.0, 1.0, 11)
+    swapped = x.copy()
+    swapped[[2, 7]] = swapped[[7, 2]]
+    assert digest(swapped) != digest(x)
+    t = torch.from_numpy(x)
+    assert digest(t.to(device)) == digest(t) != digest(torch.from_numpy(swapped))
+    assert digest({"a": 1, "b": [2.0, None]}) == digest({"b": [2.0, None], "a": 1})
+    assert digest({"a": 1}) != digest({"a": 1.0})
+    assert digest(Path("K.npy")) == digest("K.npy") != digest("K2.npy")
+    assert digest(RBF(1.0)) == digest(RBF(1.0)) != digest(RBF(2.0))
 
 
 # ---------------------------------------------------------------------------- kernelkit.gram
@@ -148,6 +234,40 @@ def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
 
 
 @pytest.mark.subprocess
+def test_gram_file_of_every_kernel_bit_for_bit(ranks, data, tmp_path):
+    """Every registry kernel (the dot-product ones included), K(X, X) and K(X, Y), the default
+    block size and one larger than a rank's share of the rows: the same file as one process."""
+    import kernelkit
+    from kernelkit_math import kernel_names
+    from tests.distributed_worker import GRAM_BLOCK_SIZES
+
+    cases = [(name, bs) for name in kernel_names() for bs in GRAM_BLOCK_SIZES]
+    for key, Y in [("gram_kernels_xx", None), ("gram_kernels_xy", data["Yg"])]:
+        files = _result(ranks, key)
+        assert len(files) == len(cases)
+        for K, (name, bs) in zip(files, cases):
+            single = kernelkit.gram(data["Xg"], Y, kernel=name, block_size=bs, device="cpu",
+                                    out=tmp_path / "K.npy")
+            np.testing.assert_array_equal(K, np.load(single), err_msg=f"{key} {name} {bs}")
+
+
+@pytest.mark.subprocess
+def test_gram_refuses_different_arguments(ranks):
+    """A permutation of integer rows keeps every sum; a different out path per rank would
+    leave a path that was never written: both are refused on every rank, nothing is written."""
+    world, _, outdir = ranks
+    assert _errors(ranks, "error_gram_order") == [
+        "ValueError", f"gram: the ranks passed different arguments: rank 1 of {world} passed a "
+        "different X than rank 0; under a process group every rank passes the same full "
+        "arguments (the same data, in the same order)"]
+    kind, message = _errors(ranks, "error_gram_out")
+    assert kind == "ValueError"
+    assert message.startswith(f"gram: the ranks passed different arguments: rank 1 of {world} "
+                              "passed a different out than rank 0")
+    assert not [p for p in os.listdir(outdir) if p.startswith("out")]
+
+
+@pytest.mark.subprocess
 def test_cli_gram_under_a_process_group(ranks, data, tmp_path):
     import kernelkit
 
@@ -168,31 +288,16 @@ def test_failed_rank_fails_every_rank_and_leaves_no_file(ranks):
 
 # -------------------------------------------------------------------- kernelkit_gpu.kernel_matvec
 @pytest.mark.subprocess
-@pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_equals_one_process(ranks, data):
-    import torch
-
-    import kernelkit_gpu
-
-    t = torch.from_numpy
-    X, Y, V, U = data["X"], data["Y"], data["V"], data["U"]
-    # float64 operands: the row shard is centred on its own mean, so equal to float64 rounding
-    cases = {
-        "matvec64": (kernelkit_gpu.kernel_matvec(t(X), t(Y), t(V), "rbf", gamma=0.5),
-                     get_kernel("rbf").value(X, Y, gamma=0.5) @ V, TOL["float64"]),
-        "matvec_t": (kernelkit_gpu.kernel_matvec(t(X), t(Y), t(U), "laplacian", transpose=True),
-                     get_kernel("laplacian").value(X, Y).T @ U, TOL["float64"]),
-        "matvec_small": (kernelkit_gpu.kernel_matvec(t(data["X2"]), t(Y), t(V), "rbf"),
-                         get_kernel("rbf").value(data["X2"], Y) @ V, TOL["float64"]),
-    }
-    for name, (single, reference, tol) in cases.items():
-        got = _result(ranks, name)
-        np.testing.assert_allclose(got, single.numpy(), **tol, err_msg=name)
-        np.testing.assert_allclose(got, reference, **tol, err_msg=name)
+    """Against the float64 references, within kernel_matvec's error bound for the dtype."""
+    X, Y, V, U, X2 = (data[k] for k in ("X", "Y", "V", "U", "X2"))
+    _check_matvec(_result(ranks, "matvec64"), "rbf", X, Y, V, gamma=0.5)
+    _check_matvec(_result(ranks, "matvec_t"), "laplacian", Y, X, U)  # K(X, Y).T = K(Y, X)
+    _check_matvec(_result(ranks, "matvec_small"), "rbf", X2, Y, V)
     # float32 linear kernel on data at offset 1000: each shard centres on its own mean; the
-    # float32 sums of 5 products of size ~3e6 carry ~4 ulps of 3e6 * 5 (1e-6 relative)
-    single = kernelkit_gpu.kernel_matvec(t(X).float(), t(Y).float(), t(V[:, 0]).float(), "linear")
-    np.testing.assert_allclose(_result(ranks, "matvec32"), single.numpy(), rtol=2e-6, atol=0)
+    # bound includes the conditioning of the float32 dot products
+    _check_matvec(_result(ranks, "matvec32"), "linear", X.astype(np.float32),
+                  Y.astype(np.float32), V[:, 0].astype(np.float32))
     # each rank launched the Triton product on its own rows only
     world = ranks[0]
     for name, n in [("matvec64", 7), ("matvec32", 7), ("matvec_t", 5), ("matvec_small", 2)]:
@@ -200,16 +305,13 @@ def test_kernel_matvec_equals_one_process(ranks, data):
 
 
 @pytest.mark.subprocess
-@pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_streamed_blocks(ranks, data):
     """Each rank holds only its rows of X, Y and V; Y and V travel owner by owner."""
-    X, Y, V = data["X"], data["Y"], data["V"]
-    np.testing.assert_allclose(_result(ranks, "matvec_streamed"),
-                               get_kernel("rbf").value(X, Y, gamma=0.5) @ V, **TOL["float64"])
+    _check_matvec(_result(ranks, "matvec_streamed"), "rbf", data["X"], data["Y"], data["V"],
+                  gamma=0.5)
 
 
 @pytest.mark.subprocess
-@pytest.mark.usefixtures("triton_can_run")
 def test_kernel_matvec_errors_are_shared(ranks):
     world, found, _ = ranks
     errors = [e for _, e in found]
@@ -217,27 +319,34 @@ def test_kernel_matvec_errors_are_shared(ranks):
     want = ["ValueError", f"rank {world - 1} of {world}: x contains NaN or infinity"]
     for e in errors:
         assert e["error_nan_rows"][0] == want[0] and e["error_nan_rows"][1].startswith(want[1])
-        assert e["error_shapes"][0] == "ValueError"
-        assert "the ranks passed different arguments" in e["error_shapes"][1]
-        assert e["error_values"][0] == "ValueError"
-        assert "the ranks passed different arguments" in e["error_values"][1]
-    assert len({tuple(e["error_shapes"]) for e in errors}) == 1
+    different = "kernel_matvec: the ranks passed different arguments: rank 1 of {} passed a " \
+                "different {} than rank 0; under a process group every rank passes the same " \
+                "full arguments (the same data, in the same order)"
+    assert _errors(ranks, "error_shapes") == ["ValueError", different.format(world, "x")]
+    assert _errors(ranks, "error_values") == ["ValueError", different.format(world, "v")]
+    # integer-valued rows in another order on rank 1: equal sums, different data
+    assert _errors(ranks, "error_matvec_order") == ["ValueError", different.format(world, "x")]
 
 
 @pytest.mark.subprocess
-@pytest.mark.usefixtures("triton_can_run")
 def test_local_turns_the_group_off(ranks, data):
     """Inside local() each rank computed its own row alone (different on every rank)."""
-    import torch
-
-    import kernelkit_gpu
-
     world, found, _ = ranks
     for rank, (results, _) in enumerate(found):
-        want = kernelkit_gpu.kernel_matvec(torch.from_numpy(data["X"][rank:rank + 1]),
-                                           torch.from_numpy(data["Y"]), torch.from_numpy(data["V"]),
-                                           "rbf")
-        np.testing.assert_allclose(results["local"], want.numpy(), **TOL["float64"])
+        _check_matvec(results["local"], "rbf", data["X"][rank:rank + 1], data["Y"], data["V"])
+
+
+@pytest.mark.subprocess
+def test_shared_errors_keep_their_type(ranks):
+    """An error type that takes no single message is raised as its nearest built-in base that
+    does (UnicodeDecodeError: UnicodeError, a ValueError); another package's ValueError
+    subclass as ValueError."""
+    world, _, _ = ranks
+    assert _errors(ranks, "error_unicode") == [
+        "UnicodeError", f"rank {world - 1} of {world}: 'utf-8' codec can't decode byte 0xff in "
+        "position 0: invalid start byte"]
+    assert _errors(ranks, "error_foreign_value") == [
+        "ValueError", f"rank {world - 1} of {world}: refused on purpose"]
 
 
 # ---------------------------------------------------------------------------- KernelRidge
@@ -265,23 +374,53 @@ def test_kernel_ridge_cg_equals_one_process(ranks, data):
 
 
 @pytest.mark.subprocess
-@pytest.mark.usefixtures("triton_can_run")
-def test_kernel_ridge_cg_sharded_products(ranks, data, monkeypatch):
+def test_kernel_ridge_cg_sharded_products(ranks, data):
     """solver="cg" with the Triton products: K @ P sharded by kernel_matvec over the ranks."""
-    from kernelkit.solvers import _kernel_op
-
-    monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
-    model = ridge(solver="cg", n_components=10, random_state=0)
-    coef = model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
-    np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), coef, rtol=1e-6, atol=1e-8)
+    X, y = data["Xr"][:10], data["yr"][:10, 0]
+    model = ridge(solver="cg")
+    exact = np.linalg.solve(get_kernel("rbf").value(X, gamma=0.5) + model.alpha * np.eye(10), y)
+    # CG stops at a true residual of tol ||y||: the coefficients are then within
+    # tol ||y|| / alpha (the smallest eigenvalue of K + alpha I is above alpha)
+    np.testing.assert_allclose(_result(ranks, "ridge_cg_triton"), exact, rtol=0,
+                               atol=model.tol * np.linalg.norm(y) / model.alpha)
     # every product K @ P ran on the rank's own rows of the 10
     assert _work(ranks, "ridge_cg_triton")[:, 2].tolist() == _shares(ranks[0], 10)
+
+
+@pytest.mark.subprocess
+def test_kernel_ridge_memory_decisions_are_rank0s(ranks, data):
+    """n_components="auto", the memory plan and the dense fallback from rank 0's free memory
+    while every other rank reads too little for any plan: the one-process fit; rank 0 short of
+    memory: its refusal on every rank."""
+    model = ridge(solver="nystrom", n_components="auto", max_iter=2, random_state=0)
+    model.fit(data["Xr"], data["yr"][:, 0])
+    got = _result(ranks, "ridge_memory")
+    assert got[:2].tolist() == [model.n_components_, True] and model.dense_fallback_
+    np.testing.assert_allclose(got[2:], model.dual_coef_, rtol=1e-6, atol=1e-8)
+    world = ranks[0]
+    kind, message = _errors(ranks, "error_ridge_plan")
+    assert kind == "ValueError"
+    assert message.startswith(f"rank 0 of {world}: KernelRidge: this fit needs about")
+
+
+@pytest.mark.subprocess
+def test_kernel_ridge_checks_its_arguments_on_every_rank(ranks):
+    """A NaN in one rank's y: its error on every rank, at once; different y: refused."""
+    world, _, _ = ranks
+    kind, message = _errors(ranks, "error_ridge_nan")
+    assert kind == "ValueError"
+    assert message.startswith(f"rank {world - 1} of {world}: Input y contains NaN")
+    assert _errors(ranks, "error_ridge_data") == [
+        "ValueError", f"KernelRidge.fit: the ranks passed different arguments: rank 1 of {world} "
+        "passed a different y than rank 0; under a process group every rank passes the same "
+        "full arguments (the same data, in the same order)"]
 
 
 # ---------------------------------------------------------------------- GaussianProcessRegressor
 @functools.lru_cache(maxsize=None)
 def _gp_single(name):
-    """The one-process result of GP check ``name`` (computed once for both world sizes)."""
+    """The one-process result of GP check ``name`` on the CPU (computed once for both world
+    sizes; gp_fused: the same fit without the fused pass)."""
     return gp_fits(inputs())[name]()
 
 
@@ -296,7 +435,7 @@ def test_gp_equals_one_process(ranks, data, name):
     with none on 3 ranks); gp_exact: the dense Cholesky path, rank 0's result broadcast;
     gp_float32: float32 blocks (the float64 true residual of CG sharded too); gp_chunked: no
     dense K, chunks of 2 rows (boundaries inside the shards); gp_fused: the gradient's
-    contractions from the fused pass on each rank's rows, all-reduced."""
+    contractions from the fused pass (on --device) on each rank's rows, all-reduced."""
     single = _gp_single(name)
     # The sharded products differ from one process's only in the rounding of the row-block
     # matrix products, so CG may stop an iteration apart: the results agree to the CG tolerance
@@ -328,9 +467,20 @@ def test_gp_errors_are_shared(ranks):
     for _, errors in found:
         assert errors["error_gp_rank"] == [
             "MemoryError", f"rank {world - 1} of {world}: injected: no memory for this rank's rows"]
-        kind, message = errors["error_gp_data"]
-        assert kind == "ValueError"
-        assert message.startswith("GaussianProcessRegressor.fit: the ranks passed different")
+    different = "GaussianProcessRegressor.{}: the ranks passed different arguments: rank 1 of " \
+                "{} passed a different {} than rank 0; under a process group every rank " \
+                "passes the same full arguments (the same data, in the same order)"
+    assert _errors(ranks, "error_gp_data") == ["ValueError", different.format("fit", world, "y")]
+    kind, message = _errors(ranks, "error_gp_nan")  # in the last rank's y only
+    assert kind == "ValueError"
+    assert message.startswith(f"rank {world - 1} of {world}: Input y contains NaN")
+    # predict, sample_y and log_marginal_likelihood: other test points (as many, or more),
+    # number of draws or theta
+    for name, method, arg in [("error_gp_predict", "predict", "X"),
+                              ("error_gp_predict_rows", "predict", "X"),
+                              ("error_gp_sample", "sample_y", "n_samples"),
+                              ("error_gp_lml", "log_marginal_likelihood", "theta")]:
+        assert _errors(ranks, name) == ["ValueError", different.format(method, world, arg)]
     # random_state=None with a restart: the same probes and starts on every rank
     assert _result(ranks, "gp_unseeded").shape == (9,)
     # a LinAlgError on one rank: fit raises it on every rank, the L-BFGS objective is -inf

@@ -9,6 +9,12 @@ unchanged) and gets the same full result; each rank computes its contiguous bloc
 ``with kernelkit_gpu.distributed.local():`` runs a call on this rank alone. See
 docs/distributed.md.
 
+Every entry point starts with one agreement: its argument checks run on every rank inside
+:func:`kernelkit_gpu.distributed.agree` (an error on any rank is raised on every rank), then the
+arguments are compared by digest (:func:`kernelkit_gpu.distributed.check_same`); the
+estimators do both through :func:`checked`. Decisions that depend on the free memory are rank
+0's (:func:`rank0_decision`).
+
 This module does not import torch: without it loaded no process group can exist.
 """
 
@@ -18,6 +24,10 @@ import os
 import sys
 
 __all__ = ["active", "init_from_env", "finish"]
+
+#: Estimator parameters :func:`checked` does not compare: every rank uses rank 0's random draws,
+#: and a progress bar may show on one rank only.
+UNCHECKED_PARAMS = ("random_state", "verbose")
 
 
 def active():
@@ -71,3 +81,47 @@ def finish():
     import torch
 
     torch.distributed.destroy_process_group()
+
+
+def checked(name, estimator, validate, **arguments):
+    """``validate(**arguments)``: the argument checks of ``estimator``'s entry point ``name``.
+
+    Alone, just that. Under a process group it is the entry point's first collective:
+    ``validate`` runs on every rank inside :func:`kernelkit_gpu.distributed.agree` (an error on
+    any rank is raised on every rank as ``rank R of W: ...``), then
+    :func:`kernelkit_gpu.distributed.check_same` raises ValueError on every rank unless every
+    rank passed the same ``arguments`` and estimator parameters (but
+    :data:`UNCHECKED_PARAMS`) and resolved the same device.
+
+    Returns
+    -------
+    What ``validate`` returned.
+    """
+    if not active():
+        return validate(**arguments)
+    from kernelkit._device import resolve_device
+    from kernelkit_gpu import distributed as D
+
+    def run():
+        return validate(**arguments), resolve_device(estimator.device)
+
+    result, device = D.agree(run)
+    params = {k: v for k, v in estimator.get_params(deep=False).items()
+              if k not in UNCHECKED_PARAMS}
+    D.check_same(name, **arguments, parameters=params, device=device)
+    return result
+
+
+def rank0_decision(fn, *args):
+    """``fn(*args)``, a decision that depends on this process's free memory.
+
+    Alone, just that. Under a process group ``fn`` runs on rank 0 only and its (picklable)
+    result is broadcast, so every rank takes the same decision; an error in ``fn`` is raised on
+    every rank (``rank 0 of W: ...``).
+    """
+    if not active():
+        return fn(*args)
+    from kernelkit_gpu import distributed as D
+
+    rank, _ = D.world()
+    return D.broadcast_object(D.agree(lambda: fn(*args) if rank == 0 else None))

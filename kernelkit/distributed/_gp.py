@@ -37,8 +37,7 @@ import torch
 from kernelkit.gp._operator import CovarianceOperator
 from kernelkit.solvers._precond import LowRankPreconditioner
 
-__all__ = ["ShardedCovarianceOperator", "check_data", "from_rank0", "rank0_objective",
-           "share_fit"]
+__all__ = ["ShardedCovarianceOperator", "from_rank0", "rank0_objective", "share_fit"]
 
 
 class ShardedCovarianceOperator(CovarianceOperator):
@@ -106,15 +105,6 @@ def _agree(fn, *args):
         if found:
             raise torch.linalg.LinAlgError(head + message) from exc
         raise
-
-
-def check_data(X, y):
-    """ValueError on every rank unless every rank passed the same X and y."""
-    from kernelkit_gpu import distributed as D
-
-    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    D.check_same("GaussianProcessRegressor.fit", X.ndim, *X.shape, y.ndim, *y.shape,
-                 float(np.sum(X)), float(np.sum(y)))
 
 
 def from_rank0(values):

@@ -1,18 +1,23 @@
 """:func:`kernelkit.gram` over a process group: each rank computes its row blocks.
 
-The row blocks are those of the single-process run (one block size, agreed as the smallest
-over the ranks), dealt out in contiguous runs. K(X, X) is computed as the single process writes
-a file (:func:`kernelkit.blocked_gram._fill_rows_sequential`): a rank computes only its own
-rows, left of the diagonal by recomputing the earlier blocks' tiles with the same arguments, so
-the matrix is exactly symmetric and, in a file, equal bit for bit to the single-process file of
-the same block size.
+The arguments are validated on every rank inside :func:`kernelkit_gpu.distributed.agree` (an
+error on any rank is raised on every rank), then compared by digest
+(:func:`kernelkit_gpu.distributed.check_same`: the data, kernel, parameters, device, block size
+and ``out`` path must be the same on every rank). The row blocks are those of the single-process
+run, dealt out in contiguous runs. To a file they are exactly the single process's: the same
+block size (``block_size=None``: the smallest any rank picks, which on the CPU is the single
+process's), so the file is bit for bit the single-process file of that block size. K(X, X) is
+computed as the single process writes a file (:func:`kernelkit.blocked_gram._fill_rows_sequential`):
+a rank computes only its own rows, left of the diagonal by recomputing the earlier blocks' tiles
+with the same arguments, so the matrix is exactly symmetric. In memory (``out=None``) the blocks
+have at most ceil(n / world) rows, so that every rank gets some, and the rows are then
+all-gathered, so every rank returns the whole matrix.
 
-In memory (``out=None``) the rows are then all-gathered, so every rank returns the whole
-matrix. To a file, rank 0 creates and sizes the temporary file beside ``out`` (the free space
-check and allocation of :func:`kernelkit._io.open_npy_memmap_atomic`), every rank opens it and
-writes its rows, and after a collective check that every rank finished, rank 0 renames it into
-place. An error on any rank removes the temporary file and raises on every rank. The file must
-be on a file system every rank sees (the one shared-storage assumption).
+To a file, rank 0 creates and sizes the temporary file beside ``out`` (the free space check and
+allocation of :func:`kernelkit._io.open_npy_memmap_atomic`), every rank opens it and writes its
+rows, and after a collective check that every rank finished, rank 0 renames it into place. An
+error on any rank removes the temporary file and raises on every rank. The file must be on a
+file system every rank sees (the one shared-storage assumption).
 """
 
 from __future__ import annotations
@@ -47,12 +52,14 @@ def gram(B, X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None
         return B._validated(X, Y, kernel, out, block_size, device, params)
 
     spec, Xc, Yc, resolved, where, bs, dtype, path = D.agree(validate)
+    D.check_same("gram", X=Xc, Y=Yc, kernel=spec.name, params=resolved, device=where,
+                 block_size=block_size, out=path)  # the same call on every rank
     n_rows = Xc.shape[0]
     n_cols = n_rows if Yc is None else Yc.shape[0]
-    sums = [float(np.sum(A, dtype=np.float64)) for A in (Xc, Yc) if A is not None]
-    D.check_same("gram", n_rows, n_cols, Xc.shape[1], path is None, *sums)  # same data everywhere
-    bs = min(bs, -(-n_rows // size))  # every rank gets rows
-    bs = int(D.all_reduce(torch.tensor([float(bs)]), "min")[0])  # one block layout everywhere
+    if path is None:  # in memory: every rank gets rows
+        bs = min(bs, -(-n_rows // size))
+    # one block layout everywhere (block_size=None on a GPU depends on its free memory)
+    bs = int(D.all_reduce(torch.tensor([float(bs)]), "min")[0])
     blocks = _blocks(n_rows, bs)
     first, last = D.shard(len(blocks), rank, size)
     mine = blocks[first:last]

@@ -15,6 +15,12 @@ vectors, so its scalars need no communication and are equal on every rank. Limit
 float64 matrices (four, plus one per further distinct alpha) are held by every rank, 3.2 GB each
 at M = 2e4; M is bounded by one GPU's memory, not by the number of ranks.
 
+``KernelRidge.fit`` checks its arguments on every rank and compares their digests first
+(:func:`kernelkit.distributed.checked`); the decisions taken from the free memory
+(``n_components="auto"``, the row-block bytes and the refusal of a fit that does not fit, the
+dense fallback) are rank 0's (:func:`kernelkit.distributed.rank0_decision`), so every rank runs
+the same M and the same collectives.
+
 The exact solver ("cg") is not sharded here: its products K @ P go through
 :func:`kernelkit_gpu.kernel_matvec`, which shards its rows over the group on the GPU; its
 Nyström preconditioner is computed whole on every rank.

@@ -528,33 +528,16 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         variance cache (not for a pretraining subset, whose fit only gives a start)."""
         import torch
 
-        from kernelkit.gp._exact import cholesky, exact_max_n, lml_from_factor
+        from kernelkit.gp._exact import cholesky, lml_from_factor
         from kernelkit.gp._lml import log_marginal_likelihood
 
-        settings = self._check_params()
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        parse_kernel(kernel)  # the kernel's type and structure, before anything else
-        self.kernel_ = clone(kernel)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
-                             reset=True)
-        structure = parse_kernel(self.kernel_, X.shape[1])
-        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
-        if self.n_targets is not None and n_targets_seen != self.n_targets:
-            raise ValueError(
-                f"The number of targets seen in `y` is different from the parameter "
-                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        settings, X, y, structure = distributed.checked(
+            "GaussianProcessRegressor.fit", self, self._fit_inputs, X=X, y=y)
         sharded = distributed.active()  # a process group (kernelkit.distributed._gp)
         if sharded:
             from kernelkit.distributed import _gp
-
-            _gp.check_data(X, y)
         n = X.shape[0]
-        self._alpha = _check_alpha(self.alpha, n)
-        self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
-        if not self._exact and np.ndim(self._alpha):
-            raise ValueError(
-                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
-                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
             std = np.std(y, axis=0)  # a (numerically) constant target is only centred
@@ -628,6 +611,32 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                                                          device=op.device))
             self._cache(op, params, settings)
         return self
+
+    def _fit_inputs(self, X, y):
+        """The checked settings and data of :meth:`fit`: ``(settings, X, y, kernel structure)``;
+        sets ``kernel_``, ``n_features_in_``, ``_alpha`` and ``_exact``."""
+        from kernelkit.gp._exact import exact_max_n
+
+        settings = self._check_params()
+        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
+        parse_kernel(kernel)  # the kernel's type and structure, before anything else
+        self.kernel_ = clone(kernel)
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
+                             reset=True)
+        structure = parse_kernel(self.kernel_, X.shape[1])
+        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
+        if self.n_targets is not None and n_targets_seen != self.n_targets:
+            raise ValueError(
+                f"The number of targets seen in `y` is different from the parameter "
+                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
+        n = X.shape[0]
+        self._alpha = _check_alpha(self.alpha, n)
+        self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
+        if not self._exact and np.ndim(self._alpha):
+            raise ValueError(
+                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
+                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
+        return settings, X, y, structure
 
     def _pretrain_rows(self, n):
         """How many training points the optimiser first runs on (``pretrain_size``), or 0."""
@@ -763,23 +772,33 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         log_likelihood_gradient : ndarray of shape (n_kernel_params,)
             Only when ``eval_gradient`` is True.
         """
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        theta, settings = distributed.checked(
+            "GaussianProcessRegressor.log_marginal_likelihood", self, self._lml_inputs,
+            theta=theta, eval_gradient=eval_gradient, clone_kernel=clone_kernel)
+        if theta is None:
+            return self.log_marginal_likelihood_value_
+        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
+        if not clone_kernel:  # as scikit-learn: kernel_ takes theta
+            self.kernel_.theta = theta
+        out = self._lml_function(op, settings)(theta, eval_gradient)
+        return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
+
+    def _lml_inputs(self, theta, eval_gradient, clone_kernel):
+        """The checked arguments of :meth:`log_marginal_likelihood`: ``(theta, settings)``, or
+        ``(None, None)`` for the stored value."""
         if not hasattr(self, "X_train_"):  # the requires_fit=False tag turns check_is_fitted off
             raise NotFittedError("This GaussianProcessRegressor instance is not fitted yet; call "
                                  "'fit' before log_marginal_likelihood.")
         if theta is None:
             if eval_gradient:
                 raise ValueError("Gradient can only be evaluated for theta!=None")
-            return self.log_marginal_likelihood_value_
+            return None, None
         theta = np.asarray(theta, dtype=np.float64)
         if theta.shape != self.kernel_.theta.shape:
             raise ValueError(f"theta must have shape {self.kernel_.theta.shape}; "
                              f"got {theta.shape}")
-        settings = self._check_params()
-        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
-        if not clone_kernel:  # as scikit-learn: kernel_ takes theta
-            self.kernel_.theta = theta
-        out = self._lml_function(op, settings)(theta, eval_gradient)
-        return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
+        return theta, self._check_params()
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance, at ``X``.
@@ -808,12 +827,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         import torch
 
-        if return_std and return_cov:
-            raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        if not hasattr(self, "X_train_"):
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        X, settings = distributed.checked(
+            "GaussianProcessRegressor.predict", self, self._predict_inputs, X=X,
+            return_std=return_std, return_cov=return_cov)
+        if settings is None:  # not fitted
             return self._prior(X, return_std, return_cov)
-        settings = self._check_params()
         structure = parse_kernel(self.kernel_, self.n_features_in_)
         op = self._operator(structure)
         theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
@@ -838,6 +857,14 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
         cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
         return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
+
+    def _predict_inputs(self, X, return_std, return_cov):
+        """The checked arguments of :meth:`predict`: ``(X, settings)``, settings None before
+        fit."""
+        if return_std and return_cov:
+            raise RuntimeError("At most one of return_std or return_cov can be requested.")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return X, (self._check_params() if hasattr(self, "X_train_") else None)
 
     def _prior(self, X, return_std, return_cov):
         """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
@@ -975,8 +1002,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
         """
-        n_samples = _check_int("n_samples", n_samples, 1)
-        rng = check_random_state(random_state)
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        n_samples, rng = distributed.checked(  # (X: checked by predict)
+            "GaussianProcessRegressor.sample_y", self,
+            lambda n_samples, random_state: (_check_int("n_samples", n_samples, 1),
+                                             check_random_state(random_state)),
+            n_samples=n_samples, random_state=random_state)
         mean, cov = self.predict(X, return_cov=True)
         if mean.ndim == 1:
             return rng.multivariate_normal(mean, cov, n_samples).T

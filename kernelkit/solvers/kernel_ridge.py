@@ -364,35 +364,29 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             not positive definite in floating point) on a system too large for the dense
             fallback (more than :data:`DENSE_MAX` unknowns or more than the memory available).
         """
-        alpha, n_components, tol, max_iter = self._check_params()
-        X, y = _validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
-                              y_numeric=True)
-        weights = None
-        if sample_weight is not None:
-            weights = _check_sample_weight(sample_weight, X, dtype=np.float64,
-                                           ensure_non_negative=True)
-        where = resolve_device(self.device)
-        name, params = self._kernel(X.shape[1])
-        Y = np.asarray(y, dtype=np.float64)
-        Y = Y.reshape(-1, 1) if Y.ndim == 1 else Y
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params = (
+            distributed.checked("KernelRidge.fit", self, self._fit_inputs, X=X, y=y,
+                                sample_weight=sample_weight))
         n, d = X.shape
         k = Y.shape[1]
-        if alpha.size not in (1, k):
-            raise ValueError(f"alpha has {alpha.size} values but y has {k} targets: give one "
-                             "alpha, or one per target")
         solver = self._pick_solver(n, where)
         rng = check_random_state(self.random_state)
 
         from kernelkit.solvers import _kernel_op, _memory, _nystrom
 
         op = _kernel_op.KernelOperator(name, params, where)
-        m = 0
-        if solver == "nystrom" or self.preconditioner:
-            m = min(n_components, n) if n_components != "auto" else _memory.auto_components(
-                n=n, d=d, k=k, solver=solver, where=where, triton=op.triton,
-                n_alphas=np.unique(alpha).size)
-        op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
-                                             n_alphas=np.unique(alpha).size)
+
+        def plan():  # from the free memory: rank 0's under a process group
+            m = 0
+            if solver == "nystrom" or self.preconditioner:
+                m = min(n_components, n) if n_components != "auto" else _memory.auto_components(
+                    n=n, d=d, k=k, solver=solver, where=where, triton=op.triton,
+                    n_alphas=np.unique(alpha).size)
+            return m, _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
+                                          n_alphas=np.unique(alpha).size)
+
+        m, op.block_bytes = distributed.rank0_decision(plan)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
         sharded = distributed.active()  # a process group (kernelkit.distributed)
         if sharded:
@@ -411,7 +405,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
         size = n if solver == "cg" else m
-        fallback = not result.converged and self._dense_fits(size, where)
+        fallback = not result.converged and distributed.rank0_decision(self._dense_fits, size,
+                                                                       where)
         if fallback:
             coef = dense()
         elif result.breakdown:
@@ -440,6 +435,25 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.n_iter_ = result.n_iter
         self.residuals_ = result.residuals
         return self
+
+    def _fit_inputs(self, X, y, sample_weight):
+        """The checked parameters and data of :meth:`fit`: ``(alpha, n_components, tol,
+        max_iter, X, y, Y (float64, 2-D), weights, device, kernel name, kernel parameters)``."""
+        alpha, n_components, tol, max_iter = self._check_params()
+        X, y = _validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
+                              y_numeric=True)
+        weights = None
+        if sample_weight is not None:
+            weights = _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                           ensure_non_negative=True)
+        where = resolve_device(self.device)
+        name, params = self._kernel(X.shape[1])
+        Y = np.asarray(y, dtype=np.float64)
+        Y = Y.reshape(-1, 1) if Y.ndim == 1 else Y
+        if alpha.size not in (1, Y.shape[1]):
+            raise ValueError(f"alpha has {alpha.size} values but y has {Y.shape[1]} targets: "
+                             "give one alpha, or one per target")
+        return alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params
 
     @staticmethod
     def _dense_fits(size, where):
@@ -534,10 +548,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             float64 predictions; on the GPU from float32 kernel products (error about the float32
             epsilon times sum_i |k(x, x_i) a_i|, measured 1.3-1.4 times that).
         """
-        check_is_fitted(self)
-        X = _validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        where = resolve_device(self.device)
-        name, params = self._kernel(X.shape[1])
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        X, where, name, params = distributed.checked("KernelRidge.predict", self,
+                                                     self._predict_inputs, X=X)
         from kernelkit.solvers import _kernel_op
 
         op = _kernel_op.KernelOperator(name, params, where)
@@ -545,3 +558,10 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         C = coef.reshape(-1, 1) if coef.ndim == 1 else coef
         out = op.product(op.data(X), op.data(self.X_fit_), op.vectors(C)).cpu().numpy()
         return out[:, 0] if coef.ndim == 1 else out
+
+    def _predict_inputs(self, X):
+        """The checked arguments of :meth:`predict`: ``(X, device, kernel name, kernel
+        parameters)``."""
+        check_is_fitted(self)
+        X = _validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        return X, resolve_device(self.device), *self._kernel(X.shape[1])

@@ -26,10 +26,17 @@ def kernel_matvec_streamed(x_local, y_local, v_local, kernel="rbf", *, precision
     summed over blocks. For Y too large to be held whole by every rank.
     """
     rank, size = D.world()
+
+    def shapes():  # the blocks' widths and dtypes, which every rank shares
+        v2 = v_local[:, None] if v_local.ndim == 1 else v_local
+        return v2, {"features": (x_local.shape[1], y_local.shape[1]), "columns": v2.shape[1],
+                    "dtypes": (str(x_local.dtype), str(y_local.dtype), str(v2.dtype))}
+
+    v2, blocks = D.agree(shapes)
     squeeze = v_local.ndim == 1
-    v2 = v_local[:, None] if squeeze else v_local
+    D.check_same("kernel_matvec_streamed", blocks=blocks, kernel=kernel, precision=precision,
+                 params=params)
     sizes = D.all_gather_rows(torch.tensor([[float(y_local.shape[0])]]), size)[:, 0].long().tolist()
-    D.check_same("kernel_matvec_streamed", x_local.shape[1], v2.shape[1], y_local.shape[1])
     out = torch.zeros((x_local.shape[0], v2.shape[1]), dtype=torch.float64, device=x_local.device)
     for owner in range(size):
         m = sizes[owner]
