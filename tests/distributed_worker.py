@@ -349,6 +349,8 @@ def _checks(data, outdir, rank, size, device):
         "error_gp_predict_rows": lambda: gp_model().predict(data["Xr"][:3 + rank],
                                                             return_std=True)[1],
         "error_gp_sample": lambda: gp_model().sample_y(data["Xr"][:3], n_samples=1 + rank),
+        "gp_sample_unseeded": lambda: gp_model().sample_y(data["Xr"][:3], n_samples=2,
+                                                          random_state=None),
         "error_gp_lml": lambda: gp_model().log_marginal_likelihood(
             gp_model().kernel_.theta + rank, eval_gradient=True)[1],
     }

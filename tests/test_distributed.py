@@ -481,8 +481,10 @@ def test_gp_errors_are_shared(ranks):
                               ("error_gp_sample", "sample_y", "n_samples"),
                               ("error_gp_lml", "log_marginal_likelihood", "theta")]:
         assert _errors(ranks, name) == ["ValueError", different.format(method, world, arg)]
-    # random_state=None with a restart: the same probes and starts on every rank
+    # random_state=None with a restart: the same probes and starts on every rank; unseeded
+    # posterior draws: rank 0's on every rank
     assert _result(ranks, "gp_unseeded").shape == (9,)
+    assert _result(ranks, "gp_sample_unseeded").shape == (3, 2)
     # a LinAlgError on one rank: fit raises it on every rank, the L-BFGS objective is -inf
     np.testing.assert_array_equal(_result(ranks, "gp_linalg"), [1.0, -np.inf])
 

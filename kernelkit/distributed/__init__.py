@@ -113,7 +113,8 @@ def checked(name, estimator, validate, **arguments):
 
 
 def rank0_decision(fn, *args):
-    """``fn(*args)``, a decision that depends on this process's free memory.
+    """``fn(*args)``, a decision that may differ between processes (it depends on this
+    process's free memory, or on unseeded random draws).
 
     Alone, just that. Under a process group ``fn`` runs on rank 0 only and its (picklable)
     result is broadcast, so every rank takes the same decision; an error in ``fn`` is raised on

@@ -1009,7 +1009,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                                              check_random_state(random_state)),
             n_samples=n_samples, random_state=random_state)
         mean, cov = self.predict(X, return_cov=True)
-        if mean.ndim == 1:
-            return rng.multivariate_normal(mean, cov, n_samples).T
-        return np.stack([rng.multivariate_normal(mean[:, k], cov[..., k], n_samples).T
-                         for k in range(mean.shape[1])], axis=1)
+
+        def draw():
+            if mean.ndim == 1:
+                return rng.multivariate_normal(mean, cov, n_samples).T
+            return np.stack([rng.multivariate_normal(mean[:, k], cov[..., k], n_samples).T
+                             for k in range(mean.shape[1])], axis=1)
+
+        # under a process group rank 0's draws (random_state=None differs between ranks)
+        return distributed.rank0_decision(draw)
