@@ -291,8 +291,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         the message names it and lists what is supported) or a parameter of the wrong type.
     ValueError
         In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, y
-        whose number of targets differs from ``n_targets``, or per-sample alpha with
-        n > ``exact_max_n``.
+        whose number of targets differs from ``n_targets``, or with n > ``exact_max_n``
+        per-sample alpha or a WhiteKernel whose noise varies from point to point (times a
+        non-stationary kernel: ``DotProduct() * WhiteKernel()``).
 
     Notes
     -----
@@ -555,6 +556,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
                 f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
+        if not self._exact and structure.varying_noise is not None:
+            raise ValueError(
+                f"kernel: {structure.varying_noise!r} adds a WhiteKernel noise that varies from "
+                f"point to point, which the iterative path (n_samples={n} > exact_max_n="
+                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}) cannot precondition; "
+                f"write the noise as a summand (... + WhiteKernel()) or as a WhiteKernel times "
+                f"constants and kernels with k(x, x) = 1 (RBF, Matern...)")
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
             std = np.std(y, axis=0)  # a (numerically) constant target is only centred
