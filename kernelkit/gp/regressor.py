@@ -184,7 +184,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
     ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
     15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
-    per-sample ``alpha`` raises ValueError on the iterative path. scikit-learn's own
+    per-sample ``alpha`` raises ValueError on the iterative path, as does a WhiteKernel times a
+    kernel whose k(x, x) varies (``DotProduct() * WhiteKernel()``: noise that differs from point
+    to point; a WhiteKernel anywhere else is noise c I, e.g. ``C * (RBF + WhiteKernel)``).
+    scikit-learn's own
     ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
     registry (``benchmarks/sklearn_gpr_suite.py``).
 
