@@ -47,10 +47,12 @@ FAST_MORE = {  # other layouts of the same trees (direct contractions only: chea
     "no-constant-no-white": kk.Matern(0.8, nu=0.5),
     "fixed-length-scale": C(1.5) * RBF(0.8, length_scale_bounds="fixed") + W(0.05),
     "fixed-amplitude-rq-ard": C(1.5, "fixed") * kk.RationalQuadratic([0.8, 1.3, 0.5], alpha=0.7),
+    # a WhiteKernel within: the kernel part is C * RBF, the noise C * 0.05 + 0.02
+    "white-inside-a-product": C(1.5) * (RBF(0.8) + W(0.05)) + W(0.02),
 }
 SLOW = {  # trees the fused pass does not cover: the autograd path stays
     "rbf-plus-dotproduct": RBF(0.8) + DotProduct(0.5) + W(0.05),
-    "white-inside-the-kernel-part": RBF(0.8) * W(0.05) + C(0.3) * RBF(1.2),
+    "white-inside-the-kernel-part": DotProduct(0.5) * W(0.05) + C(0.3) * RBF(1.2),
     "power": C(1.5) * RBF(0.8) ** 2 + W(0.05),
     "two-leaves": RBF(0.8) * Matern(1.2, nu=1.5) + W(0.05),
 }

@@ -50,26 +50,26 @@ def _estimate(op, y, rank, n_probes, cg_tol, seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_low_rank_preconditioner_lml_needs_and_gets_the_stochastic_correction(problem, seed):
     """Rank 20 of n = 300: log det P misses log det K by 27 nats; the SLQ correction brings the
-    estimate to the exact value within its spread (sd over seeds measured 0.84 nats for the
-    value, 4.7 for the largest gradient entry, with 16 probes at cg_tol 1e-10)."""
+    estimate to the exact value within its spread (over probe seeds 0-23, 16 probes, cg_tol
+    1e-10: value sd 1.36 nats, mean -0.15; largest gradient entry's error rms 4.7; seeds 0 and 1
+    measured -0.93 / -1.05 nats and 4.2 / 5.2)."""
     X, y, op, lml, grad = problem
     value, g = _estimate(op, y, rank=20, n_probes=16, cg_tol=1e-10, seed=seed)
-    assert abs(value - lml) <= 3.5  # ~4 sd
-    assert np.abs(g - grad).max() <= 19.0  # ~4 sd
+    assert abs(value - lml) <= 5.5  # 4 sd
+    assert np.abs(g - grad).max() <= 19.0  # 4 rms
 
 
 @pytest.mark.parametrize("cg_tol", [1e-3, 1e-8], ids=["default", "tight"])
 def test_rank_100_lml_matches_sklearn(problem, cg_tol):
     """Rank 100 of 300 uniform landmarks, 16 probes, cg_tol 1e-3 (the default) and tight: P
-    is then close to K; the probes' spread dominates at both tolerances (errors measured over
-    seeds 0-3: value 1.4e-3, -1.8e-4, 6.2e-4, -6.2e-4; largest gradient entry 4.6e-3 to
-    2.0e-2). The correction itself is 0.011 nats of the LML at seed 0 (0.5 (log det K - log
-    det P)), so dropping it fails here too; a CG stopped 1000x early (cg_tol 1) fails the
-    value by whole nats."""
+    is then close to K; the probes' spread dominates at both tolerances (over probe seeds 0-23:
+    value sd 6.6e-3 nats, largest gradient entry's error rms 0.043; seed 0 measured -3.7e-3
+    and 0.037 (0.030 tight)). A CG stopped 1000x early (cg_tol 1) fails the value by 99 nats;
+    the correction itself (0.011 nats here) is checked at rank 20, where it is 27 nats."""
     X, y, op, lml, grad = problem
     value, g = _estimate(op, y, rank=100, n_probes=16, cg_tol=cg_tol, seed=0)
-    assert abs(value - lml) <= 6e-3  # ~4 x the largest measured error (1.4e-3)
-    np.testing.assert_allclose(g, grad, rtol=0, atol=0.08)  # ~4 x the measured 2.0e-2
+    assert abs(value - lml) <= 0.026  # 4 sd
+    np.testing.assert_allclose(g, grad, rtol=0, atol=0.17)  # 4 rms
 
 
 @pytest.mark.parametrize("cg_tol", [1e-3, 1e-8], ids=["default", "tight"])

@@ -7,7 +7,8 @@ of the kernel tree, for any tree. For a kernel part that is
 
     [ConstantKernel *] one stationary leaf  (rbf, laplacian, matern, rational_quadratic; d <= 16)
 
-with any pure-noise summands beside it (``+ WhiteKernel``), :func:`bilinear` here gets the same
+with the WhiteKernels' noise beside it (``+ WhiteKernel``, or within: ``C * (RBF + WhiteKernel)``
+has the kernel part ``C * RBF``, :mod:`._structure`), :func:`bilinear` here gets the same
 numbers from one pass of
 :func:`kernelkit_gpu.pairwise.contract_fused.kernel_contractions` (tile by tile from X, never
 forming K or dK): ``kg`` = sum_j a_j^T K_leaf b_j and ``grad`` = the contractions with the

@@ -334,9 +334,9 @@ class CovarianceOperator:
         return value.to(dtype)
 
     def kernel_diagonal(self, Z, params, dtype=torch.float64):
-        """k(z_i, z_i) of the kernel part for centred float64 rows Z, shape (m,), as
-        scikit-learn's ``kernel.diag`` without the pure-noise summands (a WhiteKernel inside the
-        kernel part counts: z_i is the same point as itself)."""
+        """k(z_i, z_i) of the kernel part for centred float64 rows Z, shape (m,): scikit-learn's
+        ``kernel.diag`` less ``params["noise"]`` (a WhiteKernel left in the kernel part counts:
+        z_i is the same point as itself)."""
         root = self.structure.root
         if root is None:
             return torch.zeros(Z.shape[0], dtype=dtype, device=Z.device)

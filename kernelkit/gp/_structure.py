@@ -23,12 +23,20 @@ respect to it compare with scikit-learn's directly. :meth:`KernelStructure.param
 tensor into the parameter dictionary the operator (:mod:`._operator`) evaluates, differentiable
 with respect to theta.
 
-The top-level summands that are pure noise (a ``WhiteKernel``, possibly times constants) are
-collected into one number, ``params["noise"]``: the operator adds it to the diagonal and the
-preconditioner uses it as its shift. Every other summand is the "kernel part", evaluated block
-by block; a WhiteKernel inside it (``RBF() * WhiteKernel()``) contributes on the pairs of a
-block that are the same training point, and nowhere in a block against test points, as
-scikit-learn's ``WhiteKernel(X, Y)`` is zero for ``Y`` given.
+On the training set a WhiteKernel is non-zero only on the diagonal (scikit-learn's
+``WhiteKernel(X)`` is ``noise_level * I``; ``WhiteKernel(X, Y)`` is 0 for ``Y`` given), so wherever
+it sits in the tree, k(X, X) = k_c(X, X) + D exactly, with k_c the kernel with every WhiteKernel
+set to 0 (the "kernel part", ``KernelStructure.root``, evaluated block by block; it is also
+k(X, Y) for test points) and D diagonal: D_ii = k(x_i, x_i) - k_c(x_i, x_i). D is one number
+(``params["noise"]``, which the operator adds to the diagonal and the preconditioner uses as its
+shift) wherever the WhiteKernels only meet constants and kernels with k(x, x) = 1 (the registry's
+``normalized``; RBF, Matérn...): ``C * (RBF + WhiteKernel)`` has the kernel part ``C * RBF`` and
+the noise ``C * noise_level``, ``(RBF + WhiteKernel) ** p`` has ``RBF ** p`` and
+``(1 + noise_level) ** p - 1``. Otherwise (``DotProduct() * WhiteKernel()``: noise that grows with
+|x|) D varies from point to point: the WhiteKernels then stay in the kernel part, counted on the
+pairs of a block that are the same training point, and ``KernelStructure.varying_noise`` names the
+term, which the exact path takes and the iterative path refuses (its preconditioner needs the
+noise as one number).
 """
 
 from __future__ import annotations
@@ -77,12 +85,15 @@ class Sum:
 class Product:
     k1: object
     k2: object
+    #: The scikit-learn kernel it was parsed from (named by error messages).
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
 class Power:
     k: object
     exponent: float
+    source: object = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,26 +152,29 @@ class Leaf:
 # ----------------------------------------------------------------------------- the structure
 @dataclasses.dataclass(frozen=True)
 class KernelStructure:
-    """A parsed kernel: ``kernel part + noise * I``.
+    """A parsed kernel: on the training set, ``kernel part + noise * I``.
 
     Attributes
     ----------
     kernel : sklearn.gaussian_process.kernels.Kernel
         The kernel parsed.
     root : node or None
-        The kernel part (None when the kernel is pure noise, e.g. ``WhiteKernel()`` alone).
-    noise_terms : tuple of tuple of Scalar
-        The pure-noise summands, each a product of :class:`Scalar` factors.
+        The kernel part (None when it is 0, e.g. for ``WhiteKernel()`` alone): the kernel with
+        every WhiteKernel set to 0, or, where ``varying_noise`` is set, the whole kernel.
+    noise_source : node or None
+        The tree whose WhiteKernels give ``params(theta)["noise"]`` (its diagonal minus its
+        kernel part's, :func:`_excess`), None when there is no such noise.
     n_theta : int
-    stationary : bool
-        The kernel part depends on x - y only (its diagonal is then one number).
+    varying_noise : sklearn.gaussian_process.kernels.Kernel or None
+        The term of ``kernel`` whose WhiteKernel adds a diagonal that varies from training point
+        to training point (``DotProduct() * WhiteKernel()``); None when the noise is one number.
     """
 
     kernel: object
     root: object
-    noise_terms: tuple
+    noise_source: object
     n_theta: int
-    stationary: bool
+    varying_noise: object
 
     def params(self, theta):
         """The parameters at a log-hyperparameter tensor laid out as ``kernel.theta``.
@@ -173,17 +187,15 @@ class KernelStructure:
         -------
         dict
             ``theta`` (the tensor itself, which the operator evaluates the tree at) and
-            ``noise`` (0-d float64, the sum of the pure-noise summands), differentiable with
-            respect to ``theta``.
+            ``noise`` (0-d float64, what the WhiteKernels add to every diagonal entry of
+            k(X, X)), differentiable with respect to ``theta``.
         """
         import torch
 
-        noise = torch.zeros((), dtype=torch.float64, device=theta.device)
-        for term in self.noise_terms:
-            value = torch.ones((), dtype=torch.float64, device=theta.device)
-            for factor in term:
-                value = value * factor.number(theta)
-            noise = noise + value
+        if self.noise_source is None:
+            noise = torch.zeros((), dtype=torch.float64, device=theta.device)
+        else:
+            noise = _excess(self.noise_source, theta)
         return {"theta": theta, "noise": noise}
 
 
@@ -233,10 +245,14 @@ def _parse(k, start, kernel, n_features):
     if isinstance(k, (skk.Sum, skk.Product)):
         a, start = _parse(k.k1, start, kernel, n_features)
         b, start = _parse(k.k2, start, kernel, n_features)
-        return (Sum(a, b) if isinstance(k, skk.Sum) else Product(a, b)), start
+        return (Sum(a, b) if isinstance(k, skk.Sum) else Product(a, b, k)), start
     if isinstance(k, skk.Exponentiation):
         a, start = _parse(k.kernel, start, kernel, n_features)
-        return Power(a, float(k.exponent)), start
+        exponent = float(k.exponent)
+        if _has_white(a) and not exponent > 0:  # 0 ** exponent off the diagonal: 1 or inf
+            raise ValueError(f"kernel: the exponent of {k!r} must be > 0 where the kernel "
+                             f"raised contains a WhiteKernel; got {k.exponent!r}")
+        return Power(a, exponent, k), start
     if isinstance(k, skk.ConstantKernel):
         return _scalar(k.constant_value, k.constant_value_bounds, start, False,
                        "ConstantKernel constant_value", kernel)
@@ -257,33 +273,101 @@ def _parse(k, start, kernel, n_features):
     raise _unsupported(kernel, f"cannot use {type(k).__name__}")
 
 
-def _summands(node):
-    return _summands(node.k1) + _summands(node.k2) if isinstance(node, Sum) else [node]
-
-
-def _noise_factors(node):
-    """The Scalar factors of a pure-noise product (exactly one white factor), else None."""
-    factors = []
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Product):
-            stack += [n.k2, n.k1]
-        elif isinstance(n, Scalar):
-            factors.append(n)
-        else:
-            return None
-    return tuple(factors) if sum(f.white for f in factors) == 1 else None
-
-
-def _stationary(node):
+def _has_white(node):
     if isinstance(node, (Sum, Product)):
-        return _stationary(node.k1) and _stationary(node.k2)
+        return _has_white(node.k1) or _has_white(node.k2)
     if isinstance(node, Power):
-        return _stationary(node.k)
-    if isinstance(node, Leaf):
-        return node.spec.stationary
-    return True
+        return _has_white(node.k)
+    return isinstance(node, Scalar) and node.white
+
+
+def _constant_diagonal(node):
+    """Whether k(x, x) is one number, with and without the node's WhiteKernels: constants,
+    WhiteKernels and normalised registry kernels (k(x, x) = 1), combined."""
+    if isinstance(node, (Sum, Product)):
+        return _constant_diagonal(node.k1) and _constant_diagonal(node.k2)
+    if isinstance(node, Power):
+        return _constant_diagonal(node.k)
+    return isinstance(node, Scalar) or node.spec.normalized
+
+
+def _diagonal(node, theta, white):
+    """k(x, x) of a node with :func:`_constant_diagonal`, a 0-d float64 tensor; ``white``:
+    with its WhiteKernels (k(X) on the training set) or without them (the kernel part)."""
+    import torch
+
+    if isinstance(node, Sum):
+        return _diagonal(node.k1, theta, white) + _diagonal(node.k2, theta, white)
+    if isinstance(node, Product):
+        return _diagonal(node.k1, theta, white) * _diagonal(node.k2, theta, white)
+    if isinstance(node, Power):
+        return _diagonal(node.k, theta, white) ** node.exponent
+    if isinstance(node, Scalar):
+        value = node.number(theta)
+        return value if white or not node.white else torch.zeros_like(value)
+    return torch.ones((), dtype=torch.float64, device=theta.device)  # a normalised leaf
+
+
+def _constant_excess(node):
+    """Whether :func:`_excess` is one number (the same at every training point)."""
+    if not _has_white(node) or isinstance(node, Scalar):
+        return True
+    if isinstance(node, Sum):
+        return _constant_excess(node.k1) and _constant_excess(node.k2)
+    if isinstance(node, Product):  # e = e1 k2(x, x) + k1_c(x, x) e2
+        a, b = node.k1, node.k2
+        return all(not _has_white(u) or (_constant_excess(u) and _constant_diagonal(v))
+                   for u, v in ((a, b), (b, a)))
+    return _constant_diagonal(node.k)  # Power: k(x, x)^p - k_c(x, x)^p
+
+
+def _excess(node, theta):
+    """What the WhiteKernels of ``node`` (it has some) add to each diagonal entry of its k(X, X):
+    k(x, x) - k_c(x, x), k_c the node without them (:func:`_strip`), where that is one number
+    (:func:`_constant_excess`); a 0-d float64 tensor. A product's is e1 k2(x, x) + k1_c(x, x) e2,
+    so a WhiteKernel factor's value is never the difference of two close numbers."""
+    if isinstance(node, Scalar):
+        return node.number(theta)
+    if isinstance(node, (Sum, Product)):
+        a, b = node.k1, node.k2
+        if isinstance(node, Sum):
+            terms = [_excess(k, theta) for k in (a, b) if _has_white(k)]
+        else:
+            terms = ([_excess(a, theta) * _diagonal(b, theta, True)] if _has_white(a) else []) \
+                + ([_diagonal(a, theta, False) * _excess(b, theta)] if _has_white(b) else [])
+        return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+    return (_diagonal(node.k, theta, True) ** node.exponent
+            - _diagonal(node.k, theta, False) ** node.exponent)
+
+
+def _strip(node):
+    """The node with every WhiteKernel set to 0 (k(X, Y) for Y given; off the diagonal of
+    k(X, X)), or None where that is 0."""
+    if isinstance(node, Scalar):
+        return None if node.white else node
+    if isinstance(node, Sum):
+        a, b = _strip(node.k1), _strip(node.k2)
+        return b if a is None else a if b is None else Sum(a, b)
+    if isinstance(node, Product):
+        a, b = _strip(node.k1), _strip(node.k2)
+        return None if a is None or b is None else Product(a, b, node.source)
+    if isinstance(node, Power):
+        a = _strip(node.k)
+        return None if a is None else Power(a, node.exponent, node.source)
+    return node
+
+
+def _varying_term(node):
+    """The smallest product or power of ``node`` whose WhiteKernels add a diagonal that varies
+    from point to point (its scikit-learn kernel), or None."""
+    if _constant_excess(node):
+        return None
+    children = (node.k1, node.k2) if isinstance(node, (Sum, Product)) else (node.k,)
+    for child in children:
+        inner = _varying_term(child)
+        if inner is not None:
+            return inner
+    return node.source  # a product or power (a sum varies where one of its terms does)
 
 
 def parse_kernel(kernel, n_features=None):
@@ -306,7 +390,8 @@ def parse_kernel(kernel, n_features=None):
         For a kernel outside the registry, a non-PSD one or any other kernel class; the message
         names it and lists what is supported.
     ValueError
-        For a parameter value out of range (a Matérn nu other than 0.5, 1.5, 2.5...).
+        For a parameter value out of range (a Matérn nu other than 0.5, 1.5, 2.5...), or an
+        exponent <= 0 of a kernel that contains a WhiteKernel.
     """
     if not isinstance(kernel, skk.Kernel):
         raise TypeError(f"kernel must be a scikit-learn Kernel object; got {kernel!r}. "
@@ -316,13 +401,7 @@ def parse_kernel(kernel, n_features=None):
         expected = kernel.theta.shape[0]
     if n_theta != expected:  # a kernel class whose theta this parser does not know
         raise _unsupported(kernel, f"its theta has {expected} entries, the parser found {n_theta}")
-    noise_terms, kernel_terms = [], []
-    for term in _summands(root):
-        factors = _noise_factors(term)
-        (noise_terms if factors is not None else kernel_terms).append(
-            factors if factors is not None else term)
-    part = None
-    for term in kernel_terms:
-        part = term if part is None else Sum(part, term)
-    return KernelStructure(kernel, part, tuple(noise_terms), n_theta,
-                           part is None or _stationary(part))
+    varying = _varying_term(root)
+    if varying is not None or not _has_white(root):  # WhiteKernels, if any, in the kernel part
+        return KernelStructure(kernel, root, None, n_theta, varying)
+    return KernelStructure(kernel, _strip(root), root, n_theta, None)

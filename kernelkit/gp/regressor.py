@@ -184,7 +184,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
     ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
     15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
-    per-sample ``alpha`` raises ValueError on the iterative path. scikit-learn's own
+    per-sample ``alpha`` raises ValueError on the iterative path, as does a WhiteKernel times a
+    kernel whose k(x, x) varies (``DotProduct() * WhiteKernel()``: noise that differs from point
+    to point; a WhiteKernel anywhere else is noise c I, e.g. ``C * (RBF + WhiteKernel)``).
+    scikit-learn's own
     ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
     registry (``benchmarks/sklearn_gpr_suite.py``).
 
@@ -291,8 +294,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         the message names it and lists what is supported) or a parameter of the wrong type.
     ValueError
         In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, y
-        whose number of targets differs from ``n_targets``, or per-sample alpha with
-        n > ``exact_max_n``.
+        whose number of targets differs from ``n_targets``, or with n > ``exact_max_n``
+        per-sample alpha or a WhiteKernel whose noise varies from point to point (times a
+        non-stationary kernel: ``DotProduct() * WhiteKernel()``).
 
     Notes
     -----
@@ -636,6 +640,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             raise ValueError(
                 f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
                 f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
+        if not self._exact and structure.varying_noise is not None:
+            raise ValueError(
+                f"kernel: {structure.varying_noise!r} adds a WhiteKernel noise that varies from "
+                f"point to point, which the iterative path (n_samples={n} > exact_max_n="
+                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}) cannot precondition; "
+                f"write the noise as a summand (... + WhiteKernel()) or as a WhiteKernel times "
+                f"constants and kernels with k(x, x) = 1 (RBF, Matern...)")
         return settings, X, y, structure
 
     def _pretrain_rows(self, n):
