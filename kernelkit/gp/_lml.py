@@ -61,7 +61,7 @@ __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "estimate_residual", "log_mar
 
 #: ``preconditioner_rank="auto"``: min(n, max(AUTO_RANK, AUTO_RANK_PER_ROOT_N sqrt(n)),
 #: AUTO_FACTOR_ELEMENTS // n) landmarks. The rank sets the CG iterations: on the benchmark's GP
-#: (n = 1e4, d = 8, ARD RBF + noise, float32 products, cg_tol 1e-3; NOTES.md) 100 landmarks took
+#: (n = 1e4, d = 8, ARD RBF + noise, float32 products, cg_tol 1e-3; docs/decisions.md) 100 landmarks took
 #: 94 / 62 iterations at the initial / fitted hyperparameters, 300 took 44 / 17 and 1000 took
 #: 15 / 4; the factor's QR costs O(n k^2) and its k x k eigenproblem O(k^3) once per evaluation.
 AUTO_RANK = 1024

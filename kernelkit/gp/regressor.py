@@ -226,7 +226,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         contractions then run in float32 with float64 sums (float64 ones took 69 s instead of
         4.2 s at n = 1e6). Float32 products cost less each but bias the log-determinant
         estimate, whose Lanczos run sees their rounding as spread in the small eigenvalues: at
-        the noise fitted at n = 1e6 (H200, ``benchmarks/gp.py`` data, NOTES.md) the estimate was
+        the noise fitted at n = 1e6 (H200, ``benchmarks/gp.py`` data, docs/decisions.md) the estimate was
         +333 nats above the float64 one at n = 1e6 and +1650 at n = 1e5, and they took more
         CG steps (6 + refinement against 3 at n = 1e6, 32 against 4 at n = 1e5). The kernel
         blocks are formed from data centred on their float64 mean and scaled in float64, then
@@ -253,7 +253,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         bound raised to what 90% of its free memory holds
         (:func:`kernelkit.gp._lml.resolve_rank`; resolved once per fit): CG then takes 4-15
         iterations on a smooth ARD RBF model at n = 1e4, where 100 landmarks took 62-94, and
-        10 near the optimum at n = 1e6 (rank 2048; 30 at rank 1024) (NOTES.md).
+        10 near the optimum at n = 1e6 (rank 2048; 30 at rank 1024) (docs/decisions.md).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
         when an iteration raises the estimate by less than its standard error (from the

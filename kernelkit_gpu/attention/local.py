@@ -360,7 +360,7 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     Measured against the float64 reference (tests): float32 within 2e-5, float16 / bfloat16
     within 8 units of the dtype, relative to max(1, max |out|); on the real heads the bfloat16
     forward's error against exact softmax equals the float64 method's (0.245 vs 0.246).
-    Accuracy on all-MiniLM-L6-v2 heads and speed against softmax attention: NOTES.md,
+    Accuracy on all-MiniLM-L6-v2 heads and speed against softmax attention: docs/decisions.md,
     ``benchmarks/attention_local.py``.
 
     Examples

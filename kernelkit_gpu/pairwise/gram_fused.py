@@ -380,7 +380,7 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     Measured error of each precision mode: relative Frobenius error
     :math:`\|K - K_{ref}\|_F / \|K_{ref}\|_F` of float32 input against the float64 reference,
     N = 4096, on an H100 with triton 3.6 (``benchmarks/gram_variants.py`` and
-    ``benchmarks/gram.py``; ``benchmarks/results/gram-tuning-notes.md`` section 11, NOTES.md):
+    ``benchmarks/gram.py``; ``benchmarks/results/gram-tuning-notes.md`` section 11, docs/decisions.md):
 
     =========  ==========================================  ==========  ===========
     precision  data (rbf)                                  D = 64      D = 512
