@@ -83,6 +83,7 @@ def test_triton_is_required_only_where_its_wheels_exist(platform_system, platfor
     assert triton.marker is not None and triton.marker.evaluate(env) is required
 
 
+@pytest.mark.subprocess
 def test_ci_run_runs_every_step_and_exits_with_the_worst_code():
     """Issue 37: a failing step does not stop the later ones (one run shows every failure), and
     the script exits with the worst exit code; pytest's "no tests collected" (5) counts as 1."""

@@ -66,7 +66,7 @@ def _record(path, actual, desired, rtol, atol):
     where = (f"{os.path.relpath(frame.f_code.co_filename)}:{frame.f_lineno}"
              if frame is not None else "?")
     line = dict(test=os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" ", 1)[0], where=where,
-                rtol=rtol, atol=atol, ratio=ratio, dtype=dtype)
+                rtol=float(rtol), atol=float(atol), ratio=ratio, dtype=dtype)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(f"{path}.{worker}", "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")
