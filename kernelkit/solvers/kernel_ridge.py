@@ -138,9 +138,15 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         whose normal equations :math:`(K_{Mn} W K_{nM} + \alpha (K_{MM} + s I))\beta = K_{Mn} W y`
         are solved by CG with Falkon's preconditioner (:mod:`kernelkit.solvers._nystrom`); each
         iteration costs n M kernel values. The jitter s is the machine epsilon of the kernel
-        products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM); the
-        preconditioner factors K_MM with M times that. With M = n it is the exact solution up
-        to that jitter (the predictions move by at most about s / alpha times |y|). "auto":
+        products times the mean of diag(K_MM) on the GPU (float32), and M times the float64
+        one on the CPU (K_MM's own float64 rounding, below which the system can be indefinite
+        where K_MM is singular); the preconditioner factors K_MM + M eps mean(diag K_MM) I, eps
+        that of the products. On the CPU the landmarks whose features lie in the numerical span
+        of the others' are dropped (a pivoted Cholesky factorisation of K_MM): for a
+        finite-rank kernel such as "linear" or "polynomial" with more landmarks than its rank,
+        as many as the rank are kept (``n_components_``). With M = n, or for a finite-rank
+        kernel whose landmarks span its feature space, it is the exact solution up to the
+        jitter (the predictions move by at most about s / alpha times |y|). "auto":
         "cg" up to 100,000 samples on the GPU (20,000 on
         the CPU), "nystrom" beyond.
     n_components : "auto" or int, default="auto"
@@ -196,7 +202,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     solver_ : str
         The solver used ("cg" or "nystrom").
     n_components_ : int
-        Landmarks used (0 for plain CG).
+        Landmarks used (0 for plain CG): for "nystrom" on the CPU, fewer than
+        ``n_components`` where some were in the numerical span of the others.
     landmark_indices_ : ndarray of shape (n_components_,)
         Their row indices in the training data.
     n_iter_ : int
@@ -394,12 +401,15 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         op.block_bytes = _memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
                                              n_alphas=np.unique(alpha).size)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
+        Xo, Xe = op.data(X), op.exact_data(X)
+        if solver == "nystrom":
+            idx = _nystrom.spanning_landmarks(op, Xe, idx)
         sharded = distributed.active()  # a process group (kernelkit.distributed)
         if sharded:
             from kernelkit.distributed import _ridge
 
             idx = _ridge.same_on_all_ranks(idx)
-        Xo, Xe = op.data(X), op.exact_data(X)
+        m = len(idx)
         data, exact = (Xo, op.take(Xo, idx)), (Xe, op.take(Xe, idx))
         Yt = op.vectors(Y)
         alphas = op.vectors(np.broadcast_to(alpha, (k,)))
