@@ -190,7 +190,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Draws the landmarks.
     verbose : bool or int, default=False
-        Show a progress bar (tqdm) with the relative residual.
+        Show a progress bar (tqdm) of CG's convergence: the digits the relative residual has
+        gained, -log10(residual), out of the digits ``tol`` asks for, -log10(tol), with the
+        step and the residual (:class:`~kernelkit.solvers._cg.ConvergenceBar`).
 
     Attributes
     ----------
@@ -417,7 +419,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
         if sharded and solver == "nystrom":
             fit = functools.partial(_ridge.fit_nystrom, self._warn_lstsq)
-        with self._progress(solver, max_iter) as callback:
+        with self._progress(solver, tol) as callback:
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
         size = n if solver == "cg" else m
@@ -513,22 +515,14 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         return result, system.to_beta(result.x), dense
 
-    def _progress(self, solver, max_iter):
-        """A context manager giving the CG callback: a tqdm bar when ``verbose``, else None."""
+    def _progress(self, solver, tol):
+        """A context manager giving the CG callback: a
+        :class:`~kernelkit.solvers._cg.ConvergenceBar` when ``verbose``, else None."""
         if not self.verbose:
             return contextlib.nullcontext(None)
-        from tqdm import tqdm
+        from kernelkit.solvers._cg import ConvergenceBar
 
-        @contextlib.contextmanager
-        def bar():
-            with tqdm(total=max_iter, desc=f"KernelRidge ({solver})", unit="it") as t:
-                def callback(iteration, residual):
-                    t.update(1)
-                    t.set_postfix(rel_residual=f"{residual:.2e}", refresh=False)
-
-                yield callback
-
-        return bar()
+        return ConvergenceBar(tol, f"KernelRidge ({solver})")
 
     # ----------------------------------------------------------------------------- predict
     def predict(self, X):
