@@ -260,3 +260,36 @@ def test_the_host_reads_flags_late_only_for_small_systems_on_cuda():
     assert _flag_lag(cuda, None, LAG_MAX_ROWS) == 1
     assert _flag_lag(cuda, None, LAG_MAX_ROWS + 1) == 0
     assert _flag_lag(cuda, print, 100) == 0 and _flag_lag(cpu, None, 100) == 0
+
+
+def _last_render(err):
+    """The bar as tqdm left it: the text after the last carriage return."""
+    return err.rstrip("\n").split("\r")[-1]
+
+
+@pytest.mark.parametrize("max_iter", [737, 25], ids=["converges", "max_iter"])
+def test_convergence_bar_counts_digits_of_tol_not_iterations(capsys, max_iter):
+    """The progress bar of a CG solve (``ConvergenceBar``): its total is the digits tol asks
+    for, -log10(1e-8) = 8; it ends full (8.0/8.0, 100%) exactly when the solve converged and
+    else at -log10 of the final residual; its postfix is the step count and the residual; and
+    max_iter appears nowhere (a bar over max_iter had ended at '2% 22/1000')."""
+    from kernelkit.solvers._cg import ConvergenceBar
+
+    A = _spd(80, cond=1e3)
+    B = np.random.default_rng(1).standard_normal((80, 2))
+    with ConvergenceBar(1e-8, "CG") as callback:
+        res = conjugate_gradient(lambda V: torch.from_numpy(A) @ V, torch.from_numpy(B),
+                                 tol=1e-8, max_iter=max_iter, callback=callback)
+    err = capsys.readouterr().err
+    last = _last_render(err)
+    assert last.startswith("CG: ")
+    assert f"step {res.n_iter}, residual {res.residuals[-1]:.2e}" in last
+    if max_iter == 737:
+        assert res.converged and "100%" in last and " 8.0/8.0 digits" in last
+    else:
+        assert not res.converged and res.n_iter == 25 and 1e-8 < res.residuals[-1] < 1.0
+        assert f" {-np.log10(res.residuals[-1]):.1f}/8.0 digits" in last and "100%" not in last
+    assert f"/{max_iter}" not in err
+    # every render counts digits out of 8, none iterations
+    renders = [r for r in err.split("\r") if r.strip()]
+    assert renders and all("/8.0 digits" in r for r in renders)

@@ -18,17 +18,50 @@ Two jitters
     covers that rounding; with a float64 jitter and float32 products it undershoots by ~1e16
     and CG stalls (a degree-3 polynomial kernel, finite rank, with M = n hit max_iter with
     prediction errors of order 1).
-    The *system* (the model being fitted) uses s_sys = eps mean(diag K_MM), one rounding unit of
-    the kernel values, M times smaller: the ridge term is alpha beta^T (K_MM + s_sys I) beta.
-    With s there too, the ridge itself grew by alpha s and cost test RMSE 1.193 -> 1.214 at
-    n = 1e6 (H200, M = 1e4). s stays a change of variables only (the preconditioned system is
-    no longer exactly T + alpha I; CG does not need it to be). s_sys cannot be float64-sized on
-    the float32 path: along K_MM's numerical null space the system's curvature alpha s_sys
-    must stay above the float32 products' rounding, or refinement stalls. Measured on the
-    degree-3 polynomial kernel (rank 20) with M = n = 60, alpha = 0.1, tol = 1e-8, float32
-    products: s_sys / s = 1e-9 (float64-sized) ended at residual 81 and prediction error 509;
-    1e-4: 0.099 and 0.59; 1e-2: converged, error 3.4e-6; here s_sys / s = 1 / M = 1 / 60.
-    On the CPU (float64 products) s_sys is float64-sized.
+    The *system* (the model being fitted) uses s_sys = s max(1 / M, eps64 / eps) <= s: the
+    ridge term is alpha beta^T (K_MM + s_sys I) beta, and s stays a change of variables only
+    (the preconditioned system is no longer exactly T + alpha I; CG does not need it to be).
+    On the float32 path s_sys = s / M = eps mean(diag K_MM), one rounding unit of the kernel
+    values: with s there too, the ridge itself grew by alpha s and cost test RMSE
+    1.193 -> 1.214 at n = 1e6 (H200, M = 1e4). s_sys cannot be float64-sized there: along
+    K_MM's numerical null space the system's curvature alpha s_sys must stay above the float32
+    products' rounding, or refinement stalls. Measured on the degree-3 polynomial kernel (rank
+    20) with M = n = 60, alpha = 0.1, tol = 1e-8, float32 products: s_sys / s = 1e-9
+    (float64-sized) ended at residual 81 and prediction error 509; 1e-4: 0.099 and 0.59; 1e-2:
+    converged, error 3.4e-6; here s_sys / s = 1 / 60.
+    Nor can s_sys be below the float64 rounding of K_MM itself (spectral norm up to about
+    eps64 ||K_MM|| <= eps64 trace K_MM = M eps64 mean(diag)), or K_MM + s_sys I is indefinite
+    in floating point along K_MM's numerical null space. On the float64 path that rounding is
+    s itself, which the Cholesky factorisation certifies, so s_sys = s there and the ridge
+    metric below is the identity (as in Falkon). With s_sys = eps64 mean(diag) there, the
+    degree-2 polynomial kernel (rank 15) with M = n = 300 had K_MM + s_sys I with eigenvalues
+    down to -50 s_sys: the Falkon system was indefinite, CG stalled near a residual of 1e-4
+    and the dense fallback took the least-squares branch with scikit-learn's "Singular matrix"
+    warning. On the float32 path s / M = eps32 mean(diag) is above M eps64 mean(diag) for any
+    M below 5e8.
+
+Landmarks in the span of the others (float64 path)
+    Where K_MM is numerically singular (a finite-rank kernel such as the linear or a
+    polynomial one with M above its rank, repeated points), the change of variables
+    beta = L^{-T} A^{-T} gamma scales K_MM's numerical null space by s^{-1/2} (A^{-T} by
+    alpha^{-1/2} more), and along it the preconditioned system is only the float64 rounding
+    of K_Mn y and of the products, so amplified: its true residual could not fall below 1e-6
+    to 2e-5 (linear and degree-2 and -3 polynomial kernels, alpha = 1e-2, n = 300 to 3000, M
+    from twice the rank to 1000; it grows with n), and CG ended in the dense fallback even
+    at tol = 1e-6. A larger s would precondition those directions as stiff, but also every
+    direction where K_MM's eigenvalues lie below s: with s = M eps32 mean(diag) the rbf kernel
+    (n = 2e4, M = 1e3, tol = 1e-6) took 399 CG steps instead of 90 at alpha = 1e-2, and more
+    than 1000 instead of 686 at alpha = 1e-5. :func:`spanning_landmarks` drops those landmarks
+    instead: a pivoted Cholesky factorisation of K_MM (LAPACK dpstrf) stops where the largest
+    remaining pivot, the squared distance in feature space from a landmark to the span of
+    those already taken, is below K_MM's float64 rounding, M eps64 max(diag K_MM); the
+    landmarks not taken add nothing that float64 resolves. For a finite-rank kernel this keeps
+    as many landmarks as its rank, which span its feature space when M was at least the rank:
+    the Nyström model is then the exact kernel ridge model. The kept landmarks are no longer a
+    uniform sample, but the preconditioner's (n / M) K_MM^2 stays close (degree-3 polynomial,
+    35 kept of 300: 33 CG steps to tol = 1e-8, against 65 with 35 uniform landmarks). On the
+    float32 path the landmarks are kept (a float64 K_MM would have to be factored on the
+    host): there the float32-sized s covers these directions, as above.
 
 Preconditioner of the exact system (S K S + alpha_j I) c = S y
     P_j = S K_nM (K_MM + s I)^{-1} K_Mn S + alpha_j I = B B^T + alpha_j I with
@@ -41,8 +74,10 @@ Falkon system (Rudi, Carratino, Rosasco 2017), in scikit-learn's alpha conventio
     sum_i w_i (y_i - f(x_i))^2 + alpha beta^T (K_MM + s_sys I) beta, whose normal equations are
     H beta = K_Mn W y with H = K_Mn W K_nM + alpha (K_MM + s_sys I). With uniform landmarks
     K_Mn W K_nM ~ (n / M) K_MM W_M K_MM (W_M the landmarks' weights), so
-    H ~ L ((n / M) L^T W_M L + alpha I) L^T = L A A^T L^T, A the Cholesky factor of
-    (n / M) L^T W_M L + alpha I. CG runs on the preconditioned system
+    H ~ L ((n / M) L^T W_M L + alpha R) L^T = L A A^T L^T, A the Cholesky factor of
+    (n / M) L^T W_M L + alpha R, where R = L^{-1} (K_MM + s_sys I) L^{-T} is the system's ridge
+    in these variables (:func:`_ridge_metric`; I on the float64 path). CG runs on the
+    preconditioned system
     W gamma = A^{-1} L^{-1} K_Mn W y with W = A^{-1} L^{-1} H L^{-T} A^{-T} (close to I), and
     beta = L^{-T} A^{-T} gamma. With M = n the approximation is exact up to the jitters and CG
     converges in a step or two. One factor A per distinct alpha.
@@ -51,16 +86,17 @@ Falkon system (Rudi, Carratino, Rosasco 2017), in scikit-learn's alpha conventio
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 import torch
 
 from kernelkit.solvers._dense import alpha_groups, shifted_solve
 from kernelkit.solvers._precond import (
-    LowRankPreconditioner, cholesky_jitter, plus_diagonal, symmetrize_,
+    EPS64, LowRankPreconditioner, cholesky_jitter, plus_diagonal, symmetrize_,
 )
 
 __all__ = [
-    "landmarks", "landmark_factor", "kmn_product", "normal_product", "nystrom_preconditioner",
-    "FalkonSystem",
+    "landmarks", "spanning_landmarks", "landmark_factor", "kmn_product", "normal_product",
+    "nystrom_preconditioner", "FalkonSystem",
 ]
 
 
@@ -68,6 +104,18 @@ __all__ = [
 def landmarks(n, m, random_state):
     """``m`` distinct indices out of ``n``, uniform, sorted (``random_state``: a RandomState)."""
     return np.sort(random_state.choice(n, size=m, replace=False))
+
+
+def spanning_landmarks(op, X_exact, idx):
+    """The landmarks ``idx`` (sorted indices into the rows of ``X_exact``, the
+    :meth:`KernelOperator.exact_data` form of X) less those in the numerical span of the others
+    (module docstring), sorted; on the float32 path ``idx`` itself. At least one is kept."""
+    if op.triton or not len(idx):
+        return idx
+    Kmm = op.block(op.take(X_exact, idx)).numpy()
+    tol = len(idx) * EPS64 * float(Kmm.diagonal().max())
+    _, piv, rank, _ = scipy.linalg.lapack.dpstrf(Kmm, lower=1, tol=tol)
+    return np.sort(idx[piv[:max(rank, 1)] - 1])
 
 
 def landmark_factor(op, Z_exact):
@@ -134,27 +182,23 @@ def _per_alpha(factors, V, fn):
 def _shifted_factors(S, alphas, R=None):
     """``[(Cholesky factor of S + alpha R, columns with that alpha)]`` for each distinct alpha
     (R None: the identity; :func:`~kernelkit.solvers._dense.shifted_solve` is the dense solve of
-    the same shifts). Where S + alpha R is not positive definite in floating point, S + alpha I:
-    R = L^{-1} (K_MM + s_sys I) L^{-T} is indefinite when K_MM's rounding (eigenvalues of either
-    sign, of order M eps mean(diag)) exceeds s_sys along its numerical null space, as for a
-    finite-rank kernel with M above its rank. One M x M temporary at a time besides the
-    factors."""
+    the same shifts). R = L^{-1} (K_MM + s_sys I) L^{-T} is positive definite (s_sys is above
+    K_MM's rounding, module docstring); S + alpha R may still miss positive definiteness by
+    S's rounding where alpha is tiny, then :func:`cholesky_jitter` adds the smallest diagonal
+    shift that works. One M x M temporary at a time besides the factors (two while a shift is
+    tried)."""
     factors = []
     for alpha, cols in alpha_groups(alphas):
-        factor, info = None, 1
-        if R is not None:
-            shifted = torch.add(S, R, alpha=alpha)
-            factor, info = torch.linalg.cholesky_ex(shifted)
-            del shifted
-        if int(info) != 0:
-            factor = cholesky_jitter(plus_diagonal(S, alpha), 0.0)[0]
-        factors.append((factor, cols))
+        shifted = plus_diagonal(S, alpha) if R is None else torch.add(S, R, alpha=alpha)
+        factors.append((cholesky_jitter(shifted, 0.0)[0], cols))
+        del shifted
     return factors
 
 
 def _ridge_metric(L, shift, system_shift):
     """L^{-1} (K_MM + s_sys I) L^{-T} = I - (s - s_sys) L^{-1} L^{-T} (L L^T = K_MM + s I):
-    the system's ridge term in the preconditioned variables, None when s_sys = s (then I).
+    the system's ridge term in the preconditioned variables, None when s_sys = s (then I: the
+    float64 path).
     Formed in place: at most two M x M temporaries (L^{-1}, then R) besides L."""
     d = shift - system_shift
     if not d:
@@ -195,9 +239,9 @@ class FalkonSystem:
         self.weights = weights
         self.sw = None if weights is None else weights.sqrt()[:, None]
         self.Kmm, self.L, self.shift = landmark_factor(op, exact[1])
-        #: the system's jitter s_sys = eps mean(diag K_MM) (module docstring), <= self.shift
-        self.system_shift = min(_jitter(self.Kmm, op.eps) / self.Kmm.shape[0], self.shift)
         n, m = exact[0].shape[0], exact[1].shape[0]
+        #: the system's jitter s_sys = s max(1 / M, eps64 / eps) <= s (module docstring)
+        self.system_shift = self.shift * max(1.0 / m, EPS64 / op.eps)
         Lw = self.L if weights is None else weights[landmark_indices][:, None] * self.L
         inner = torch.mm(self.L.T, Lw).mul_(n / m)
         del Lw

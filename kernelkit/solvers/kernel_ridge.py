@@ -138,9 +138,15 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         whose normal equations :math:`(K_{Mn} W K_{nM} + \alpha (K_{MM} + s I))\beta = K_{Mn} W y`
         are solved by CG with Falkon's preconditioner (:mod:`kernelkit.solvers._nystrom`); each
         iteration costs n M kernel values. The jitter s is the machine epsilon of the kernel
-        products (float32 on the GPU, float64 on the CPU) times the mean of diag(K_MM); the
-        preconditioner factors K_MM with M times that. With M = n it is the exact solution up
-        to that jitter (the predictions move by at most about s / alpha times |y|). "auto":
+        products times the mean of diag(K_MM) on the GPU (float32), and M times the float64
+        one on the CPU (K_MM's own float64 rounding, below which the system can be indefinite
+        where K_MM is singular); the preconditioner factors K_MM + M eps mean(diag K_MM) I, eps
+        that of the products. On the CPU the landmarks whose features lie in the numerical span
+        of the others' are dropped (a pivoted Cholesky factorisation of K_MM): for a
+        finite-rank kernel such as "linear" or "polynomial" with more landmarks than its rank,
+        as many as the rank are kept (``n_components_``). With M = n, or for a finite-rank
+        kernel whose landmarks span its feature space, it is the exact solution up to the
+        jitter (the predictions move by at most about s / alpha times |y|). "auto":
         "cg" up to 100,000 samples on the GPU (20,000 on
         the CPU), "nystrom" beyond.
     n_components : "auto" or int, default="auto"
@@ -184,7 +190,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Draws the landmarks.
     verbose : bool or int, default=False
-        Show a progress bar (tqdm) with the relative residual.
+        Show a progress bar (tqdm) of CG's convergence: the digits the relative residual has
+        gained, -log10(residual), out of the digits ``tol`` asks for, -log10(tol), with the
+        step and the residual (:class:`~kernelkit.solvers._cg.ConvergenceBar`).
 
     Attributes
     ----------
@@ -196,7 +204,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     solver_ : str
         The solver used ("cg" or "nystrom").
     n_components_ : int
-        Landmarks used (0 for plain CG).
+        Landmarks used (0 for plain CG): for "nystrom" on the CPU, fewer than
+        ``n_components`` where some were in the numerical span of the others.
     landmark_indices_ : ndarray of shape (n_components_,)
         Their row indices in the training data.
     n_iter_ : int
@@ -388,12 +397,15 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         m, op.block_bytes = distributed.rank0_decision(plan)
         idx = _nystrom.landmarks(n, m, rng) if m else np.empty(0, dtype=np.intp)
+        Xo, Xe = op.data(X), op.exact_data(X)
+        if solver == "nystrom":
+            idx = _nystrom.spanning_landmarks(op, Xe, idx)
         sharded = distributed.active()  # a process group (kernelkit.distributed)
         if sharded:
             from kernelkit.distributed import _ridge
 
             idx = _ridge.same_on_all_ranks(idx)
-        Xo, Xe = op.data(X), op.exact_data(X)
+        m = len(idx)
         data, exact = (Xo, op.take(Xo, idx)), (Xe, op.take(Xe, idx))
         Yt = op.vectors(Y)
         alphas = op.vectors(np.broadcast_to(alpha, (k,)))
@@ -401,7 +413,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
         if sharded and solver == "nystrom":
             fit = functools.partial(_ridge.fit_nystrom, self._warn_lstsq)
-        with self._progress(solver, max_iter) as callback:
+        with self._progress(solver, tol) as callback:
             result, coef, dense = fit(op, data, exact, idx, Yt, alphas, wt, tol, max_iter,
                                       callback)
         size = n if solver == "cg" else m
@@ -517,22 +529,14 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         return result, system.to_beta(result.x), dense
 
-    def _progress(self, solver, max_iter):
-        """A context manager giving the CG callback: a tqdm bar when ``verbose``, else None."""
+    def _progress(self, solver, tol):
+        """A context manager giving the CG callback: a
+        :class:`~kernelkit.solvers._cg.ConvergenceBar` when ``verbose``, else None."""
         if not self.verbose:
             return contextlib.nullcontext(None)
-        from tqdm import tqdm
+        from kernelkit.solvers._cg import ConvergenceBar
 
-        @contextlib.contextmanager
-        def bar():
-            with tqdm(total=max_iter, desc=f"KernelRidge ({solver})", unit="it") as t:
-                def callback(iteration, residual):
-                    t.update(1)
-                    t.set_postfix(rel_residual=f"{residual:.2e}", refresh=False)
-
-                yield callback
-
-        return bar()
+        return ConvergenceBar(tol, f"KernelRidge ({solver})")
 
     # ----------------------------------------------------------------------------- predict
     def predict(self, X):
