@@ -504,7 +504,8 @@ def test_readme_test_command_is_what_ci_runs():
     the guide's Python examples run in tests/test_readme.py, the example scripts in
     tests/test_examples.py.)"""
     ci = (ROOT / ".ci" / "run").read_text()
-    command = re.search(r"^(TRITON_INTERPRET=1 python -m pytest .*tests)$", ci, flags=re.M).group(1)
+    command = re.search(r'^step "tests" env (TRITON_INTERPRET=1 python -m pytest .*tests)$', ci,
+                        flags=re.M).group(1)
     tests_block = [b for b in _readme_blocks("bash") if "bash .ci/run" in b]
     assert len(tests_block) == 1 and f"\n{command}  #" in tests_block[0]
     assert "pip install -c .ci/constraints.txt torch==2.13.0\n" in ci
