@@ -407,8 +407,8 @@ def run_demo(sections=None, quick=False, file=None):
     sections : list of str, default=None
         Names from :data:`SECTIONS` to run; ``None`` runs all of them.
     quick : bool, default=False
-        Small data: about 5 s of CPU time on a CPU, against about 30 s without (most of it the
-        Gaussian-process section's ARD fit).
+        Small data, for tests and a first look: several times faster than the full demo, whose
+        Gaussian-process section's ARD fit takes the longest (timings: docs/benchmarks.md).
     file : text stream, default=None
         Where to print; ``None`` means ``sys.stdout``.
 

@@ -1,6 +1,9 @@
 """The README and docs/ tell the truth: the kernel table is the one the registry and the classes
-generate, every Python example runs on a CPU, every local link and figure resolves, and the
-benchmark figures that looked contradictory are reconciled by the JSON they come from."""
+generate, every Python example runs on a CPU, every local link and figure resolves, the
+benchmark figures that looked contradictory are reconciled by the JSON they come from, and the
+README's figures are values of the JSON it links. The README stays short (150 lines, no paragraph
+over 8 lines), forces no version pins on a user, and names the LICENSE that pyproject.toml
+declares."""
 
 import importlib.util
 import json
@@ -132,3 +135,81 @@ def test_linear_attention_memory_figures_reconcile():
         assert r["ours_causal_fwd_bwd_peak_mib"] + grads_mib == swept[r["T"]], r["T"]
     text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert "394 + 768 = 1162 MiB" in text and "1161.5 MiB" in text
+
+
+# ------------------------------------------------------------------ the README's shape (issue 38)
+def _prose_paragraphs(text):
+    """Runs of consecutive prose lines: code blocks, tables and headings excluded."""
+    paragraphs, current, in_code = [], [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or line.startswith(("```", "|", "#")) or not line.strip():
+            if current:
+                paragraphs.append(current)
+            current = []
+        else:
+            current.append(line)
+    return paragraphs + ([current] if current else [])
+
+
+def test_readme_is_short():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    assert [p[0] for p in _prose_paragraphs(text) if len(p) > 8] == []
+
+
+def test_readme_forces_no_version_pins():
+    """The CI pins are CONTRIBUTING.md's business: a user's install takes kernelkit's own ranges."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    installs = [line for line in readme.splitlines() if "pip install" in line]
+    assert installs
+    assert [line for line in installs if "constraints.txt" in line or "==" in line] == []
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert 'pip install -c .ci/constraints.txt -e ".[test,plot]"' in contributing
+
+
+def test_license_is_the_one_pyproject_declares():
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^license = \{ text = "BSD-3-Clause" \}$', pyproject, flags=re.M)
+    text = " ".join((ROOT / "LICENSE").read_text(encoding="utf-8").split())
+    assert text.startswith("BSD 3-Clause License Copyright (c) 2026, the kernelkit developers")
+    clauses = ["1. Redistributions of source code must retain the above copyright notice",
+               "2. Redistributions in binary form must reproduce the above copyright notice",
+               "3. Neither the name of the copyright holder nor the names of its contributors may "
+               "be used to endorse or promote products derived from this software without "
+               "specific prior written permission.",
+               "EVEN IF ADVISED OF THE POSSIBILITY OF SUCH DAMAGE."]
+    assert [c for c in clauses if c not in text] == []
+    assert "(LICENSE)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _numbers(obj):
+    if isinstance(obj, dict):
+        for value in obj.values():
+            yield from _numbers(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _numbers(value)
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        yield obj
+
+
+def test_readme_figures_come_from_the_json_they_link():
+    """Every measured figure with decimals (or in TFLOP/s) in a README table row that links a
+    results JSON is a value of that JSON, rounded as shown (ratios, "1.44x", are left out: they
+    are quotients)."""
+    rows = [line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("|") and "benchmarks/results/" in line]
+    checked, missing = 0, []
+    for row in rows:
+        paths = re.findall(r"\]\((benchmarks/results/[\w.-]+\.json)\)", row)
+        assert len(paths) == 1, row
+        values = list(_numbers(json.loads((ROOT / paths[0]).read_text(encoding="utf-8"))))
+        decimals = re.findall(r"(?<![\w.])(\d+\.\d+)(?![\d.]*x)(?![\w.])", row)
+        for shown in decimals + re.findall(r"(\d+) TFLOP/s", row):
+            digits = len(shown.partition(".")[2])
+            checked += 1
+            if not any(round(v, digits) == float(shown) for v in values):
+                missing.append((shown, paths[0]))
+    assert checked >= 14 and missing == []

@@ -34,8 +34,8 @@ Run 'kernelkit COMMAND --help' for the options of one command."""
 
 _DEMO_EPILOG = """\
 examples:
-  kernelkit demo                  run every section (about 10-30 s on a laptop CPU)
-  kernelkit demo --quick          small data, a few seconds
+  kernelkit demo                  run every section (timings: docs/benchmarks.md)
+  kernelkit demo --quick          small data, several times faster
   kernelkit demo --section svc    only the SVC section (repeat --section for more)"""
 
 _INFO_EPILOG = """\
@@ -86,7 +86,7 @@ def build_parser():
         ),
     )
     demo.add_argument(
-        "--quick", action="store_true", help="use small data so the demo takes a few seconds",
+        "--quick", action="store_true", help="use small data: several times faster than the full demo",
     )
     demo.add_argument(
         "--section", action="append", choices=[s.name for s in SECTIONS], metavar="NAME",
