@@ -97,6 +97,33 @@ def triton_can_run(device):
             "Python starts (.ci/run exports it); or run on a GPU with --device cuda",
             pytrace=False,
         )
+    if device == "cpu":
+        _interpreter_runs()
+
+
+_INTERPRETER_ERROR = []
+
+
+def _interpreter_runs():
+    """Fail with one clear message where this environment's Triton interpreter cannot run a
+    kernel at all (seen: triton 3.6's interpreter with NumPy 2.5, which no longer converts a
+    1-element array to a Python scalar), instead of a cryptic error in every test."""
+    if not _INTERPRETER_ERROR:
+        import torch
+        import triton
+
+        import kernelkit_gpu
+
+        try:
+            kernelkit_gpu.gram(torch.ones(2, 2))
+            _INTERPRETER_ERROR.append("")
+        except Exception as exc:  # noqa: BLE001 - reported below, whatever it is
+            _INTERPRETER_ERROR.append(
+                f"the Triton interpreter cannot run a kernel here (triton {triton.__version__}, "
+                f"NumPy {np.__version__}): {exc!r}; install the versions CI tests with "
+                "(pip install -c .ci/constraints.txt ...), or run with --device cuda")
+    if _INTERPRETER_ERROR[0]:
+        pytest.fail(_INTERPRETER_ERROR[0], pytrace=False)
 
 
 @pytest.fixture(scope="module")
