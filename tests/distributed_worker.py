@@ -261,11 +261,12 @@ def _checks(data, outdir, rank, size, device):
         return np.load(path)
 
     def gram_kernels(B):
-        """The Gram file K(Xg, B) of every registry kernel, at each of GRAM_BLOCK_SIZES."""
+        """The Gram file K(Xg, B) of every registry kernel, at each of GRAM_BLOCK_SIZES, on the
+        run's device."""
         from kernelkit_math import kernel_names
 
         return np.stack([gram_file(f"K-{name}-{bs}.npy", data["Xg"], B, kernel=name,
-                                   block_size=bs, device="cpu")
+                                   block_size=bs, device=device)
                          for name in kernel_names() for bs in GRAM_BLOCK_SIZES])
 
     def streamed():

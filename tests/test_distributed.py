@@ -234,9 +234,10 @@ def test_gram_file_equals_one_process_bit_for_bit(ranks, data, tmp_path):
 
 
 @pytest.mark.subprocess
-def test_gram_file_of_every_kernel_bit_for_bit(ranks, data, tmp_path):
+def test_gram_file_of_every_kernel_bit_for_bit(ranks, data, tmp_path, device):
     """Every registry kernel (the dot-product ones included), K(X, X) and K(X, Y), the default
-    block size and one larger than a rank's share of the rows: the same file as one process."""
+    block size and one larger than a rank's share of the rows: the same file as one process on
+    the same device (the CPU's float64 reference, or the GPU's Triton Gram blocks)."""
     import kernelkit
     from kernelkit_math import kernel_names
     from tests.distributed_worker import GRAM_BLOCK_SIZES
@@ -246,7 +247,7 @@ def test_gram_file_of_every_kernel_bit_for_bit(ranks, data, tmp_path):
         files = _result(ranks, key)
         assert len(files) == len(cases)
         for K, (name, bs) in zip(files, cases):
-            single = kernelkit.gram(data["Xg"], Y, kernel=name, block_size=bs, device="cpu",
+            single = kernelkit.gram(data["Xg"], Y, kernel=name, block_size=bs, device=device,
                                     out=tmp_path / "K.npy")
             np.testing.assert_array_equal(K, np.load(single), err_msg=f"{key} {name} {bs}")
 
