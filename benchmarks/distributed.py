@@ -170,14 +170,15 @@ def part_ridge(dev, rank, world):
 
 def part_ridge_iter(dev, rank, world):
     """One Nystrom KernelRidge iteration's kernel work, K_Mn (K_nM v), exactly as the fit runs it
-    (:func:`kernelkit.solvers._nystrom.normal_product`: float32 Gram row blocks of the
+    (:func:`kernelkit.linalg.falkon.normal_product`: float32 Gram row blocks of the
     ``--ridge-data`` points against M of them, two GEMVs each); in a group each rank takes its
     rows and the (M,) results are all-reduced, as ``ShardedFalkonSystem``; median of
     ``--repeats``."""
     import torch
 
-    from kernelkit.solvers import _kernel_op, _memory
-    from kernelkit.solvers._nystrom import normal_product
+    from kernelkit.operators import kernel_operator
+    from kernelkit.estimators import _ridge_memory
+    from kernelkit.linalg.falkon import normal_product
     from kernelkit_gpu import distributed as D
 
     X, _, _, _, d = _ridge_data()
@@ -186,9 +187,9 @@ def part_ridge_iter(dev, rank, world):
     Z = Xd[torch.from_numpy(np.random.default_rng(4).choice(len(X), ARGS.ridge_m,
                                                               replace=False)).to(device)]
     v = torch.from_numpy(np.random.default_rng(5).standard_normal((ARGS.ridge_m, 1))).to(device)
-    op = _kernel_op.KernelOperator("rbf", {"gamma": 0.1}, device)
+    op = kernel_operator.KernelOperator("rbf", {"gamma": 0.1}, device)
     if device == "cuda":  # the block size of a fit with memory to spare
-        op.block_bytes = _memory.GPU_BLOCK_BYTES_MAX
+        op.block_bytes = _ridge_memory.GPU_BLOCK_BYTES_MAX
     lo, hi = D.shard(len(X)) if world > 1 else (0, len(X))
 
     def iteration():
@@ -237,7 +238,7 @@ def part_gp(dev, rank, world):
     from sklearn.gaussian_process.kernels import ConstantKernel as C
 
     from kernelkit import GaussianProcessRegressor
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     n, d = ARGS.gp_n, 8
     rng = np.random.default_rng(4)

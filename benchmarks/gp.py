@@ -98,7 +98,7 @@ class Trace:
         self.device, self.after, self.rows, self._solves = device, after, [], []
 
     def __enter__(self):
-        from kernelkit.gp import _lml
+        from kernelkit.estimators.gp import _lml
 
         self._lml, self._originals = _lml, (_lml.solve, _lml.log_marginal_likelihood)
         solve, lml = self._originals

@@ -70,8 +70,8 @@ def main(argv=None):
     import torch
 
     import kernelkit
-    from kernelkit.gp import _lml
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.estimators.gp import _lml
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA GPU: pass --device cpu")

@@ -1,7 +1,7 @@
 """Where the GP's exact path stops being the faster one: one LML + gradient evaluation, exact
 (dense float64 Cholesky) vs iterative (default settings), at fixed hyperparameters.
 
-Sets :data:`kernelkit.gp._exact.EXACT_MAX_N`. GPU: ``python benchmarks/gp_exact_threshold.py``
+Sets :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N`. GPU: ``python benchmarks/gp_exact_threshold.py``
 (n = 2000 ... 20 000, d = 8, ARD RBF + noise); ``--cpu`` times the CPU's paths (float64, no
 Triton) at ``--sizes``, one run each after a warm-up; ``--smoke`` runs small sizes on the CPU
 interpreter. Both paths' LML values are recorded (the iterative one is an estimate).

@@ -1,15 +1,15 @@
-"""The GP's BBMM gradient: fused Triton contractions (kernelkit.gp._fused) vs autograd of blocks.
+"""The GP's BBMM gradient: fused Triton contractions (kernelkit.operators.fused) vs autograd of blocks.
 
 One log-marginal-likelihood + gradient evaluation of the iterative path
-(:func:`kernelkit.gp._lml.log_marginal_likelihood`, the regressor's defaults: 16 probes, rank-100
+(:func:`kernelkit.estimators.gp._lml.log_marginal_likelihood`, the regressor's defaults: 16 probes, rank-100
 preconditioner, cg_tol 1e-3) for ``ConstantKernel * RBF(ARD) + WhiteKernel``, d = 8, float32
 products, at a fixed theta and the same probes, in two variants of the same run:
 
 * ``fused``: the kernel part's gradient contractions from one pass of
   :func:`kernelkit_gpu.pairwise.contract_fused.kernel_contractions` (the default on CUDA);
-* ``autograd``: :func:`kernelkit.gp._operator.bilinear` (autograd through row blocks: the path
+* ``autograd``: :func:`kernelkit.operators.covariance.bilinear` (autograd through row blocks: the path
   before, and still the path for every other kernel tree), switched on by
-  ``kernelkit.gp._fused_tree.DEVICES = ()``.
+  ``kernelkit.operators.fused_tree.DEVICES = ()``.
 
 Reported per n: seconds of the whole evaluation (median of ``--runs`` after one warm-up), seconds
 of the gradient contraction alone (the ``bilinear`` value + backward at the evaluation's columns
@@ -63,10 +63,11 @@ def main(argv=None):
     from sklearn.gaussian_process.kernels import ConstantKernel as C
     from sklearn.gaussian_process.kernels import WhiteKernel as W
 
-    from kernelkit.gp import _fused, _fused_tree
-    from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
-    from kernelkit.gp._operator import CovarianceOperator
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.operators import fused as _fused
+    from kernelkit.operators import fused_tree
+    from kernelkit.estimators.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
+    from kernelkit.operators.covariance import CovarianceOperator
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     fused_devices = (dev,)  # the smoke run switches the fused path on for the CPU
     d = args.features
@@ -95,7 +96,7 @@ def main(argv=None):
 
         grads = {}
         for variant, devices in (("fused", fused_devices), ("autograd", ())):
-            _fused_tree.DEVICES = devices
+            fused_tree.DEVICES = devices
             assert (_fused.fused_tree(op) is not None) == (variant == "fused")
 
             def lml():
@@ -108,12 +109,12 @@ def main(argv=None):
             finally:
                 _fused.bilinear = fused_bilinear
             row[f"{variant}_lml_grad_s"] = seconds(lml, dev, args.runs)
-        _fused_tree.DEVICES = ("cuda",)
+        fused_tree.DEVICES = ("cuda",)
         theta, A, B = columns[0]
 
         def contraction(o, devices):
             def run():
-                _fused_tree.DEVICES = devices
+                fused_tree.DEVICES = devices
                 th = theta.clone().requires_grad_(True)
                 (g,) = torch.autograd.grad(_fused.bilinear(o, th, A, B), th)
                 return g.cpu().numpy()
@@ -128,7 +129,7 @@ def main(argv=None):
             row[f"{variant}_contraction_s"] = seconds(fn, dev, args.runs)
             row[f"{variant}_contraction_peak_MiB"] = peak_mib(fn, dev)
             row[f"{variant}_contraction_err"] = None if ref is None else rel_err(g, ref)
-        _fused_tree.DEVICES = ("cuda",)
+        fused_tree.DEVICES = ("cuda",)
         row["lml_grad_fused_vs_autograd"] = rel_err(grads["fused"], grads["autograd"])
         row["speedup_lml_grad"] = row["autograd_lml_grad_s"] / row["fused_lml_grad_s"]
         row["speedup_contraction"] = row["autograd_contraction_s"] / row["fused_contraction_s"]

@@ -73,7 +73,7 @@ def main(argv=None):
     import torch
 
     import kernelkit
-    from kernelkit.gp import regressor
+    from kernelkit.estimators.gp import regressor
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():

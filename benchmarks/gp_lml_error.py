@@ -2,7 +2,7 @@
 
 Data and kernel of ``benchmarks/gp.py`` (ConstantKernel(1) x ARD RBF(1) + WhiteKernel(0.05), its
 initial theta). The exact values come from a dense float64 Cholesky
-(:func:`kernelkit.gp._exact.exact_lml`). kernelkit's estimate is the public
+(:func:`kernelkit.estimators.gp._exact.exact_lml`). kernelkit's estimate is the public
 ``log_marginal_likelihood(theta0, eval_gradient=True)`` of a default regressor fitted with
 ``optimizer=None``, once per probe seed (``random_state``); GPyTorch's is one loss + backward of
 its exact GP as ``benchmarks/gp.py`` builds it (tutorial settings, float32 on the GPU; its
@@ -34,9 +34,9 @@ def exact_values(X, y, kernel, device):
     """(LML, gradient) at kernel.theta by a dense float64 Cholesky on ``device``."""
     import torch
 
-    from kernelkit.gp._exact import exact_lml
-    from kernelkit.gp._operator import CovarianceOperator
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.estimators.gp._exact import exact_lml
+    from kernelkit.operators.covariance import CovarianceOperator
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     op = CovarianceOperator(X, parse_kernel(kernel, X.shape[1]), 0.0, device, torch.float64)
     Y = torch.as_tensor(y, dtype=torch.float64, device=op.device)[:, None]

@@ -60,7 +60,7 @@ def run(n, args):
     import torch
 
     import kernelkit
-    from kernelkit.gp import regressor
+    from kernelkit.estimators.gp import regressor
 
     X, y, Xt, _ = make_data(n, args.n_test, 8)
     theta = THETAS[args.theta]
@@ -120,7 +120,7 @@ def certified_bound(gp, Xt, std):
     returned variance (normalised y: both in the model's units)."""
     import torch
 
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     op = gp._operator(parse_kernel(gp.kernel_, gp.n_features_in_))
     params = op.structure.params(torch.as_tensor(gp.kernel_.theta, device=op.device))

@@ -32,8 +32,13 @@ def instrument(marks):
     ``marks`` at entry and exit."""
     import torch
 
-    from kernelkit.gp import _fused, _fused_tree, _lml, _operator, regressor
-    from kernelkit.solvers import _cg, _precond
+    from kernelkit.operators import fused
+    from kernelkit.operators import fused_tree
+    from kernelkit.estimators.gp import _lml
+    from kernelkit.operators import covariance
+    from kernelkit.estimators.gp import regressor
+    from kernelkit.linalg import cg
+    from kernelkit.linalg import precond
 
     def mark(name):
         event = torch.cuda.Event(enable_timing=True)
@@ -55,22 +60,22 @@ def instrument(marks):
         (regressor.GaussianProcessRegressor, "_operator", "operator"),
         (regressor.GaussianProcessRegressor, "_probes", "probes"),
         (_lml, "log_marginal_likelihood", "lml"),
-        (_operator.CovarianceOperator, "kernel_matrix", "kernel_matrix"),
-        (_fused_tree, "_leaf_numbers", "leaf_numbers"),
+        (covariance.CovarianceOperator, "kernel_matrix", "kernel_matrix"),
+        (fused_tree, "_leaf_numbers", "leaf_numbers"),
         (_lml, "preconditioner", "preconditioner"),
-        (_fused, "landmark_columns", "landmark_columns"),
-        (_precond, "_nystrom_parts", "nystrom_parts"),
-        (_precond, "_form_numbers", "form_numbers"),
+        (fused, "landmark_columns", "landmark_columns"),
+        (precond, "_nystrom_parts", "nystrom_parts"),
+        (precond, "_form_numbers", "form_numbers"),
         (_lml, "solve", "solve"),
-        (_cg, "_pcg", "cg_pass"),
-        (_operator.CovarianceOperator, "matmul", "product"),
-        (_fused, "bilinear", "contraction"),
+        (cg, "_pcg", "cg_pass"),
+        (covariance.CovarianceOperator, "matmul", "product"),
+        (fused, "bilinear", "contraction"),
         (_lml, "lanczos_quadrature", "quadrature"),
         (torch.autograd, "grad", "backward"),
     ]:
         wrap(owner, attr, label)
-    for cls in (_fused._RBFColumns, _fused._FusedBilinear, _precond._WoodburyTerms,
-                _precond._Gram):
+    for cls in (fused._RBFColumns, fused._FusedBilinear, precond._WoodburyTerms,
+                precond._Gram):
         inner = cls.backward
 
         def backward(ctx, *grads, _inner=inner, _name=cls.__name__):

@@ -350,7 +350,7 @@ def main(argv=None):
     bad = set(parts) - set(PARTS) or set(args.solvers) - {"cg", "nystrom"}
     if bad:
         p.error(f"unknown part or solver {sorted(bad)}")
-    from kernelkit._device import resolve_device
+    from kernelkit._util.device import resolve_device
 
     device = resolve_device(args.device)
     import torch

@@ -32,7 +32,7 @@ if ROOT not in sys.path:
 
 from kernelkit.compare import compare  # noqa: E402
 from kernelkit.compare.qkv import synthetic_qkv  # noqa: E402
-from kernelkit._io import write_text_atomic  # noqa: E402
+from kernelkit._util.io import write_text_atomic  # noqa: E402
 from kernelkit.compare.report import _encode  # noqa: E402
 
 

@@ -23,8 +23,7 @@ from kernelkit.pairwise import (
     rbf_kernel,
     sigmoid_kernel,
 )
-from kernelkit.solvers import KernelRidge
-from kernelkit.gp import GaussianProcessRegressor
+from kernelkit.estimators import GaussianProcessRegressor, KernelRidge
 
 __version__ = "0.1.0"
 

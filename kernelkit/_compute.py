@@ -4,9 +4,9 @@ Used by :mod:`kernelkit.pairwise` (the functions) and :mod:`kernelkit.kernels` (
 classes: values and log-hyperparameter gradients), and by nothing else. The other entry points
 choose their own path: :func:`kernelkit.blocked_gram.gram` computes row blocks, the solvers and
 the Gaussian process have their kernel operators, the attention functions dispatch in
-:mod:`kernelkit._attention_ops`.
+:mod:`kernelkit.attention._dispatch`.
 
-- NumPy in: validated by :func:`kernelkit._validation.check_pair`; ``device`` resolves to the CPU
+- NumPy in: validated by :func:`kernelkit._util.validation.check_pair`; ``device`` resolves to the CPU
   (the float64 registry reference) or to CUDA (``kernelkit_gpu.gram``, float64 kernels for
   float64 data and for float32 data mixed with float64 data, the accurate float32 mode for
   float32 data). NumPy comes back.
@@ -21,8 +21,8 @@ import sys
 
 import numpy as np
 
-from kernelkit._device import check_device, resolve_device
-from kernelkit._validation import check_pair, result_dtype
+from kernelkit._util.device import check_device, resolve_device
+from kernelkit._util.validation import check_pair, result_dtype
 
 #: Share of the free GPU memory the gradient path may plan to use; beyond it, the CPU reference.
 GPU_MEMORY_SHARE = 0.8

@@ -17,9 +17,9 @@ import sys
 import numpy as np
 
 from kernelkit import distributed
-from kernelkit._device import resolve_device
-from kernelkit._io import check_npy_path, open_npy_memmap_atomic
-from kernelkit._validation import check_pair, result_dtype
+from kernelkit._util.device import resolve_device
+from kernelkit._util.io import check_npy_path, open_npy_memmap_atomic
+from kernelkit._util.validation import check_pair, result_dtype
 from kernelkit_math.registry import get_kernel, kernel_names
 
 __all__ = ["gram", "default_block_size", "MEMORY_BUDGET_BYTES"]
@@ -253,7 +253,7 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
 
     Under an initialised ``torch.distributed`` process group of several ranks, every rank passes
     the same arguments and gets the same result; each computes its share of the row blocks
-    (:mod:`kernelkit.distributed._gram`; to a file: rank 0 creates and renames it, so ``out``
+    (:mod:`kernelkit._gram_sharded`; to a file: rank 0 creates and renames it, so ``out``
     must be on storage every rank sees). docs/distributed.md.
 
     Parameters
@@ -334,9 +334,9 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     0.018316
     """
     if distributed.active():  # a process group: row blocks shared out (kernelkit.distributed)
-        from kernelkit.distributed import _gram
+        from kernelkit import _gram_sharded
 
-        return _gram.gram(sys.modules[__name__], X, Y, kernel, out=out, block_size=block_size,
+        return _gram_sharded.gram(sys.modules[__name__], X, Y, kernel, out=out, block_size=block_size,
                           progress=progress, device=device, **params)
     spec, X, Y, resolved, where, block_size, dtype, path = _validated(
         X, Y, kernel, out, block_size, device, params)

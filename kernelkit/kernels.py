@@ -33,8 +33,8 @@ import numpy as np
 from sklearn.gaussian_process.kernels import Hyperparameter, Kernel
 
 from kernelkit._compute import kernel_gradient, kernel_matrix
-from kernelkit._device import resolve_device
-from kernelkit._validation import check_data
+from kernelkit._util.device import resolve_device
+from kernelkit._util.validation import check_data
 from kernelkit_math.registry import get_kernel
 
 __all__ = [

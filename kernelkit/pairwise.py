@@ -40,7 +40,7 @@ import numbers
 import numpy as np
 
 from kernelkit._compute import kernel_matrix
-from kernelkit._device import check_device
+from kernelkit._util.device import check_device
 from kernelkit_math.registry import REGISTRY, fill_doc, get_kernel, kernel_list_doc, param_list_doc
 
 __all__ = [

@@ -12,8 +12,8 @@ Layout
 ``pairwise/``: the Gram family (fused Gram matrix, matrix-free K @ V, the float64 log-gradient),
 each beside its plain-PyTorch twin (``pairwise/naive.py``). ``attention/``: softmax, kernel-smoother
 and linear attention, each beside its twin (``naive.py``, ``linear_naive.py``). Shared at the top:
-the epilogue table (``_epilogues.py``: one row per registry kernel), operand preparation
-(``_prepare.py``), argument checks (``_checks.py``) and launch helpers (``_launch.py``).
+the epilogue table (``epilogues.py``: one row per registry kernel), operand preparation
+(``prepare.py``), argument checks (``checks.py``), host-read flags (``flags.py``) and launch helpers (``_launch.py``).
 ``mixed_gemv.py``: a float32 matrix times float64 vectors with float64 sums (the solvers'
 Nyström iteration), beside its reference. No module
 shares its name with a function it exports.
@@ -48,10 +48,10 @@ apply_feature_map(fmap, x)
     Any kernelkit_math feature map on a torch tensor (:mod:`kernelkit_gpu.feature_maps`).
 assume_finite()
     A context in which the entry points skip their NaN / infinity checks (and the device sync
-    that reads them), for loops over data validated once (:mod:`kernelkit_gpu._checks`).
+    that reads them), for loops over data validated once (:mod:`kernelkit_gpu.checks`).
 """
 
-from kernelkit_gpu._checks import assume_finite
+from kernelkit_gpu.checks import assume_finite
 from kernelkit_gpu._launch import HAS_TRITON, needs_triton
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 from kernelkit_gpu.attention.naive import kernel_attention_naive, softmax_attention_naive
@@ -76,4 +76,5 @@ __all__ = [
     "gram", "kernel_matvec", "gram_log_gradient", "softmax_attention", "kernel_attention",
     "linear_attention", "gram_naive", "kernel_matvec_naive", "softmax_attention_naive",
     "kernel_attention_naive", "linear_attention_naive", "apply_feature_map", "assume_finite",
+    "HAS_TRITON",
 ]

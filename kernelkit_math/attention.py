@@ -41,7 +41,7 @@ Masked keys are absent
     rows that see no key output 0 whatever the keys and values hold. Every implementation
     follows this rule, outputs and gradients: the PyTorch twins compute it directly; the Triton
     paths of ``kernelkit_gpu`` check causal calls for non-finite inputs and run the twin when
-    they hold one (:mod:`kernelkit_gpu.attention._gate`).
+    they hold one (:mod:`kernelkit_gpu.attention.gate`).
 Grouped-query attention (GQA)
     If k or v has fewer heads (axis -3) than q and that number divides H, each k/v head serves
     H / H_kv consecutive query heads (:func:`repeat_kv`, as ``enable_gqa=True`` in PyTorch).

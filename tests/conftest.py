@@ -78,9 +78,9 @@ def rng():
 @pytest.fixture
 def no_gpu(monkeypatch):
     """Pretend no CUDA GPU is present, so device="cuda" errors can be tested on any machine."""
-    import kernelkit._device
+    import kernelkit._util.device
 
-    monkeypatch.setattr(kernelkit._device, "gpu_available", lambda: False)
+    monkeypatch.setattr(kernelkit._util.device, "gpu_available", lambda: False)
 
 
 # ------------------------------------------------------------- fixtures of the Triton kernel tests

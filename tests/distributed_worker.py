@@ -102,14 +102,14 @@ def gp_fits(data, fused_device=None):
 
     def chunked():
         """K never dense, row chunks of 2 rows: chunk boundaries inside the ranks' shards."""
-        from kernelkit.gp import _operator
+        from kernelkit.operators import covariance
 
-        saved = _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS
-        _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS = 0, 14
+        saved = covariance.DENSE_CPU_BYTES, covariance.BLOCK_ELEMENTS
+        covariance.DENSE_CPU_BYTES, covariance.BLOCK_ELEMENTS = 0, 14
         try:
             return gp_summary(fit(gp(iso, optimizer=None), X, U[:, 1]), X[:3])
         finally:
-            _operator.DENSE_CPU_BYTES, _operator.BLOCK_ELEMENTS = saved
+            covariance.DENSE_CPU_BYTES, covariance.BLOCK_ELEMENTS = saved
 
     def fused():
         """The gradient's contractions from the fused Triton pass on ``fused_device`` (float64),
@@ -117,22 +117,22 @@ def gp_fits(data, fused_device=None):
         fallback). Without ``fused_device``: the same fit on the CPU, autograd."""
         if fused_device is None:
             return gp_summary(fit(gp(optimizer=None), Xr[:23], yr[:23, 0]), Xr[:3])
-        from kernelkit.gp import _fused_tree
+        from kernelkit.operators import fused_tree
         from kernelkit_gpu.pairwise import contract_fused
 
-        saved, original = _fused_tree.DEVICES, contract_fused.kernel_contractions
+        saved, original = fused_tree.DEVICES, contract_fused.kernel_contractions
         calls = []
 
         def counted(*args, **kwargs):
             calls.append(kwargs.get("rows"))
             return original(*args, **kwargs)
 
-        _fused_tree.DEVICES, contract_fused.kernel_contractions = (fused_device,), counted
+        fused_tree.DEVICES, contract_fused.kernel_contractions = (fused_device,), counted
         try:
             model = gp(optimizer=None, device=fused_device, dtype="float64")
             out = gp_summary(fit(model, Xr[:23], yr[:23, 0]), Xr[:3])
         finally:
-            _fused_tree.DEVICES, contract_fused.kernel_contractions = saved, original
+            fused_tree.DEVICES, contract_fused.kernel_contractions = saved, original
         assert calls, "the fused pass did not run"
         return out
 
@@ -152,7 +152,7 @@ def gp_fits(data, fused_device=None):
 
 def _gp_rows(data):
     """This rank's (lo, hi) and the row counts its K @ V products computed."""
-    from kernelkit.distributed._gp import ShardedCovarianceOperator
+    from kernelkit.operators.covariance_sharded import ShardedCovarianceOperator
 
     seen = []
     original = ShardedCovarianceOperator._matmul_rows
@@ -184,14 +184,14 @@ def _gp_rows(data):
 
 
 def _structure(model):
-    from kernelkit.gp._structure import parse_kernel
+    from kernelkit.operators.kernel_tree import parse_kernel
 
     return parse_kernel(model.kernel_, model.X_train_.shape[1])
 
 
 def _gp_raises(data, rank, size):
     """The last rank runs out of memory in its rows of K @ V: every rank must raise."""
-    from kernelkit.distributed._gp import ShardedCovarianceOperator
+    from kernelkit.operators.covariance_sharded import ShardedCovarianceOperator
 
     original = ShardedCovarianceOperator._matmul_rows
 
@@ -211,7 +211,7 @@ def _gp_linalg(data, rank, size):
     LinAlgError (which the regressor's L-BFGS objective turns into -inf)."""
     import torch
 
-    from kernelkit.gp import _lml
+    from kernelkit.estimators.gp import _lml
 
     original = _lml.preconditioner
 
@@ -369,21 +369,21 @@ def _raise_foreign(last):
 def _ridge_triton(data, device):
     """solver="cg" with the Triton products (on the CPU through kernel_matvec under the
     interpreter, on "cuda" the GPU path) and the exact Nyström preconditioner."""
-    from kernelkit.solvers import _kernel_op
+    from kernelkit.operators import kernel_operator
 
-    _kernel_op.TRITON_ON_CPU = device == "cpu"
+    kernel_operator.TRITON_ON_CPU = device == "cpu"
     try:
         model = ridge(device=device, solver="cg", n_components=10, random_state=0)
         return model.fit(data["Xr"][:10], data["yr"][:10, 0]).dual_coef_
     finally:
-        _kernel_op.TRITON_ON_CPU = False
+        kernel_operator.TRITON_ON_CPU = False
 
 
 def _ridge_memory(data, rank, refuse=None):
     """A Nyström fit with a dense fallback (max_iter=2) while the ranks read different free
     memory: rank ``refuse`` (None: every rank but 0, with n_components="auto") reads 1 byte,
     too little for any plan. Returns [M, dense fallback, coefficients]."""
-    from kernelkit.solvers import _memory
+    from kernelkit.estimators import _ridge_memory as _memory
 
     real = _memory.available_bytes
     if rank == refuse or (refuse is None and rank != 0):
@@ -456,11 +456,11 @@ WORK = np.zeros(4, dtype=np.int64)
 def _install_spies():
     """Count the work each rank does, to prove that the ranks shared it out."""
     from kernelkit import blocked_gram
-    from kernelkit.solvers import _kernel_op
+    from kernelkit.operators import kernel_operator
     from kernelkit_gpu.pairwise import matvec_fused
 
     block_value, matvec_fwd = blocked_gram._block_value, matvec_fused.matvec_fwd
-    row_blocks = _kernel_op.KernelOperator.row_blocks
+    row_blocks = kernel_operator.KernelOperator.row_blocks
 
     def counted_block(spec, A, B, *args, **kwargs):
         WORK[0] += A.shape[0] * (A.shape[0] if B is None else B.shape[0])
@@ -477,7 +477,7 @@ def _install_spies():
 
     blocked_gram._block_value = counted_block
     matvec_fused.matvec_fwd = counted_matvec
-    _kernel_op.KernelOperator.row_blocks = counted_rows
+    kernel_operator.KernelOperator.row_blocks = counted_rows
 
 
 def main(outdir, scenario="checks", device="cpu"):

@@ -1,4 +1,4 @@
-"""The kernelkit command line (the kernelkit.cli package) and the demo sections (kernelkit.demo)."""
+"""The kernelkit command line (the kernelkit.cli package) and the demo sections (kernelkit.cli.demo)."""
 
 import io
 import os
@@ -15,7 +15,7 @@ import pytest
 import scipy
 import sklearn
 
-from kernelkit import demo
+from kernelkit.cli import demo
 from kernelkit.cli import CLIError, parse_param
 from kernelkit_math import get_kernel
 from tests.cli_helpers import assert_clean_error, run_main
@@ -221,7 +221,7 @@ def test_gram_refuses_to_overwrite_an_input(tmp_path, capsys, monkeypatch, how):
 
 
 def test_gram_too_little_disk_space_exit_2(files, capsys, monkeypatch):
-    from kernelkit import _io
+    from kernelkit._util import io as _io
 
     d, _, _ = files
     monkeypatch.setattr(_io, "free_bytes", lambda directory: 1000)
@@ -339,7 +339,7 @@ def test_python_m_kernelkit_gram_and_error(files):
 
 def test_gram_input_too_large_for_memory_exit_2(files, capsys, monkeypatch):
     """An input that does not fit in memory is not a --block-size problem."""
-    from kernelkit import _io
+    from kernelkit._util import io as _io
 
     def no_memory(*args, **kwargs):
         raise MemoryError

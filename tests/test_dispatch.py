@@ -95,7 +95,7 @@ def test_torch_inputs_are_not_modified(device, data):
 @pytest.mark.subprocess
 def test_numpy_auto_on_cpu_machine_does_not_import_torch():
     code = (
-        "import sys, numpy as np, kernelkit; import kernelkit._device as d; "
+        "import sys, numpy as np, kernelkit; import kernelkit._util.device as d; "
         "K = kernelkit.rbf_kernel(np.ones((3, 2))); "
         "print(d.gpu_available() or 'torch' not in sys.modules)"
     )

@@ -18,7 +18,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import _exact
+from kernelkit.estimators.gp import _exact
 
 
 def _toy(n, d=2, seed=0, targets=None):

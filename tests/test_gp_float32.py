@@ -1,7 +1,7 @@
 """Issue 18 A: the GP's float32 kernel blocks keep their digits at any offset and spread.
 
 The blocks are formed from data centred on the float64 mean, scaled in float64 and rounded once
-to float32, with squared distances from direct differences (:mod:`kernelkit.gp._operator`). The
+to float32, with squared distances from direct differences (:mod:`kernelkit.operators.covariance`). The
 reference is scikit-learn's exact float64 GPR with the same fixed kernel. Runs on the CPU (torch
 float32) and with ``pytest --device cuda`` on the GPU.
 """
@@ -13,8 +13,8 @@ from sklearn.gaussian_process import GaussianProcessRegressor as SklearnGPR
 from sklearn.gaussian_process.kernels import RBF, WhiteKernel
 
 import kernelkit as kk
-from kernelkit.gp._operator import CovarianceOperator
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.operators.covariance import CovarianceOperator
+from kernelkit.operators.kernel_tree import parse_kernel
 
 U32 = 2.0**-24  # float32 unit round-off
 N = 150

@@ -1,7 +1,7 @@
-"""The GP gradient through the fused Triton contractions (kernelkit.gp._fused) against the
-autograd-of-blocks path (kernelkit.gp._operator.bilinear) at the same probes and CG solves.
+"""The GP gradient through the fused Triton contractions (kernelkit.operators.fused) against the
+autograd-of-blocks path (kernelkit.operators.covariance.bilinear) at the same probes and CG solves.
 
-On the CPU the fused path is off (``_fused_tree.DEVICES`` is CUDA only); these tests switch it on
+On the CPU the fused path is off (``fused_tree.DEVICES`` is CUDA only); these tests switch it on
 for the CPU so the Triton kernel runs under the interpreter, and a spy on its launcher proves it
 ran.
 Under ``--device cuda`` they run on the GPU as written.
@@ -27,10 +27,12 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import _fused, _fused_tree, _operator
-from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
-from kernelkit.gp._operator import CovarianceOperator
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.operators import fused as _fused
+from kernelkit.operators import fused_tree
+from kernelkit.operators import covariance
+from kernelkit.estimators.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
+from kernelkit.operators.covariance import CovarianceOperator
+from kernelkit.operators.kernel_tree import parse_kernel
 from kernelkit_gpu.pairwise import contract_fused
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -65,7 +67,7 @@ pytestmark = pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
 @pytest.fixture
 def fused_here(monkeypatch, device):
     """Switch the fused path on for the test's device and count the Triton launches."""
-    monkeypatch.setattr(_fused_tree, "DEVICES", (device,))
+    monkeypatch.setattr(fused_tree, "DEVICES", (device,))
     calls = []
     launch = contract_fused.contract_fwd
 
@@ -107,7 +109,7 @@ def test_fused_lml_gradient_equals_autograd_gradient(name, dtype, device, fused_
     assert fused_here, "the fused Triton contraction did not run"
     assert all(shape == (3, len(y)) for shape in fused_here)
 
-    monkeypatch.setattr(_fused_tree, "DEVICES", ())  # the autograd-of-blocks path, same probes
+    monkeypatch.setattr(fused_tree, "DEVICES", ())  # the autograd-of-blocks path, same probes
     n_fused = len(fused_here)
     ref_value, ref_grad, _ = _lml(op, kernel, y)
     assert len(fused_here) == n_fused
@@ -133,7 +135,7 @@ def test_float64_products_with_float32_contractions(device, fused_here, monkeypa
                         lambda *a, **k: seen.append(a[0].dtype) or launch(*a, **k))
     value, grad, _ = _lml(op, kernel, y)
     assert seen and set(seen) == {torch.float32}
-    monkeypatch.setattr(_fused_tree, "DEVICES", ())  # float64 autograd of blocks, same probes
+    monkeypatch.setattr(fused_tree, "DEVICES", ())  # float64 autograd of blocks, same probes
     ref_value, ref_grad, _ = _lml(op, kernel, y)
     assert abs(value - ref_value) <= 1e-6  # as in the test above: products' rounding only
     np.testing.assert_allclose(grad, ref_grad, rtol=0,
@@ -170,12 +172,12 @@ def test_fused_bilinear_value_and_gradient(name, n, device, fused_here):
     value = _fused.bilinear(op, theta, A, B)
     (grad,) = torch.autograd.grad(value, theta)
     assert fused_here
-    ref = _operator.bilinear(op, theta, A, B)
+    ref = covariance.bilinear(op, theta, A, B)
     (ref_grad,) = torch.autograd.grad(ref, theta)
 
     # n eps times the magnitudes of the summed terms: sum_j |a_j|^T K |b_j| (K >= 0 here) and
     # its gradient (the length-scale derivatives are >= 0 too); the largest entry bounds them
-    magnitude = _operator.bilinear(op, theta, A.abs(), B.abs())
+    magnitude = covariance.bilinear(op, theta, A.abs(), B.abs())
     (magnitude_grad,) = torch.autograd.grad(magnitude, theta)
     scale = float(magnitude.detach()) + float(magnitude_grad.abs().max())
     tol = max(n, 2) * torch.finfo(torch.float64).eps * scale
@@ -192,8 +194,8 @@ def test_other_trees_take_the_autograd_path(name, device, fused_here, monkeypatc
     op = CovarianceOperator(X, parse_kernel(kernel), 1e-6, device, torch.float64)
     assert _fused.fused_tree(op) is None
     autograd_calls = []
-    backward = _operator.theta_gradient
-    monkeypatch.setattr(_operator, "theta_gradient",
+    backward = covariance.theta_gradient
+    monkeypatch.setattr(covariance, "theta_gradient",
                         lambda *a, **k: autograd_calls.append(1) or backward(*a, **k))
     _, grad, _ = _lml(op, kernel, y)
     assert autograd_calls and not fused_here
@@ -204,14 +206,14 @@ def test_wide_data_and_other_devices_take_the_autograd_path(device, monkeypatch)
     kernel = C(1.5) * RBF(0.8) + W(0.05)
     X17, _ = _data(n=20, d=17)  # above DIRECT_MAX_D = 16 features
     X3, _ = _data(n=20, d=3)
-    monkeypatch.setattr(_fused_tree, "DEVICES", (device,))
+    monkeypatch.setattr(fused_tree, "DEVICES", (device,))
     assert _fused.fused_tree(CovarianceOperator(X17, parse_kernel(kernel), 0.0, device,
                                                 torch.float64)) is None
     op3 = CovarianceOperator(X3, parse_kernel(kernel), 0.0, device, torch.float64)
     assert _fused.fused_tree(op3) is not None
     op3.rows = (0, 10)  # this process's share of rows under a process group: fused on them
     assert _fused.fused_tree(op3) is not None
-    monkeypatch.setattr(_fused_tree, "DEVICES", ("cuda",))  # the default: never on the CPU
+    monkeypatch.setattr(fused_tree, "DEVICES", ("cuda",))  # the default: never on the CPU
     cpu = CovarianceOperator(X3, parse_kernel(kernel), 0.0, "cpu", torch.float64)
     assert _fused.fused_tree(cpu) is None
 
@@ -245,7 +247,7 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
 
     kernel = {**FAST, **FAST_MORE}[name]
     X, _ = _data(n=70)
-    monkeypatch.setattr(_operator, "dense_budget", lambda device: 0)  # no dense K, any device
+    monkeypatch.setattr(covariance, "dense_budget", lambda device: 0)  # no dense K, any device
     op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, DTYPES[dtype])
     assert not op.dense
     params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
@@ -262,7 +264,7 @@ def test_products_without_a_dense_k_run_the_triton_matvec(name, dtype, device, m
     monkeypatch.setattr(kernelkit_gpu, "kernel_matvec", spy)
     results = {}
     for fused in (False, True):
-        monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
+        monkeypatch.setattr(fused_tree, "DEVICES", (device,) if fused else ())
         op.rows = (0, 70)
         whole = op.matmul(V.to(op.dtype), params).to(torch.float64)
         exact = op.exact_matmul(V, params)
@@ -290,23 +292,23 @@ def test_wide_products_run_triton_gram_blocks(name, device, monkeypatch):
 
     kernel = {**FAST, **FAST_MORE}[name]
     X, _ = _data(n=70)
-    monkeypatch.setattr(_operator, "dense_budget", lambda device: 0)
-    monkeypatch.setattr(_operator, "TRITON_MATMUL_MAX_COLUMNS", 2)
-    monkeypatch.setattr(_operator, "WIDE_BLOCK_ELEMENTS", 16 * 70)  # blocks of 16 rows
+    monkeypatch.setattr(covariance, "dense_budget", lambda device: 0)
+    monkeypatch.setattr(covariance, "TRITON_MATMUL_MAX_COLUMNS", 2)
+    monkeypatch.setattr(covariance, "WIDE_BLOCK_ELEMENTS", 16 * 70)  # blocks of 16 rows
     op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float32)
     params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
     V = torch.as_tensor(np.random.default_rng(1).standard_normal((70, 3)), device=op.device)
     blocks = []
-    block = _fused_tree.kernel_part_block
+    block = fused_tree.kernel_part_block
 
     def spy(op, tree, params, lo, hi, dtype):
         blocks.append((lo, hi))
         return block(op, tree, params, lo, hi, dtype)
 
-    monkeypatch.setattr(_fused_tree, "kernel_part_block", spy)
+    monkeypatch.setattr(fused_tree, "kernel_part_block", spy)
     results = {}
     for fused in (False, True):
-        monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
+        monkeypatch.setattr(fused_tree, "DEVICES", (device,) if fused else ())
         op.rows = (0, 70)
         whole = op.exact_matmul(V, params)
         op.rows = (13, 50)
@@ -331,20 +333,20 @@ def test_dense_float32_operator_holds_a_float64_k_for_exact_products(name, fused
     (up to ~30 here); measured up to 240 eps64. A float32 K (error ~ eps32 = 5e8 eps64) misses
     it by far.
     Each matrix is formed once per hyperparameter setting, and a new setting drops both."""
-    monkeypatch.setattr(_fused_tree, "DEVICES", (device,) if fused else ())
+    monkeypatch.setattr(fused_tree, "DEVICES", (device,) if fused else ())
     kernel = {**FAST, **FAST_MORE}[name]
     X, _ = _data(n=70)
     op = CovarianceOperator(X, parse_kernel(kernel), 1e-3, device, torch.float32)
     assert op.dense and op.dense_exact
     V = torch.as_tensor(np.random.default_rng(1).standard_normal((70, 3)), device=op.device)
     formed = []
-    real = _fused_tree.kernel_part_gram if fused else op.block
+    real = fused_tree.kernel_part_gram if fused else op.block
 
     def spy(*args, **kwargs):
         formed.append(args[-1] if fused else kwargs["dtype"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(_fused_tree if fused else op, "kernel_part_gram" if fused else "block",
+    monkeypatch.setattr(fused_tree if fused else op, "kernel_part_gram" if fused else "block",
                         spy)
     params = op.structure.params(torch.as_tensor(kernel.theta, device=op.device))
     op.matmul(V.to(torch.float32), params)
@@ -379,7 +381,7 @@ def test_landmark_columns_gradient_in_closed_form(kernel, offset):
     operator's block and the same gradient of <G, Y> as autograd through it, on data far from
     the origin too (the operator centres it). Agreement measured: at most 5e-15 of the largest
     entry (the expansion of the distances against autograd's), hence 5e-14."""
-    from kernelkit.gp._fused import landmark_columns
+    from kernelkit.operators.fused import landmark_columns
 
     rng = np.random.default_rng(5)
     X = rng.uniform(-2.0, 2.0, (90, 3)) + offset

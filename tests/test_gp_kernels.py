@@ -11,7 +11,7 @@ Tolerances (measured on this data, 2026-11-26, CPU float64; each about 10x the w
   measured <= 8e-13 (polynomial, entries ~20), LML and gradient <= 2e-13 relative;
 - iterative path (``exact_max_n=0``) with ``cg_tol=1e-10`` and a preconditioner of rank n:
   mean/std are CG solutions to relative residual 1e-10 on K with cond(K) <= ~1e2 (noise 0.1).
-  WhiteKernels anywhere in the tree are the noise c I of K (:mod:`kernelkit.gp._structure`),
+  WhiteKernels anywhere in the tree are the noise c I of K (:mod:`kernelkit.operators.kernel_tree`),
   which the preconditioner's shift carries, so every case here has P = K up to the Nystrom
   shift. Measured (after that change): mean/std <= 1.1e-12, LML <= 9.8e-9 (sum-of-products),
   gradient <= 1.4e-8; the tolerances are those set when the greedy-pivot preconditioner left
@@ -32,7 +32,7 @@ from sklearn.gaussian_process.kernels import RationalQuadratic as SkRQ
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.operators.kernel_tree import parse_kernel
 from kernelkit.kernels import KERNEL_CLASSES
 from kernelkit_math.registry import REGISTRY
 
@@ -275,7 +275,7 @@ def test_float32_blocks_of_every_kernel_keep_their_digits(device, name, offset):
     """
     import torch
 
-    from kernelkit.gp._operator import CovarianceOperator
+    from kernelkit.operators.covariance import CovarianceOperator
 
     X, kernel = _float32_case(name, offset)
     op = CovarianceOperator(X, parse_kernel(kernel, X.shape[1]), 0.0, device, torch.float32)

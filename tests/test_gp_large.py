@@ -1,4 +1,4 @@
-"""kernelkit.GaussianProcessRegressor (kernelkit/gp/): BBMM-style large-n GP regression.
+"""kernelkit.GaussianProcessRegressor (kernelkit/estimators/gp/): BBMM-style large-n GP regression.
 
 References are scikit-learn's exact GaussianProcessRegressor (dense Cholesky, float64) and dense
 float64 NumPy linear algebra. Stochastic estimates are checked against tolerances of five
@@ -23,10 +23,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernelkit as kk
-from kernelkit.gp import _operator
-from kernelkit.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
-from kernelkit.gp._operator import CovarianceOperator
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.operators import covariance
+from kernelkit.estimators.gp._lml import SolverSettings, log_marginal_likelihood, make_probes
+from kernelkit.operators.covariance import CovarianceOperator
+from kernelkit.operators.kernel_tree import parse_kernel
 
 KERNELS = {
     "rbf": C(1.5) * kk.RBF(0.8) + W(0.05),
@@ -187,8 +187,8 @@ def test_variance_batches_and_chunks_do_not_change_results(monkeypatch):
     gp = kk.GaussianProcessRegressor(kernel, optimizer=None, device="cpu", cg_tol=1e-10,
                                      exact_max_n=0)
     whole = gp.fit(X, y).predict(Xt, return_std=True)
-    monkeypatch.setattr("kernelkit.gp.regressor.VARIANCE_BATCH_ELEMENTS", 150 * 7)
-    monkeypatch.setattr(_operator, "BLOCK_ELEMENTS", 150 * 13)
+    monkeypatch.setattr("kernelkit.estimators.gp.regressor.VARIANCE_BATCH_ELEMENTS", 150 * 7)
+    monkeypatch.setattr(covariance, "BLOCK_ELEMENTS", 150 * 13)
     batched = gp.fit(X, y).predict(Xt, return_std=True)
     for a, b in zip(whole, batched):
         np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10)
@@ -284,8 +284,8 @@ def test_lml_gradient_never_forms_n_by_n(monkeypatch):
     # n = 1200 with chunks of 50 x n values: no torch tensor ever reaches n^2 (let alone
     # n^2 x n_theta) elements, in the forward CG or the backward pass.
     n, block = 1200, 50 * 1200
-    monkeypatch.setattr(_operator, "BLOCK_ELEMENTS", block)
-    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)  # the matrix-free path
+    monkeypatch.setattr(covariance, "BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(covariance, "DENSE_CPU_BYTES", 0)  # the matrix-free path
     X, y = _data(n, d=3)
     kernel = C(1.0) * kk.RBF([1.0, 1.0, 1.0]) + W(0.1)
     recorder = _Recorder()
@@ -310,7 +310,7 @@ def test_float64_squared_distance_gradient_equals_per_feature_autograd(offset, d
     for how, out in (("fast", got), ("loop", want)):
         A, B = A0.clone().requires_grad_(True), B0.clone().requires_grad_(True)
         if how == "fast":
-            s = _operator._squared_distances(A, B, None)
+            s = covariance._squared_distances(A, B, None)
         else:
             s = sum((A[:, k, None] - B[None, :, k]) ** 2 for k in range(5))
         out["s"] = s.detach()
@@ -330,7 +330,7 @@ def test_dense_and_matrix_free_paths_agree(monkeypatch):
     X, y = _data(300, d=3)
     kernel = C(1.3) * kk.RBF([0.8, 1.0, 1.2]) + W(0.05)
     builds, seen = [], []  # whether each call formed a new matrix; the matrices returned
-    real = _operator.CovarianceOperator.kernel_matrix
+    real = covariance.CovarianceOperator.kernel_matrix
 
     def counting(self, params, dtype=None):
         out = real(self, params, dtype)
@@ -338,10 +338,10 @@ def test_dense_and_matrix_free_paths_agree(monkeypatch):
         seen.append(out)
         return out
 
-    monkeypatch.setattr(_operator.CovarianceOperator, "kernel_matrix", counting)
+    monkeypatch.setattr(covariance.CovarianceOperator, "kernel_matrix", counting)
     dense = _lml(kernel, X, y, 1e-10, rank=20, n_probes=8)
     assert sum(builds) == 1 and len(builds) > 10, builds
-    monkeypatch.setattr(_operator, "DENSE_CPU_BYTES", 0)
+    monkeypatch.setattr(covariance, "DENSE_CPU_BYTES", 0)
     builds.clear()
     free = _lml(kernel, X, y, 1e-10, rank=20, n_probes=8)
     assert builds == []

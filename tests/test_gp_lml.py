@@ -1,4 +1,4 @@
-"""The GP's iterative path (kernelkit.gp._lml on the one CG and preconditioner) against
+"""The GP's iterative path (kernelkit.estimators.gp._lml on the one CG and preconditioner) against
 scikit-learn's exact GaussianProcessRegressor, with a preconditioner of rank < n (so that the
 stochastic log-determinant term matters), at default and at tight settings.
 
@@ -15,10 +15,10 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp._lml import (SolverSettings, log_marginal_likelihood, make_probes,
+from kernelkit.estimators.gp._lml import (SolverSettings, log_marginal_likelihood, make_probes,
                                resolve_rank)
-from kernelkit.gp._operator import CovarianceOperator
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.operators.covariance import CovarianceOperator
+from kernelkit.operators.kernel_tree import parse_kernel
 
 KERNEL = C(1.5) * RBF([0.8, 1.2]) + W(0.05)
 
@@ -90,7 +90,7 @@ def test_auto_rank_on_a_gpu_follows_its_free_memory(monkeypatch, free_gb, want, 
     0.9 of the free memory holds 4.5 n x k float64 matrices in the preconditioner's Cholesky
     form (75 GB: 0.9 * 75e9 / (36 * 1e6) = 1875) and 7 in its eigen form (1205), never below
     the CPU's bound; at n <= 262 144 (2 sqrt(n) <= 1024) at most 1024."""
-    from kernelkit.gp import _lml
+    from kernelkit.estimators.gp import _lml
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free_gb * 10**9, 0))
     assert resolve_rank("auto", 10**6) == 268
@@ -106,7 +106,7 @@ def test_auto_rank_is_resolved_once_per_fit(monkeypatch):
     """The fit's ranks (which may depend on the free memory) are kept for later calls, so that
     log_marginal_likelihood draws the fit's landmarks: a resolver that answers differently on
     every call changes nothing after the fit, and a refit resolves again."""
-    from kernelkit.gp import _lml
+    from kernelkit.estimators.gp import _lml
 
     answers = iter([7, 5, 11, 13, 17])
     monkeypatch.setattr(_lml, "resolve_rank",
@@ -128,8 +128,8 @@ def test_eigen_form_evaluations_use_the_eigen_landmarks(problem, monkeypatch):
     it on all of them (the Cholesky form). Both estimates agree with the exact LML (errors over
     probe seeds 0-3 measured up to 0.0097 nats at rank 100 and 0.26 at rank 40; bounds about 4x
     those)."""
-    from kernelkit.gp import _lml
-    from kernelkit.solvers import _precond
+    from kernelkit.estimators.gp import _lml
+    from kernelkit.linalg import precond
 
     X, y, op, lml, grad = problem
     probes = make_probes(len(y), 100, 16, 0, "cpu", eigen_rank=40)
@@ -148,7 +148,7 @@ def test_eigen_form_evaluations_use_the_eigen_landmarks(problem, monkeypatch):
     # trace 450 (n = 300, amplitude 1.5), noise 0.05: ratio 9000
     for ratio, rank, woodbury, bound in [(1e8, 100, True, 0.04), (1e3, 40, False, 1.0)]:
         monkeypatch.setattr(_lml, "WOODBURY_MAX_RATIO", ratio)
-        monkeypatch.setattr(_precond, "WOODBURY_MAX_RATIO", ratio)
+        monkeypatch.setattr(precond, "WOODBURY_MAX_RATIO", ratio)
         value, _, _ = log_marginal_likelihood(op, KERNEL.theta, torch.as_tensor(y), probes,
                                               settings, eval_gradient=True)
         assert built[-1].rank == rank and built[-1].woodbury == woodbury
@@ -184,7 +184,7 @@ def test_quadratic_term_is_second_order_in_the_residual_on_float32_products():
     the estimate uses, so the quadratic term is read off the LML."""
     import math
 
-    from kernelkit.gp._lml import preconditioner
+    from kernelkit.estimators.gp._lml import preconditioner
 
     kernel = C(4.0) * RBF([0.5, 0.7]) + W(1e-3)
     X, y = _data(3000)

@@ -17,8 +17,8 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import _lml
-from kernelkit.gp._structure import parse_kernel
+from kernelkit.estimators.gp import _lml
+from kernelkit.operators.kernel_tree import parse_kernel
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_stalled_line_searches_stop_at_the_best_point():
     Without the stall rule L-BFGS-B took 16 evaluations and ended abnormally, returning a value
     of a point it did not return; with it, STALL_EVALUATIONS evaluations after the best one it
     returns that point and its value, without a warning."""
-    from kernelkit.gp import regressor
+    from kernelkit.estimators.gp import regressor
 
     gp = kk.GaussianProcessRegressor(optimizer_max_iter=1000)
     gp._exact = False

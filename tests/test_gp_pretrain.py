@@ -17,7 +17,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import regressor
+from kernelkit.estimators.gp import regressor
 
 KERNEL = C(1.0) * RBF([1.0, 1.0]) + W(0.05)
 

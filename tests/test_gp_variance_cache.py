@@ -13,8 +13,8 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.gp import regressor as R
-from kernelkit.solvers._galerkin import SubspaceCache
+from kernelkit.estimators.gp import regressor as R
+from kernelkit.linalg.galerkin import SubspaceCache
 
 NOISE = 1e-2
 

@@ -18,7 +18,7 @@ import torch
 
 import kernelkit
 import kernelkit_gpu
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu.attention.naive import kernel_attention_naive
 from kernelkit_gpu.attention.smoother import kernel_attention
 from tests.conftest import TOL
@@ -164,13 +164,13 @@ def test_assume_finite_skips_the_check_and_restores_it(device):
 
 # ------------------------------------------------- issue 18: the check fused into the preparation
 def _spy_start_read(monkeypatch, calls):
-    real = _checks.FiniteCheck.start_read
+    real = checks.FiniteCheck.start_read
 
     def start_read(self):
         calls.append(("read", {}))
         return real(self)
 
-    monkeypatch.setattr(_checks.FiniteCheck, "start_read", start_read)
+    monkeypatch.setattr(checks.FiniteCheck, "start_read", start_read)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
@@ -342,7 +342,7 @@ def test_range_limit_is_finfo_max_over_8(entry, d, dtype_name, device):
     of squared norm 1.5 x the limit (finite) are refused, rows of 0.5 x the limit are not."""
     fn, _ = ENTRY_POINTS[entry]
     dtype = DTYPES[dtype_name]
-    limit = _checks.range_limit(dtype)
+    limit = checks.range_limit(dtype)
     for factor, refused in ((1.5, True), (0.5, False)):
         # rows 0, a, -a: the column mean is 0, so centred or not, rows 1 and 2 have squared
         # norm factor * limit

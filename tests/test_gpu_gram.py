@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kernelkit_gpu
-from kernelkit_gpu import _epilogues
-from kernelkit_gpu import _prepare
+from kernelkit_gpu import epilogues
+from kernelkit_gpu import prepare
 from kernelkit_gpu.pairwise import gram_configs
 from kernelkit_math.registry import get_kernel, kernel_names
 from tests.conftest import TOL
@@ -194,7 +194,7 @@ def test_direct_recompute_is_what_saves_near_duplicates(device, rng, monkeypatch
     params = dict(nu=0.5, length_scale=1.3)
     ref = reference("matern", params, x, y)
     assert rel_fro(gram_into_nan(x, y, "matern", **params), ref) <= 1e-6
-    monkeypatch.setattr(_epilogues, "TAU", 0.0)
+    monkeypatch.setattr(epilogues, "TAU", 0.0)
     assert rel_fro(gram_into_nan(x, y, "matern", **params), ref) > 1e-5
 
 
@@ -236,11 +236,11 @@ def test_gram_properties(n, d, name, seed, device):
 
 # ---------------------------------------------------------------------------- plumbing
 def _candidate_configs(name, d, precision="accurate"):
-    plan = _prepare.kernel_plan(name, d, {})
-    if _prepare.recipe(plan, torch.float32, d, precision).mode == _epilogues.MODE_MMA.value:
+    plan = prepare.kernel_plan(name, d, {})
+    if prepare.recipe(plan, torch.float32, d, precision).mode == epilogues.MODE_MMA.value:
         kd = -(-d // gram_module.PAD_K) * gram_module.PAD_K
         split = precision == "accurate"
-        sliced = split and plan.pairwise == _epilogues.PW_DOT.value
+        sliced = split and plan.pairwise == epilogues.PW_DOT.value
         return gram_configs.mma_configs(kd, split, 4, sliced)
     return gram_configs.direct_configs(d, plan.pairwise)
 
@@ -253,7 +253,7 @@ def test_every_config_is_correct(name, d, symmetric, device, rng):
     x = randn(rng, (152, d), torch.float32, device)
     y = None if symmetric else randn(rng, (80, d), torch.float32, device)
     ref = reference(name, {}, x, y)
-    plan = _prepare.kernel_plan(name, d, {})
+    plan = prepare.kernel_plan(name, d, {})
     for config in _candidate_configs(name, d):
         out = poisoned(ref.shape, torch.float32, device)
         gram_module.gram_fwd(x, y, plan, out, "accurate", symmetric, config=config)
@@ -271,7 +271,7 @@ def test_super_tile_orders(precision, super_tile, device, rng, monkeypatch):
     monkeypatch.setattr(gram_module, "SUPER_TILE", super_tile)
     _, _, xx = _near_duplicates(rng, 70, 20, device)  # 140 rows
     params = dict(nu=0.5, length_scale=1.3)
-    plan = _prepare.kernel_plan("matern", 20, params)
+    plan = prepare.kernel_plan("matern", 20, params)
     ref = reference("matern", params, xx)
     out = poisoned(ref.shape, torch.float32, device)
     gram_module.gram_fwd(xx, None, plan, out, precision, True)
@@ -293,8 +293,8 @@ def test_triton_launcher_runs(device, rng, monkeypatch):
     assert names == ["_gram_prep_kernel", "_gram_mma_kernel", "_gram_fix_kernel",
                      "_gram_prep_kernel", "_gram_prep_kernel", "_gram_direct_kernel"], names
     mma, direct = calls[1][1], calls[5][1]
-    assert mma["KIND"] == _epilogues.K_RBF.value and mma["TRIANGLE"] and mma["SPLIT"]
-    assert direct["KIND"] == _epilogues.K_LAPLACIAN.value and not direct["TRIANGLE"]
+    assert mma["KIND"] == epilogues.K_RBF.value and mma["TRIANGLE"] and mma["SPLIT"]
+    assert direct["KIND"] == epilogues.K_LAPLACIAN.value and not direct["TRIANGLE"]
 
 
 def test_out_with_strides_and_default_allocation(device, rng):
@@ -445,14 +445,14 @@ def test_import_never_loads_kernelkit():
                          ids=["raw", "centred", "centred-scaled"])
 def test_fused_preparation_equals_the_shared_definition(dtype, centre, scale, device, rng):
     """The Gram kernel's fused preparation (``_gram_prep_kernel``) forms exactly the values of
-    ``_prepare.centre_and_scale``, the definition every other consumer uses, bit for bit; padding
+    ``prepare.centre_and_scale``, the definition every other consumer uses, bit for bit; padding
     is zero and the norms are those of the prepared values."""
     x = (torch.from_numpy(rng.standard_normal((37, 21)) + 1000.0)).to(dtype).to(device)
-    mean = _prepare.column_mean(x) if centre else None
+    mean = prepare.column_mean(x) if centre else None
     scales = torch.from_numpy(rng.uniform(0.1, 3.0, 21)).to(device) if scale else None
-    acc = _prepare.acc_dtype(dtype)
+    acc = prepare.acc_dtype(dtype)
     buf, norms = gram_module._prep_launch(x, mean, scales, 32, False, acc, acc)
-    want = _prepare.centre_and_scale(x, mean, scales, acc)
+    want = prepare.centre_and_scale(x, mean, scales, acc)
     assert torch.equal(buf[:37, :21], want)
     assert not buf[37:].any() and not buf[:, 21:].any()
     # the same 21 squares, summed in another order: a few ulps of the accumulation dtype

@@ -166,7 +166,7 @@ def test_gradients_match_float64_autograd(dt, cid, device, rng):
 def test_exponential_eps_guard_and_gradient(device, rng, launch_spy):
     """kernel="exponential" runs the flash kernel; with eps above the denominator the guard
     min(1, exp(lse) / eps) is exact, and its gradient (through the lse) too."""
-    from kernelkit_gpu._prepare import kernel_plan
+    from kernelkit_gpu.prepare import kernel_plan
 
     q, k, v = make_qkv(rng, 1, 2, 1, 33, 20, 16, 8, torch.float32, device, requires_grad=True,
                        offset=0.0)

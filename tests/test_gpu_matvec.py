@@ -11,7 +11,9 @@ import pytest
 import torch
 
 import kernelkit_gpu
-from kernelkit_gpu import _epilogues, _launch, _prepare
+from kernelkit_gpu import _launch
+from kernelkit_gpu import epilogues
+from kernelkit_gpu import prepare
 from tests.conftest import TOL
 from tests.gpu_cases import (
     ARD_KERNELS, CASE_IDS, DOT_KINDS, DTYPES, GPU_CASES, OFFSET_DOT_CASES,
@@ -278,8 +280,8 @@ def test_matvec_launcher_runs(device, rng, monkeypatch):
     kernelkit_gpu.kernel_matvec(x, x, torch.ones((30, 4), device=device), "laplacian")
     expected = ["vec", "block"] if _launch.autotuning() else ["kernel", "kernel"]
     assert [c[0] for c in calls] == expected
-    assert calls[0][1]["VEC"] and calls[0][1]["KIND"] == _epilogues.K_RBF.value
-    assert not calls[1][1]["VEC"] and calls[1][1]["MODE"] == _epilogues.MODE_DIRECT.value
+    assert calls[0][1]["VEC"] and calls[0][1]["KIND"] == epilogues.K_RBF.value
+    assert not calls[1][1]["VEC"] and calls[1][1]["MODE"] == epilogues.MODE_DIRECT.value
 
 
 def test_default_config_by_operands(monkeypatch):
@@ -291,15 +293,15 @@ def test_default_config_by_operands(monkeypatch):
     from types import SimpleNamespace
 
     monkeypatch.setattr(_launch, "INTERPRET", False)
-    direct = SimpleNamespace(mode=_epilogues.MODE_DIRECT.value, acc=torch.float32)
-    mma = SimpleNamespace(mode=_epilogues.MODE_MMA.value, acc=torch.float32)
+    direct = SimpleNamespace(mode=epilogues.MODE_DIRECT.value, acc=torch.float32)
+    mma = SimpleNamespace(mode=epilogues.MODE_MMA.value, acc=torch.float32)
     picked = matvec_module._default_config(direct, False).all_kwargs()
     assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (256, 32, 8)
     for block_r in (16, 32):  # chunks of at most 16 columns: 4 warps (1.3x at 16 columns, H100)
         picked = matvec_module._default_config(direct, False, block_r).all_kwargs()
         assert (picked["BLOCK_M"], picked["BLOCK_N"]) == (256, 32)
         assert picked["num_warps"] == (4 if block_r == 16 else 8)
-    direct64 = SimpleNamespace(mode=_epilogues.MODE_DIRECT.value, acc=torch.float64)
+    direct64 = SimpleNamespace(mode=epilogues.MODE_DIRECT.value, acc=torch.float64)
     picked = matvec_module._default_config(direct64, False, 16).all_kwargs()
     assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (128, 32, 4)
     assert (matvec_module._default_config(mma, False).all_kwargs()
@@ -317,10 +319,10 @@ def test_every_config_is_correct(name, d, r, device, rng):
     y = randn(rng, (133, d), torch.float32, device)
     v = randn(rng, (133, r), torch.float32, device)
     K_ref = reference(name, {}, x, y)
-    plan = _prepare.kernel_plan(name, d, {})
+    plan = prepare.kernel_plan(name, d, {})
     tuner = matvec_module._matvec_vec if r == 1 else matvec_module._matvec_block
     for config in tuner.configs:
-        ops = _prepare.prepare(x, y, plan, "accurate", symmetric=False)
+        ops = prepare.prepare(x, y, plan, "accurate", symmetric=False)
         out = torch.full((150, r), float("nan"), device=device)
         matvec_module.matvec_fwd(ops, plan, v, out, "accurate", config=config)
         check_matvec(out, K_ref, v, "float32", name, {}, x, y)
@@ -409,8 +411,8 @@ def test_tensor_core_operands_have_16_aligned_rows(d, width, device, rng):
     padding is zero and the values are the centred data, so every product is unchanged."""
     x = randn(rng, (37, d), torch.float32, device) + 5.0
     y = randn(rng, (29, d), torch.float32, device) + 5.0
-    plan = _prepare.kernel_plan("rbf", d, {})
-    ops = _prepare.prepare(x, y, plan, "accurate", symmetric=False)
+    plan = prepare.kernel_plan("rbf", d, {})
+    ops = prepare.prepare(x, y, plan, "accurate", symmetric=False)
     assert ops.d == width and ops.x.shape == (37, width) and ops.y.shape == (29, width)
     assert ops.stride_x == (width, 1) and ops.stride_y == (width, 1)
     assert not ops.x[:, d:].any() and not ops.y[:, d:].any()

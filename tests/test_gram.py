@@ -1,4 +1,4 @@
-"""kernelkit.gram (block-wise Gram matrices, kernelkit/blocked_gram.py) and kernelkit._io (file reading, atomic writes)."""
+"""kernelkit.gram (block-wise Gram matrices, kernelkit/blocked_gram.py) and kernelkit._util.io (file reading, atomic writes)."""
 
 import contextlib
 import errno
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelkit import _io
+from kernelkit._util import io
 from kernelkit import blocked_gram as gram_module
 from kernelkit.blocked_gram import default_block_size, gram
 from kernelkit_math import get_kernel
@@ -331,7 +331,7 @@ def test_bad_data_names_the_argument(rng, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-# ------------------------------------------------------------------------------- _io module
+# ------------------------------------------------------------------------------- io module
 def write(path, text):
     path.write_text(text)
     return path
@@ -342,10 +342,10 @@ def test_load_csv_with_and_without_header(tmp_path):
     plain = write(tmp_path / "a.csv", "1,2.5\n-3,4e-3\n")
     header = write(tmp_path / "b.csv", "x, y\n1, 2.5\n\n-3 ,4e-3\n\n")
     for p in (plain, header):
-        X = _io.load_matrix(p, "X")
+        X = io.load_matrix(p, "X")
         assert X.dtype == np.float64
         np.testing.assert_array_equal(X, expected)
-    single = _io.load_matrix(write(tmp_path / "c.csv", "v\n1\n2\n3\n"), "X")
+    single = io.load_matrix(write(tmp_path / "c.csv", "v\n1\n2\n3\n"), "X")
     assert single.shape == (3, 1)
 
 
@@ -363,15 +363,15 @@ def test_load_csv_with_and_without_header(tmp_path):
 def test_load_csv_errors(tmp_path, text, match):
     p = write(tmp_path / "bad.csv", text)
     with pytest.raises(ValueError, match=match) as info:
-        _io.load_matrix(p, "Y")
+        io.load_matrix(p, "Y")
     assert str(info.value).startswith("Y file") and "bad.csv" in str(info.value)
 
 
 def test_load_npy_keeps_float32_and_converts_ints(tmp_path):
     np.save(tmp_path / "f.npy", np.ones((2, 3), np.float32))
     np.save(tmp_path / "i.npy", np.arange(6).reshape(3, 2))
-    assert _io.load_matrix(tmp_path / "f.npy").dtype == np.float32
-    X = _io.load_matrix(tmp_path / "i.npy")
+    assert io.load_matrix(tmp_path / "f.npy").dtype == np.float32
+    X = io.load_matrix(tmp_path / "i.npy")
     assert X.dtype == np.float64
     np.testing.assert_array_equal(X, np.arange(6.0).reshape(3, 2))
 
@@ -379,38 +379,38 @@ def test_load_npy_keeps_float32_and_converts_ints(tmp_path):
 def test_load_npy_errors(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match="pickled"):
-        _io.load_matrix(tmp_path / "obj.npy", "X")
+        io.load_matrix(tmp_path / "obj.npy", "X")
     np.save(tmp_path / "vec.npy", np.ones(4))
     with pytest.raises(ValueError, match=r"1-D array .* expected a 2-D array"):
-        _io.load_matrix(tmp_path / "vec.npy", "X")
+        io.load_matrix(tmp_path / "vec.npy", "X")
     np.save(tmp_path / "s.npy", np.array([["a", "b"]]))
     with pytest.raises(ValueError, match="dtype"):
-        _io.load_matrix(tmp_path / "s.npy", "X")
+        io.load_matrix(tmp_path / "s.npy", "X")
     np.save(tmp_path / "c.npy", np.ones((2, 2), complex))
     with pytest.raises(ValueError, match="complex"):
-        _io.load_matrix(tmp_path / "c.npy", "X")
+        io.load_matrix(tmp_path / "c.npy", "X")
     (tmp_path / "junk.npy").write_bytes(b"definitely not numpy")
     with pytest.raises(ValueError, match="junk.npy"):
-        _io.load_matrix(tmp_path / "junk.npy", "X")
+        io.load_matrix(tmp_path / "junk.npy", "X")
     np.savez(tmp_path / "arch.npz", a=np.ones((2, 2)))
     os.replace(tmp_path / "arch.npz", tmp_path / "arch.npy")
     with pytest.raises(ValueError, match="npz"):
-        _io.load_matrix(tmp_path / "arch.npy", "X")
+        io.load_matrix(tmp_path / "arch.npy", "X")
     np.save(tmp_path / "empty.npy", np.ones((0, 3)))
     with pytest.raises(ValueError, match="empty"):
-        _io.load_matrix(tmp_path / "empty.npy", "X")
+        io.load_matrix(tmp_path / "empty.npy", "X")
 
 
 def test_load_path_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="X file .*nothere.npy.* does not exist"):
-        _io.load_matrix(tmp_path / "nothere.npy", "X")
+        io.load_matrix(tmp_path / "nothere.npy", "X")
     write(tmp_path / "data.txt", "1,2\n")
     with pytest.raises(ValueError, match="unsupported extension '.txt'"):
-        _io.load_matrix(tmp_path / "data.txt", "X")
+        io.load_matrix(tmp_path / "data.txt", "X")
     with pytest.raises(ValueError, match="directory"):
-        _io.load_matrix(tmp_path, "X")
+        io.load_matrix(tmp_path, "X")
     with pytest.raises(TypeError, match="X must be a file path"):
-        _io.load_matrix(3, "X")
+        io.load_matrix(3, "X")
 
 
 def test_load_refuses_files_that_are_not_regular(tmp_path):
@@ -419,12 +419,12 @@ def test_load_refuses_files_that_are_not_regular(tmp_path):
     (tmp_path / "null.npy").symlink_to(os.devnull)
     with pytest.raises(ValueError, match=r"X file .*null.npy.* is a character device, not a "
                                          r"regular \.npy or \.csv file"):
-        _io.load_matrix(tmp_path / "null.npy", "X")
+        io.load_matrix(tmp_path / "null.npy", "X")
     os.mkfifo(tmp_path / "pipe.csv")
     (tmp_path / "link.csv").symlink_to(tmp_path / "pipe.csv")
     for name in ("pipe.csv", "link.csv"):
         with pytest.raises(ValueError, match=r"Y file .* is a FIFO \(named pipe\)"):
-            _io.load_matrix(tmp_path / name, "Y")
+            io.load_matrix(tmp_path / name, "Y")
 
 
 def _npy_header(path, shape, descr="<f8"):
@@ -443,7 +443,7 @@ def test_load_npy_refuses_a_header_larger_than_the_file(tmp_path, shape):
         f.write(bytes(64))
     declared = int(np.prod(shape, dtype=object)) * 8
     with pytest.raises(ValueError) as info:
-        _io.load_matrix(path, "X")
+        io.load_matrix(path, "X")
     assert str(info.value) == (
         f"X file {str(path)!r} declares an array of shape {shape} and dtype float64 "
         f"({declared} bytes) but holds only 64 bytes of data; the file is truncated or corrupt")
@@ -456,36 +456,36 @@ def test_load_npy_header_checks_pass_complete_files(tmp_path):
         path = tmp_path / f"v{version[0]}.npy"
         with open(path, "wb") as f:
             np.lib.format.write_array(f, X, version=version)
-        np.testing.assert_array_equal(_io.load_matrix(path, "X"), X)
+        np.testing.assert_array_equal(io.load_matrix(path, "X"), X)
     with open(tmp_path / "cut.npy", "wb") as f:
         f.write(np.lib.format.MAGIC_PREFIX + b"\x01")
     with pytest.raises(ValueError, match="cut.npy.* is not a valid .npy file"):
-        _io.load_matrix(tmp_path / "cut.npy", "X")
+        io.load_matrix(tmp_path / "cut.npy", "X")
 
 
 def test_save_npy_atomic_roundtrip_and_failure(tmp_path, monkeypatch):
     target = tmp_path / "a.npy"
-    assert _io.save_npy_atomic(target, np.arange(5.0)) == str(target)
+    assert io.save_npy_atomic(target, np.arange(5.0)) == str(target)
     np.testing.assert_array_equal(np.load(target), np.arange(5.0))
 
     def broken_save(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(_io.np, "save", broken_save)
+    monkeypatch.setattr(io.np, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        _io.save_npy_atomic(tmp_path / "b.npy", np.ones(3))
+        io.save_npy_atomic(tmp_path / "b.npy", np.ones(3))
     assert sorted(os.listdir(tmp_path)) == ["a.npy"]
 
 
 def test_open_npy_memmap_atomic(tmp_path):
     target = tmp_path / "m.npy"
-    with _io.open_npy_memmap_atomic(target, (3, 2), np.float32) as mm:
+    with io.open_npy_memmap_atomic(target, (3, 2), np.float32) as mm:
         mm[:] = 7
         assert not target.exists(), "nothing may appear under the final name before success"
     K = np.load(target)
     assert K.dtype == np.float32 and K.shape == (3, 2) and (K == 7).all()
     with pytest.raises(ZeroDivisionError):
-        with _io.open_npy_memmap_atomic(tmp_path / "n.npy", (2, 2)) as mm:
+        with io.open_npy_memmap_atomic(tmp_path / "n.npy", (2, 2)) as mm:
             mm[0] = 1
             1 / 0
     assert sorted(os.listdir(tmp_path)) == ["m.npy"]
@@ -562,9 +562,9 @@ def test_out_refuses_a_target_that_is_not_a_regular_file(rng, tmp_path, kind):
         with pytest.raises(ValueError, match=rf"out .*{name}.* is {kind}.* not a regular file"):
             gram(data(rng, 4), kernel="rbf", out=tmp_path / name)
         with pytest.raises(ValueError, match="not a regular file"):
-            _io.save_npy_atomic(tmp_path / name, np.ones(2))
+            io.save_npy_atomic(tmp_path / name, np.ones(2))
         with pytest.raises(ValueError, match="not a regular file"):
-            _io.write_text_atomic(tmp_path / name, "text")
+            io.write_text_atomic(tmp_path / name, "text")
     assert sorted(os.listdir(tmp_path)) == ["link.npy", "node.npy"]
     assert not stat.S_ISREG(os.stat(node).st_mode)
 
@@ -588,7 +588,7 @@ def test_out_directories_are_removed_when_the_write_fails(rng, tmp_path, monkeyp
         gram(data(rng, 5), kernel="rbf", out=tmp_path / "a" / "b" / "c" / "K.npy")
     assert os.listdir(tmp_path) == ["a"] and os.listdir(tmp_path / "a") == [], \
         "only the directories the write created are removed"
-    monkeypatch.setattr(_io, "free_bytes", lambda directory: 0)
+    monkeypatch.setattr(io, "free_bytes", lambda directory: 0)
     with pytest.raises(OSError, match="not enough free disk space"):
         gram(data(rng, 5), kernel="rbf", out=tmp_path / "new" / "K.npy")
     assert os.listdir(tmp_path) == ["a"]
@@ -605,7 +605,7 @@ def test_out_directory_must_be_able_to_hold_the_file(rng, tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=r"out .*: '.*file' is not a directory"):
         gram(X, kernel="rbf", out=tmp_path / "file" / "sub" / "K.npy")
     real_access = os.access
-    monkeypatch.setattr(_io.os, "access",  # a read-only directory (root may write anywhere)
+    monkeypatch.setattr(io.os, "access",  # a read-only directory (root may write anywhere)
                         lambda p, mode: False if str(p) == str(tmp_path) else real_access(p, mode))
     with pytest.raises(PermissionError, match=r"out .*new.*K.npy.* is not a writable directory"):
         gram(X, kernel="rbf", out=tmp_path / "new" / "K.npy")
@@ -619,7 +619,7 @@ def test_out_too_little_disk_space_is_a_clear_oserror(rng, tmp_path, monkeypatch
         seen.append(directory)
         return 10_000
 
-    monkeypatch.setattr(_io, "free_bytes", probe)
+    monkeypatch.setattr(io, "free_bytes", probe)
     target = tmp_path / "K.npy"
     with pytest.raises(OSError) as info:
         gram(data(rng, 300), kernel="rbf", out=target)
@@ -651,7 +651,7 @@ def test_out_allocation_failure_is_a_clear_oserror(rng, tmp_path, monkeypatch):
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(_io.os, "posix_fallocate", full)
+    monkeypatch.setattr(io.os, "posix_fallocate", full)
     with pytest.raises(OSError, match="not enough free disk space for .*K.npy") as info:
         gram(data(rng, 20), kernel="rbf", out=tmp_path / "K.npy")
     assert info.value.errno == errno.ENOSPC
@@ -700,12 +700,12 @@ def test_signal_mid_write_removes_the_temporary_file(tmp_path, signum):
 
 
 def _handlers():
-    return {s: signal.getsignal(s) for s in _io.TERMINATING_SIGNALS}
+    return {s: signal.getsignal(s) for s in io.TERMINATING_SIGNALS}
 
 
 def test_signal_handlers_are_set_during_the_write_and_restored(rng, tmp_path, monkeypatch):
     before = _handlers()
-    assert {signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(_io.TERMINATING_SIGNALS)
+    assert {signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(io.TERMINATING_SIGNALS)
     assert before[signal.SIGINT] is signal.default_int_handler
     defaults = [s for s, h in before.items() if h is signal.SIG_DFL]
     assert signal.SIGHUP in defaults and signal.SIGQUIT in defaults

@@ -1,4 +1,4 @@
-"""Reading data files (kernelkit._io.load_matrix): CSV headers as pandas writes them."""
+"""Reading data files (kernelkit._util.io.load_matrix): CSV headers as pandas writes them."""
 
 import re
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
 
-from kernelkit import _io
+from kernelkit._util import io
 from conftest import TOL
 from tests.cli_helpers import assert_clean_error, run_main
 
@@ -31,38 +31,38 @@ def test_pandas_csv_reads_back_as_its_matrix(tmp_path, X, frame, index):
     path = pandas_csv(tmp_path / "X.csv", X, frame=frame, index=index)
     first = path.read_text().splitlines()[0]
     assert first == ("," if index else "") + ("a,b,c" if frame else "0,1,2")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X"), X)  # floats written as repr
-    np.testing.assert_array_equal(_io.load_matrix(path, "X", header=True), X)
+    np.testing.assert_array_equal(io.load_matrix(path, "X"), X)  # floats written as repr
+    np.testing.assert_array_equal(io.load_matrix(path, "X", header=True), X)
 
 
 def test_a_data_row_0_1_2_is_read_with_header_false(tmp_path):
     path = tmp_path / "X.csv"
     path.write_text("0,1,2\n3.5,4,5\n")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X", header=False),
+    np.testing.assert_array_equal(io.load_matrix(path, "X", header=False),
                                   [[0.0, 1.0, 2.0], [3.5, 4.0, 5.0]])
-    np.testing.assert_array_equal(_io.load_matrix(path, "X"), [[3.5, 4.0, 5.0]])  # pandas' names
+    np.testing.assert_array_equal(io.load_matrix(path, "X"), [[3.5, 4.0, 5.0]])  # pandas' names
 
 
 def test_only_exactly_pandas_names_make_a_numeric_header(tmp_path):
     for text in ("0,2,1\n3,4,5\n", "1,2,3\n3,4,5\n", "0.0,1.0,2.0\n3,4,5\n"):
         path = tmp_path / "X.csv"
         path.write_text(text)
-        assert _io.load_matrix(path, "X").shape == (2, 3), text
+        assert io.load_matrix(path, "X").shape == (2, 3), text
 
 
 def test_header_true_skips_a_numeric_first_line_and_false_refuses_names(tmp_path):
     path = tmp_path / "X.csv"
     path.write_text("7,8\n1,2\n")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X", header=True), [[1.0, 2.0]])
+    np.testing.assert_array_equal(io.load_matrix(path, "X", header=True), [[1.0, 2.0]])
     path.write_text("x,y\n1,2\n")
     with pytest.raises(ValueError, match="non-numeric value 'x' at line 1, column 1"):
-        _io.load_matrix(path, "X", header=False)
+        io.load_matrix(path, "X", header=False)
 
 
 def test_index_labels_are_left_out_whatever_they_hold(tmp_path, X):
     path = pandas_csv(tmp_path / "X.csv", X, frame={"index": list("uvwxyz")})
     assert path.read_text().splitlines()[1].startswith("u,")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X"), X)
+    np.testing.assert_array_equal(io.load_matrix(path, "X"), X)
 
 
 def test_one_column_csv(tmp_path, X):
@@ -72,12 +72,12 @@ def test_one_column_csv(tmp_path, X):
                "column name of a one-column DataFrame, or a data row; say which: header=True "
                "or header=False (kernelkit gram: --header or --no-header)")
     with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        _io.load_matrix(path, "X")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X", header=True), X[:, :1])
+        io.load_matrix(path, "X")
+    np.testing.assert_array_equal(io.load_matrix(path, "X", header=True), X[:, :1])
     path.write_text("0\n1\n")
-    np.testing.assert_array_equal(_io.load_matrix(path, "X", header=False), [[0.0], [1.0]])
+    np.testing.assert_array_equal(io.load_matrix(path, "X", header=False), [[0.0], [1.0]])
     with_index = pandas_csv(tmp_path / "xi.csv", X[:, :1])  # ",0": the index marks a header
-    np.testing.assert_array_equal(_io.load_matrix(with_index, "X"), X[:, :1])
+    np.testing.assert_array_equal(io.load_matrix(with_index, "X"), X[:, :1])
 
 
 @pytest.mark.parametrize("header", ["yes", None, 1, "Auto"])
@@ -86,7 +86,7 @@ def test_header_must_be_auto_true_or_false(tmp_path, header):
     path.write_text("1,2\n")
     with pytest.raises(ValueError, match=re.escape(
             f"header must be 'auto', True or False; got {header!r}")):
-        _io.load_matrix(path, "X", header=header)
+        io.load_matrix(path, "X", header=header)
 
 
 # ------------------------------------------------------------------------- kernelkit gram

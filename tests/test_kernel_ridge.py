@@ -141,7 +141,7 @@ def test_preconditioner_cuts_iterations(rng):
 
 
 def test_warns_at_max_iter_with_the_true_residual(rng, monkeypatch):
-    from kernelkit.solvers import kernel_ridge
+    from kernelkit.estimators import kernel_ridge
 
     monkeypatch.setattr(kernel_ridge, "DENSE_MAX", 0)  # as if n were too large for the fallback
     X, y = _ill_conditioned(rng)
@@ -194,7 +194,7 @@ def test_verbose_progress_bar_counts_digits_of_tol(rng, capsys, solver):
 
 
 def test_auto_solver(rng, monkeypatch):
-    from kernelkit.solvers import kernel_ridge
+    from kernelkit.estimators import kernel_ridge
 
     X, y = _data(rng, n=120)
     assert KernelRidge(device="cpu", random_state=0).fit(X, y).solver_ == "cg"
@@ -285,11 +285,12 @@ def test_float32_input_and_input_unchanged(rng):
 
 # ---------------------------------------------------------------------------------- memory
 def test_too_large_problem_fails_before_allocating(rng, monkeypatch):
-    from kernelkit.solvers import _kernel_op, _memory
+    from kernelkit.operators import kernel_operator
+    from kernelkit.estimators import _ridge_memory
 
-    monkeypatch.setattr(_memory, "available_bytes", lambda where: 2**20)
+    monkeypatch.setattr(_ridge_memory, "available_bytes", lambda where: 2**20)
     built = []
-    monkeypatch.setattr(_kernel_op.KernelOperator, "block",
+    monkeypatch.setattr(kernel_operator.KernelOperator, "block",
                         lambda self, *a: built.append(a) or pytest.fail("allocated a kernel block"))
     X, y = _data(rng, n=600)
     with pytest.raises(ValueError, match=r"landmark matrices .* Reduce n_components"):
@@ -298,7 +299,7 @@ def test_too_large_problem_fails_before_allocating(rng, monkeypatch):
 
 
 def test_small_block_budget_gives_same_answer(rng, monkeypatch):
-    from kernelkit.solvers import _kernel_op
+    from kernelkit.operators import kernel_operator
 
     X, y = _data(rng, n=200)
     Xt = X[:30] + 0.1
@@ -307,15 +308,15 @@ def test_small_block_budget_gives_same_answer(rng, monkeypatch):
     for solver in ("cg", "nystrom"):
         results[solver] = KernelRidge(solver=solver, **kw).fit(X, y).predict(Xt)
     shapes = []
-    real_block = _kernel_op.KernelOperator.block
+    real_block = kernel_operator.KernelOperator.block
 
     def spy(self, A, B=None):
         out = real_block(self, A, B)
         shapes.append(tuple(out.shape))
         return out
 
-    monkeypatch.setattr(_kernel_op, "CPU_BLOCK_BYTES", 24 * 40 * 7)  # 7 rows of 40 landmarks
-    monkeypatch.setattr(_kernel_op.KernelOperator, "block", spy)
+    monkeypatch.setattr(kernel_operator, "CPU_BLOCK_BYTES", 24 * 40 * 7)  # 7 rows of 40 landmarks
+    monkeypatch.setattr(kernel_operator.KernelOperator, "block", spy)
     for solver in ("cg", "nystrom"):
         pred = KernelRidge(solver=solver, **kw).fit(X, y).predict(Xt)
         np.testing.assert_allclose(pred, results[solver], rtol=0, atol=1e-9)
@@ -384,10 +385,10 @@ def test_triton_path_end_to_end(rng, device, monkeypatch, solver):
     """The GPU code path (kernel_matvec, gram) fits and predicts; on the CPU under the interpreter."""
     import kernelkit_gpu
 
-    from kernelkit.solvers import _kernel_op
+    from kernelkit.operators import kernel_operator
 
     if device == "cpu":
-        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
     calls = {"kernel_matvec": 0, "gram": 0}
     for name in calls:
         real = getattr(kernelkit_gpu, name)
@@ -410,7 +411,7 @@ def test_triton_path_end_to_end(rng, device, monkeypatch, solver):
     else:
         ref = KernelRidge(alpha=0.1, gamma=0.5, solver=solver, n_components=20, tol=1e-8,
                           device="cpu", random_state=0)
-        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", False)
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", False)
         # the same landmarks and model with float64 kernel values: float32 blocks of K_nM move
         # the solution by a few float32 ulps of the predictions (measured 2.4e-7)
         np.testing.assert_allclose(pred, ref.fit(X, y).predict(X[:10]), rtol=0, atol=1e-5)
@@ -420,10 +421,10 @@ def test_triton_path_end_to_end(rng, device, monkeypatch, solver):
 def test_triton_path_refuses_data_beyond_float32(rng, device, monkeypatch):
     """Finite float64 data that overflow the GPU's float32 are refused once, at fit (the kernels
     run without per-call NaN checks inside the solver)."""
-    from kernelkit.solvers import _kernel_op
+    from kernelkit.operators import kernel_operator
 
     if device == "cpu":
-        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
     X, y = _data(rng, n=30, d=3)
     X[4, 1] = 1e39
     with pytest.raises(ValueError, match="float32 range"):

@@ -1,4 +1,4 @@
-"""KernelRidge's ``n_components="auto"`` default (kernelkit.solvers._memory.auto_components), the
+"""KernelRidge's ``n_components="auto"`` default (kernelkit.estimators._ridge_memory.auto_components), the
 memory plan's count of landmark matrices, and the default settings against scikit-learn's exact
 KernelRidge."""
 
@@ -10,8 +10,7 @@ import torch
 from sklearn.kernel_ridge import KernelRidge as SKKernelRidge
 
 from kernelkit import KernelRidge
-from kernelkit.solvers import _memory
-
+from kernelkit.estimators import _ridge_memory
 
 def _data(rng, n, d=3):
     X = rng.uniform(-2.0, 2.0, size=(n, d))
@@ -22,24 +21,24 @@ def _data(rng, n, d=3):
 def test_auto_components_is_sqrt_n_log_n_capped(monkeypatch, n, expected):
     """ceil(sqrt(n) ln n), at most n (n = 10: 7.3 -> 8) and the device cap (GPU 10 000, CPU
     4 000), with memory to spare."""
-    monkeypatch.setattr(_memory, "available_bytes", lambda where: 2**40)
+    monkeypatch.setattr(_ridge_memory, "available_bytes", lambda where: 2**40)
     assert expected == min(n, math.ceil(math.sqrt(n) * math.log(n)))
-    assert _memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cuda",
+    assert _ridge_memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cuda",
                                    triton=True) == min(expected, 10_000)
-    assert _memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cpu",
+    assert _ridge_memory.auto_components(n=n, d=20, k=1, solver="nystrom", where="cpu",
                                    triton=False) == min(expected, 4000)
 
 
 def test_auto_components_shrinks_to_fit_memory(monkeypatch):
     """With 1 GiB free, n = 1e5 and "cg" (n x M factor and basis, 16 n M bytes) M is cut until
     the landmark arrays take at most a quarter of what the data and CG vectors leave."""
-    monkeypatch.setattr(_memory, "available_bytes", lambda where: 2**30)
+    monkeypatch.setattr(_ridge_memory, "available_bytes", lambda where: 2**30)
     n = 10**5
-    m = _memory.auto_components(n=n, d=20, k=1, solver="cg", where="cpu", triton=False)
-    fixed = sum(_memory.persistent_bytes(n=n, d=20, k=1, m=0, solver="cg",
+    m = _ridge_memory.auto_components(n=n, d=20, k=1, solver="cg", where="cpu", triton=False)
+    fixed = sum(_ridge_memory.persistent_bytes(n=n, d=20, k=1, m=0, solver="cg",
                                          triton=False).values())
     assert 1 <= m < 3641
-    assert _memory._landmark_bytes(n, m, "cg", 1) <= 0.25 * (2**30 - fixed)
+    assert _ridge_memory._landmark_bytes(n, m, "cg", 1) <= 0.25 * (2**30 - fixed)
 
 
 def test_default_settings_match_sklearn(rng):
@@ -66,17 +65,17 @@ def test_n_components_must_be_auto_or_a_positive_integer(rng):
 @pytest.mark.parametrize("n_alphas", [1, 2])
 def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
     """Building the Falkon system allocates at most the plan's count of float64 M x M matrices
-    at once (``_memory._landmark_matrices``) beyond K_nM blocks and vectors: at M = 5e4 each is
+    at once (``_ridge_memory._landmark_matrices``) beyond K_nM blocks and vectors: at M = 5e4 each is
     20 GB, and a construction with identity matrices and out-of-place sums took 9 (an H200 ran
     out of memory under a plan of 4). Measured on CUDA (the allocator's peak)."""
     if device != "cuda":
         pytest.skip("the allocator's peak is measured on a GPU only (pytest --device cuda)")
-    from kernelkit.solvers import _kernel_op
-    from kernelkit.solvers._nystrom import FalkonSystem, landmarks
+    from kernelkit.operators import kernel_operator
+    from kernelkit.linalg.falkon import FalkonSystem, landmarks
 
     n, m, d = 6000, 3000, 5  # one M x M matrix is 72 MB: library workspaces are far smaller
     X = rng.uniform(-2.0, 2.0, size=(n, d))
-    op = _kernel_op.KernelOperator("rbf", {"gamma": 0.5}, "cuda")
+    op = kernel_operator.KernelOperator("rbf", {"gamma": 0.5}, "cuda")
     op.block_bytes = 8 * m * 64  # small row blocks: M x M matrices dominate
     idx = landmarks(n, m, np.random.RandomState(0))
     data, exact = op.data(X), op.exact_data(X)
@@ -91,4 +90,4 @@ def test_falkon_system_peak_memory_within_the_plan(n_alphas, device, rng):
     torch.cuda.synchronize()
     peak = (torch.cuda.max_memory_allocated() - base) / (8 * m * m)
     assert system.ridge_metric is not None  # the path with the most matrices
-    assert peak <= _memory._landmark_matrices("nystrom", n_alphas) + 0.5
+    assert peak <= _ridge_memory._landmark_matrices("nystrom", n_alphas) + 0.5

@@ -131,8 +131,8 @@ def test_falkon_system_ridge_is_positive_definite_above_the_rank(rng, kernel):
     -50 s_sys (degree 2)."""
     import torch
 
-    from kernelkit.solvers._kernel_op import KernelOperator
-    from kernelkit.solvers._nystrom import FalkonSystem
+    from kernelkit.operators.kernel_operator import KernelOperator
+    from kernelkit.linalg.falkon import FalkonSystem
 
     name, params, _ = KERNELS[kernel]
     X, _, _ = _data(rng)

@@ -8,7 +8,7 @@ scikit-learn's kernel values):
 - a ridge far below K's float64 resolution (issue 18 L): the dense fallback gives
   scikit-learn's model; where no fallback fits, a clear error, never a zero model.
 
-The Triton tests run under the interpreter on the CPU (``_kernel_op.TRITON_ON_CPU``), or on a
+The Triton tests run under the interpreter on the CPU (``kernel_operator.TRITON_ON_CPU``), or on a
 GPU with ``pytest --device cuda``; their sizes are small because the interpreter runs every
 program of a launch in turn (0.3-0.6 s per product at n = 100-200).
 """
@@ -23,8 +23,9 @@ from sklearn.kernel_ridge import KernelRidge as SKKernelRidge
 from sklearn.metrics.pairwise import pairwise_kernels
 
 from kernelkit import KernelRidge
-from kernelkit.solvers import _kernel_op, kernel_ridge
-from kernelkit.solvers._cg import conjugate_gradient
+from kernelkit.operators import kernel_operator
+from kernelkit.estimators import kernel_ridge
+from kernelkit.linalg.cg import conjugate_gradient
 
 EPS32 = 2.0**-24  # unit roundoff of float32
 
@@ -51,7 +52,7 @@ def _float32_prediction_bound(Xt, model, **kernel):
 def triton_device(device, monkeypatch):
     """The device for a KernelRidge on the Triton path (float32 products), CPU or GPU."""
     if device == "cpu":
-        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
     return device
 
 
@@ -236,11 +237,11 @@ def test_breakdown_beyond_the_dense_limit_is_an_error(rng, monkeypatch):
 
 
 def test_dense_fallback_checks_memory(rng, monkeypatch):
-    from kernelkit.solvers import _memory
+    from kernelkit.estimators import _ridge_memory
 
     X, y = _data(rng, 300, d=4)
     # room for the fit itself (kilobytes) but not for four 300 x 300 float64 matrices (2.9 MB)
-    monkeypatch.setattr(_memory, "available_bytes", lambda where: 2 * 2**20)
+    monkeypatch.setattr(_ridge_memory, "available_bytes", lambda where: 2 * 2**20)
     with pytest.raises(ValueError, match="broke down"):
         KernelRidge(alpha=1e-300, gamma=0.3, solver="cg", n_components=10, device="cpu").fit(X, y)
 
@@ -250,7 +251,7 @@ def test_falkon_factor_models_the_system_ridge_and_shifts_below_its_rounding(rng
     (the system's ridge in the preconditioned variables): checked against a dense float64
     product; and where alpha is below S's rounding and S is singular, the factor of S + alpha R
     plus the smallest diagonal shift that works (``cholesky_jitter``)."""
-    from kernelkit.solvers._nystrom import _ridge_metric, _shifted_factors
+    from kernelkit.linalg.falkon import _ridge_metric, _shifted_factors
 
     m = 30
     G = rng.standard_normal((m, 5))
@@ -289,14 +290,14 @@ def test_nystrom_iteration_product_matches_float64(weighted, triton_device, rng)
     eps32 each) are independent, so they add like a random walk, far below eps32 S: measured
     6.3e-3 eps32 S (unweighted). Tolerance 0.1 eps32 S, 16x that. A float32-summed GEMV (what
     the float64 accumulation replaced) measured 2.0 eps32 S and fails."""
-    from kernelkit.solvers._nystrom import normal_product
+    from kernelkit.linalg.falkon import normal_product
 
     n, m, gamma = 300, 40, 0.7
     X = rng.uniform(-2.0, 2.0, size=(n, 20)) + 100.0  # d > 16: tensor cores, centred operands
     Z = X[rng.choice(n, m, replace=False)]
     U = rng.normal(size=(m, 2)) * 1e3
     w = rng.uniform(0.5, 2.0, size=n) if weighted else np.ones(n)
-    op = _kernel_op.KernelOperator("rbf", {"gamma": gamma}, triton_device)
+    op = kernel_operator.KernelOperator("rbf", {"gamma": gamma}, triton_device)
     op.block_bytes = 8 * m * op.bytes_per_value  # several row blocks (8 rows each)
     sw = torch.tensor(np.sqrt(w)[:, None], device=triton_device) if weighted else None
     got = normal_product(op, op.data(X), op.data(Z), op.vectors(U), sw).cpu().numpy()

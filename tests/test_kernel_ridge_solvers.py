@@ -7,10 +7,10 @@ import torch
 from sklearn.metrics.pairwise import rbf_kernel
 
 from kernelkit import KernelRidge
-from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._kernel_op import KernelOperator
-from kernelkit.solvers._nystrom import nystrom_preconditioner
-from kernelkit.solvers._precond import cholesky_jitter
+from kernelkit.linalg.cg import conjugate_gradient
+from kernelkit.operators.kernel_operator import KernelOperator
+from kernelkit.linalg.falkon import nystrom_preconditioner
+from kernelkit.linalg.precond import cholesky_jitter
 
 
 def _spd(rng, n, cond):

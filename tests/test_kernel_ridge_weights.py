@@ -16,7 +16,7 @@ from sklearn.kernel_ridge import KernelRidge as SKKernelRidge
 from sklearn.metrics.pairwise import pairwise_kernels
 
 from kernelkit import KernelRidge
-from kernelkit.solvers import _kernel_op
+from kernelkit.operators import kernel_operator
 
 EPS32 = 2.0**-24
 
@@ -118,7 +118,7 @@ def test_dense_fallback_with_weights_and_per_target_alpha(rng):
 @pytest.mark.parametrize("solver", ["cg", "nystrom"])
 def test_triton_path_with_weights_and_per_target_alpha(rng, device, monkeypatch, solver):
     if device == "cpu":
-        monkeypatch.setattr(_kernel_op, "TRITON_ON_CPU", True)
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
     X, Y = _data(rng, n=60, k=2)
     w = _weights(rng, len(X))
     alpha = [0.05, 0.5]
@@ -132,7 +132,7 @@ def test_triton_path_with_weights_and_per_target_alpha(rng, device, monkeypatch,
         ref = SKKernelRidge(alpha=alpha, **RBF).fit(X, Y, sample_weight=w).predict(X)
     else:
         # M = n: the Falkon normal equations (K W K + alpha_j (K + s I)) beta = K W y with the
-        # system's jitter s = eps32 mean(diag K) of float32 products (kernelkit.solvers._nystrom,
+        # system's jitter s = eps32 mean(diag K) of float32 products (kernelkit.linalg.falkon,
         # "Two jitters"; measured 3.6e-7 from this reference, 1e-5 from M times that jitter),
         # solved densely in float64 here
         # (against scikit-learn the jitter alone moves predictions by up to s / alpha |y|)

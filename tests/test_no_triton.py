@@ -29,7 +29,7 @@ from sklearn.svm import SVC
 
 import kernelkit
 import kernelkit_gpu
-from kernelkit import _device
+from kernelkit._util import device as _device
 from kernelkit.attention import kernel_attention, linear_attention, softmax_attention
 from kernelkit.compare import compare
 from kernelkit.compare.qkv import synthetic_qkv

@@ -689,11 +689,11 @@ def test_gpu_path_computes_as_the_notes_say(device, rng, monkeypatch, triton_can
     y must have the same dtype"). On the CPU the Triton interpreter stands in for the GPU."""
     import torch
 
-    import kernelkit._device
+    import kernelkit._util.device
     import kernelkit_gpu
 
     if device == "cpu":
-        monkeypatch.setattr(kernelkit._device, "gpu_available", lambda: True)
+        monkeypatch.setattr(kernelkit._util.device, "gpu_available", lambda: True)
         monkeypatch.setattr(torch.Tensor, "cuda", lambda self: self)
     calls, real = [], kernelkit_gpu.gram
 

@@ -1,4 +1,4 @@
-"""The one PCG (kernelkit.solvers._cg) and its Lanczos quadrature (kernelkit.solvers._slq) against
+"""The one PCG (kernelkit.linalg.cg) and its Lanczos quadrature (kernelkit.linalg.slq) against
 dense float64 references computed here: np.linalg.solve, np.linalg.slogdet.
 
 The precision-floor test runs on the CPU with float32 products from torch (the twins of the
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor
-from kernelkit.solvers._slq import lanczos_quadrature
+from kernelkit.linalg.cg import conjugate_gradient
+from kernelkit.linalg.precond import LowRankPreconditioner, nystrom_factor
+from kernelkit.linalg.slq import lanczos_quadrature
 
 
 def _spd(n, seed=0, cond=1e3):
@@ -156,7 +156,7 @@ def test_cg_ends_a_run_whose_energy_rises(monkeypatch):
     rose between two checks, so the run ends with the last checked iterate (measured: at step
     200, true residual 0.62; without the rule all 3000 steps, ending at 1.56), and the solve
     goes on with the exact products to tol."""
-    from kernelkit.solvers import _cg
+    from kernelkit.linalg import cg
 
     A = torch.as_tensor(_spd(200, cond=1e4, seed=3))
     N = torch.as_tensor(np.random.default_rng(5).standard_normal((200, 200))) * 1e-5
@@ -172,7 +172,7 @@ def test_cg_ends_a_run_whose_energy_rises(monkeypatch):
     assert np.all(true <= 1e-10), true
     # both are B - A x in float64 at 1e-10 of ||b||: they differ by rounding, eps ||A|| ||x||
     np.testing.assert_allclose(res.column_residuals, true, rtol=1e-3)
-    monkeypatch.setattr(_cg, "ENERGY_SLACK", np.inf)
+    monkeypatch.setattr(cg, "ENERGY_SLACK", np.inf)
     unchecked = solve()
     # every step spent on the inexact run, whose iterate (1.56) is dropped for x = 0
     assert unchecked.n_iter == 3000 and unchecked.exact_from is None
@@ -214,13 +214,13 @@ def test_host_reads_one_step_late_as_on_cuda(monkeypatch, cond):
     """The CUDA path reads the device's flags one step late (no wait per step); forced here on
     the CPU, with float32 products and refinement (the drift checks fire): it reaches the same
     tolerance in about as many steps (measured 459 / 461 and 1421 / 1421)."""
-    from kernelkit.solvers import _cg
+    from kernelkit.linalg import cg
 
     A = torch.as_tensor(_spd(300, cond=cond, seed=2))
     B = torch.as_tensor(np.random.default_rng(1).standard_normal((300, 3)))
     results = {}
     for lag in (0, 1):
-        monkeypatch.setattr(_cg, "_flag_lag", lambda device, callback, n, lag=lag: lag)
+        monkeypatch.setattr(cg, "_flag_lag", lambda device, callback, n, lag=lag: lag)
         results[lag] = conjugate_gradient(lambda V: (A.float() @ V.float()).double(), B,
                                           tol=1e-10, max_iter=3000, exact_matvec=lambda V: A @ V)
     for res in results.values():
@@ -254,7 +254,7 @@ def test_a_breakdown_on_inexact_products_hands_on_to_the_exact_ones():
 def test_the_host_reads_flags_late_only_for_small_systems_on_cuda():
     """The late read saves a wait per step where the steps' small kernels cost as much as the
     product; above LAG_MAX_ROWS it would drop a whole product per run (2.1 s at n = 1e6)."""
-    from kernelkit.solvers._cg import LAG_MAX_ROWS, _flag_lag
+    from kernelkit.linalg.cg import LAG_MAX_ROWS, _flag_lag
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert _flag_lag(cuda, None, LAG_MAX_ROWS) == 1
@@ -273,7 +273,7 @@ def test_convergence_bar_counts_digits_of_tol_not_iterations(capsys, max_iter):
     for, -log10(1e-8) = 8; it ends full (8.0/8.0, 100%) exactly when the solve converged and
     else at -log10 of the final residual; its postfix is the step count and the residual; and
     max_iter appears nowhere (a bar over max_iter had ended at '2% 22/1000')."""
-    from kernelkit.solvers._cg import ConvergenceBar
+    from kernelkit.linalg.cg import ConvergenceBar
 
     A = _spd(80, cond=1e3)
     B = np.random.default_rng(1).standard_normal((80, 2))

@@ -1,4 +1,4 @@
-"""The one low-rank preconditioner (kernelkit.solvers._precond) against dense float64 NumPy: the
+"""The one low-rank preconditioner (kernelkit.linalg.precond) against dense float64 NumPy: the
 Nyström approximation it represents, its solve, log det, probes and quadratic form, and its
 stability when the shift (noise or ridge) is far below ||K||."""
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit.solvers._cg import conjugate_gradient
-from kernelkit.solvers import _precond
-from kernelkit.solvers._precond import LowRankPreconditioner, nystrom_factor
+from kernelkit.linalg.cg import conjugate_gradient
+from kernelkit.linalg import precond as _precond
+from kernelkit.linalg.precond import LowRankPreconditioner, nystrom_factor
 
 
 def _rbf(X, length_scale=0.9, scale=1.5):
@@ -157,7 +157,7 @@ def test_logdet_and_quad_gradients_match_dense(form):
 def test_symmetrize_in_place_equals_half_sum(m, block):
     """In square blocks (a block size that does not divide m included) the values are exactly
     those of 0.5 * (A + A.T), the matrix is exactly symmetric, and A itself is returned."""
-    from kernelkit.solvers._precond import symmetrize_
+    from kernelkit.linalg.precond import symmetrize_
 
     A = torch.tensor(np.random.default_rng(m).standard_normal((m, m)))
     want = 0.5 * (A + A.T)
@@ -167,7 +167,7 @@ def test_symmetrize_in_place_equals_half_sum(m, block):
 
 
 def test_plus_diagonal_leaves_its_input():
-    from kernelkit.solvers._precond import plus_diagonal
+    from kernelkit.linalg.precond import plus_diagonal
 
     A = torch.tensor(np.random.default_rng(0).standard_normal((5, 5)))
     before = A.clone()
@@ -188,7 +188,7 @@ def test_terms_gradient_matches_autograd_of_dense(length_scale, t, form, monkeyp
     layout), and cond(C) carries that into the gradient: 2.6e-12 of the largest entry measured,
     hence 3e-11; 2e-14 in the well-conditioned cases, hence 2e-13. (The eigen form's P differs by
     the Nyström shift nu ~ eps ||Y||: measured up to 1.4e-14, and 1.3e-13 at length scale 4.)"""
-    from kernelkit.solvers._precond import nystrom_preconditioner
+    from kernelkit.linalg.precond import nystrom_preconditioner
 
     qr_calls = []
     qr = torch.linalg.qr
@@ -223,7 +223,7 @@ def test_terms_gradient_matches_autograd_of_dense(length_scale, t, form, monkeyp
 def test_closed_form_terms_only_with_gradients():
     """Without autograd inputs nystrom_preconditioner keeps no closed-form inputs (no n x k
     tensor held for a backward that never comes)."""
-    from kernelkit.solvers._precond import nystrom_preconditioner
+    from kernelkit.linalg.precond import nystrom_preconditioner
 
     X = np.random.default_rng(4).uniform(-2.0, 2.0, size=(40, 2))
     K = torch.tensor(_rbf(X))

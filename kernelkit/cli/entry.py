@@ -66,7 +66,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser():
     """The argparse parser of the ``kernelkit`` command."""
-    from kernelkit.demo import SECTIONS
+    from kernelkit.cli.demo import SECTIONS
 
     fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
@@ -109,7 +109,7 @@ def build_parser():
 
 # --------------------------------------------------------------------------------- commands
 def cmd_demo(args):
-    from kernelkit.demo import run_demo
+    from kernelkit.cli.demo import run_demo
 
     run_demo(sections=args.section, quick=args.quick)
     return 0

@@ -61,7 +61,7 @@ def info_lines():
             backends.append(("CUDA GPU", f"not available ({type(exc).__name__}: {exc})"))
     lines.append("backends:")
     lines += [f"  {k:<28}{v}" for k, v in backends]
-    from kernelkit._device import resolve_device
+    from kernelkit._util.device import resolve_device
 
     label = 'device="auto" runs on'
     lines.append(f"  {label:<28}{resolve_device('auto')}")

@@ -453,7 +453,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     causal = resolve_is_causal(is_causal, causal, "compare")
     from tqdm import tqdm
 
-    from kernelkit._device import resolve_device
+    from kernelkit._util.device import resolve_device
 
     _check_bool(causal, "is_causal")
     _check_bool(measure, "measure")

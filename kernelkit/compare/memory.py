@@ -2,7 +2,7 @@
 means an allocation failed.
 
 :func:`compare` and :func:`sweep` plan their memory with :func:`available_memory` (the package's
-one host-memory reading, :func:`kernelkit._host_memory.available_bytes`) before they
+one host-memory reading, :func:`kernelkit._util.host_memory.available_bytes`) before they
 allocate; :func:`is_out_of_memory` recognises the errors a failed allocation raises (NumPy's
 MemoryError, torch's OutOfMemoryError, and the RuntimeError of torch's CPU allocator, which is
 what a ``ulimit -v`` produces).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from kernelkit._host_memory import available_bytes as available_memory
+from kernelkit._util.host_memory import available_bytes as available_memory
 
 __all__ = ["available_memory", "is_out_of_memory", "format_bytes"]
 

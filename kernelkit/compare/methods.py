@@ -58,7 +58,7 @@ from typing import Optional
 
 import numpy as np
 
-from kernelkit._attention_ops import FUSED_FEATURE_MAPS
+from kernelkit.attention._dispatch import FUSED_FEATURE_MAPS
 
 __all__ = ["Method", "parse_method", "method_names", "registry_kernel_name", "EPS",
            "SIGNED_GUARD"]
@@ -206,7 +206,7 @@ class _Softmax(Method):
         return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit._attention_ops import softmax_attention
+        from kernelkit.attention._dispatch import softmax_attention
 
         return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
 
@@ -265,7 +265,7 @@ class _FeatureMapAttention(Method):
                 q, k, phi = apply_feature_map(phi, q), apply_feature_map(phi, k), None
             return linear_attention_naive(q, k, v, feature_map=phi, is_causal=is_causal,
                                           eps=EPS, guard=self.guard)
-        from kernelkit._attention_ops import linear_attention
+        from kernelkit.attention._dispatch import linear_attention
 
         return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, seed=seed)
 
@@ -295,7 +295,7 @@ class _KernelSmoother(Method):
         return kernel_smoother(q, k, v, self.kernel, is_causal=is_causal, eps=EPS, **self.params)
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit._attention_ops import kernel_attention
+        from kernelkit.attention._dispatch import kernel_attention
 
         if self.kernel_object is not None:
             return kernel_attention(q, k, v, self.kernel_object, is_causal=is_causal, eps=EPS)
@@ -340,7 +340,7 @@ class _Local(Method):
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 
     def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit._attention_local import local_attention
+        from kernelkit.attention.local import local_attention
 
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 

@@ -418,7 +418,7 @@ def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e
     causal = resolve_is_causal(is_causal, causal, "nystrom_attention")
     import torch
 
-    from kernelkit._attention_ops import linear_attention
+    from kernelkit.attention._dispatch import linear_attention
 
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim != 4:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelkit._io import write_text_atomic
+from kernelkit._util.io import write_text_atomic
 from kernelkit.compare import memory
 from kernelkit.compare.report import _encode
 from kernelkit_math.attention import resolve_is_causal
@@ -403,7 +403,7 @@ class _Setup:
 def _setup(methods, lengths, batch, heads, d, backward, dtype, device, tokens, repeat):
     """Check the settings :func:`sweep` and :func:`sweep_seconds` share, and that the inputs of
     every length fit; return them resolved, before torch is imported."""
-    from kernelkit._device import resolve_device
+    from kernelkit._util.device import resolve_device
 
     for name, value in (("heads", heads), ("d", d), ("batch", batch), ("repeat", repeat)):
         _check_int(value, name)
@@ -471,7 +471,7 @@ def sweep_seconds(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=
         return None
     import torch
 
-    from kernelkit._attention_ops import use_triton
+    from kernelkit.attention._dispatch import use_triton
 
     if use_triton(torch.empty(0, dtype=getattr(torch, setup.dtype))):
         return None
@@ -637,7 +637,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     import torch
     from tqdm import tqdm
 
-    from kernelkit._attention_ops import use_triton
+    from kernelkit.attention._dispatch import use_triton
     from kernelkit.compare.comparison import _interruptible, _versions
     from kernelkit.compare.measurement import measure
 

@@ -6,5 +6,5 @@ linear attention (``linear``, Triton passes in ``linear_chunk``) and local + sum
 VARLEN form, ``varlen_naive``: checks and the per-sequence twin, ``_varlen``: the tile table);
 tile helpers (``_tiles``), the twins' products over the
 visible pairs of a causal mask (``_visible``), the finiteness gate of the causal Triton paths
-(``_gate``) and launch configurations (``_configs``). The
+(``gate``) and launch configurations (``_configs``). The
 public functions are exported by :mod:`kernelkit_gpu` (local attention's from ``local``)."""

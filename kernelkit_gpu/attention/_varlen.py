@@ -17,7 +17,7 @@ by one small Triton launch (a few microseconds; a version in torch ops took ~100
 
 The table is safe for any ``cu_seqlens`` (starts and lengths are clamped into [0, total]): the
 same launch checks the values and sets a flag that the caller reads after the attention kernels
-are queued, as the finiteness gate does (:mod:`kernelkit_gpu.attention._gate`).
+are queued, as the finiteness gate does (:mod:`kernelkit_gpu.attention.gate`).
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ from __future__ import annotations
 import torch
 import triton
 
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention import _gate
+from kernelkit_gpu.attention import gate
 from kernelkit_gpu.attention import linear_chunk as LC
 from kernelkit_gpu.attention.linear_naive import (check_args, linear_attention_naive, run_shifted,
                                                   twin_top_left)
@@ -48,7 +48,7 @@ from kernelkit_math.attention import causal_shift, resolve_is_causal
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
 
 #: Largest D (or feature-map size M) and Dv of the Triton kernels.
-MAX_DIM = _checks.MAX_HEAD_DIM
+MAX_DIM = checks.MAX_HEAD_DIM
 
 
 def _chunk_multiple(chunk):
@@ -185,7 +185,7 @@ class LinearAttentionFunction(torch.autograd.Function):
 
     ``causal`` is top-left here. A causal backward whose incoming gradients are not all finite
     computes that call's gradients through the plain-PyTorch twin instead
-    (:mod:`kernelkit_gpu.attention._gate`)."""
+    (:mod:`kernelkit_gpu.attention.gate`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, S0, z0, code, causal, normalize, eps, chunk):
@@ -203,7 +203,7 @@ class LinearAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout, dSf, dzf):
         q, k, v, out, den, st0, st1, S0, z0 = ctx.saved_tensors
         code, causal, normalize, eps, chunk, segs, has_init = ctx.cfg
-        if causal and not _gate.all_finite(dout, dSf, dzf):
+        if causal and not gate.all_finite(dout, dSf, dzf):
             return (*_twin_gradients(q, k, v, S0, z0, (dout, dSf, dzf), ctx.cfg), *[None] * 5)
         B, H, T, M = q.shape
         Dv = v.shape[3]
@@ -322,7 +322,7 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     :mod:`kernelkit_math.attention`): a NaN in q_t makes row t NaN, one in k_s or v_s every row
     that sees key s and the final state, and no other row; the gradients follow the same rule.
     Rows that see no key read the initial state alone (0 without one, whatever q_t holds). Only
-    causal calls mask keys, so only they are checked (:mod:`kernelkit_gpu.attention._gate`):
+    causal calls mask keys, so only they are checked (:mod:`kernelkit_gpu.attention.gate`):
     one float32 sum over each of q, k, v (and S_0, z_0 if given), read on the host after the
     kernels are queued; if all are finite the Triton result is returned, if not the call runs
     the plain-PyTorch twin
@@ -347,11 +347,11 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
     causal = resolve_is_causal(is_causal, causal, "linear_attention")
     B, H, T, S, M, Dv, code, chunk = check_args(
         q, k, v, feature_map, causal, normalize, eps, initial_state, return_state, chunk_size,
-        allowed_dtypes=_checks.ATTN_DTYPES, max_dim=MAX_DIM)
+        allowed_dtypes=checks.ATTN_DTYPES, max_dim=MAX_DIM)
     shift = causal_shift(causal, causal_alignment, T, S)
-    _checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
+    checks.check_triton_device(q, "q", "kernelkit_gpu.linear_attention_naive")
     S0, z0 = (None, None) if initial_state is None else initial_state
-    check = _gate.start(q, k, v, S0, z0) if causal else None  # read after the launch
+    check = gate.start(q, k, v, S0, z0) if causal else None  # read after the launch
 
     def run(q, k, v, causal):  # top-left aligned; (out, (S_final, z_final))
         if B * H == 0 or q.shape[2] == 0 or k.shape[2] == 0:

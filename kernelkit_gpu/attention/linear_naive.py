@@ -21,7 +21,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_math.attention import causal_shift, resolve_is_causal
 
@@ -37,7 +37,7 @@ CHUNK_SIZES = (16, 32, 64, 128)
 
 # ---------------------------------------------------------------------------------- validation
 def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, return_state,
-               chunk_size, allowed_dtypes=_checks.FLOAT_DTYPES, max_dim=None):
+               chunk_size, allowed_dtypes=checks.FLOAT_DTYPES, max_dim=None):
     """Validate the arguments of linear attention; return (B, H, T, S, M, Dv, map_code, chunk).
 
     Raises
@@ -50,10 +50,10 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
     """
     for name, t, shape_doc in (("q", q, "(B, H, T, D)"), ("k", k, "(B, H, S, D)"),
                                ("v", v, "(B, H, S, Dv)")):
-        _checks.check_tensor(t, name, shape_doc)
-        _checks.check_ndim(t, name, 4, shape_doc)
+        checks.check_tensor(t, name, shape_doc)
+        checks.check_ndim(t, name, 4, shape_doc)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_dtype(t, name, allowed_dtypes, hint=(
+        checks.check_dtype(t, name, allowed_dtypes, hint=(
             " (float64: use kernelkit_gpu.linear_attention_naive)" if t.dtype == torch.float64 else ""))
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"q, k and v must have the same dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -79,10 +79,10 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
     if feature_map not in FEATURE_MAPS:
         raise ValueError(f"feature_map must be 'identity', 'elu+1', 'relu' or None (q, k already "
                          f"mapped); got {feature_map!r}")
-    _checks.check_flag(causal, "is_causal")
-    _checks.check_flag(normalize, "normalize")
-    _checks.check_flag(return_state, "return_state")
-    _checks.check_eps(eps, kind="a real number")
+    checks.check_flag(causal, "is_causal")
+    checks.check_flag(normalize, "normalize")
+    checks.check_flag(return_state, "return_state")
+    checks.check_eps(eps, kind="a real number")
     if chunk_size is not None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
             raise TypeError(f"chunk_size must be an int or None; got {chunk_size!r}")
@@ -94,8 +94,8 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
             raise ValueError("initial_state must be a pair (S_0 (B, H, M, Dv), z_0 (B, H, M)) or None")
         for name, t, shape in (("initial_state[0]", initial_state[0], (B, H, M, Dv)),
                                ("initial_state[1]", initial_state[1], (B, H, M))):
-            _checks.check_tensor(t, name, shape)
-            _checks.check_floating(t, name)
+            checks.check_tensor(t, name, shape)
+            checks.check_floating(t, name)
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name} must have shape {shape} (B, H, M{', Dv' if len(shape) == 4 else ''}); "
                                  f"got {tuple(t.shape)}")

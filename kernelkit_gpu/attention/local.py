@@ -28,9 +28,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu._epilogues import LOG2E
+from kernelkit_gpu.epilogues import LOG2E
 from kernelkit_gpu.attention import _configs as _attn_configs
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
 from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, block_summaries,
@@ -374,13 +374,13 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     torch.Size([1, 2, 40, 16])
     """
     block, window, scale = check_local_qkv(q, k, v, block, window, is_causal, scale,
-                                           _checks.ATTN_DTYPES)
+                                           checks.ATTN_DTYPES)
     if block not in TRITON_BLOCKS:
         raise ValueError(f"block must be one of {TRITON_BLOCKS} for the Triton kernel; got "
                          f"{block} (local_attention_naive takes any block >= 1)")
     for name, d in (("q/k head dim D", q.shape[-1]), ("v head dim Dv", v.shape[-1])):
-        if d > _checks.MAX_HEAD_DIM:
-            raise ValueError(f"{name} must be at most {_checks.MAX_HEAD_DIM}; got {d}")
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.local_naive")
+        if d > checks.MAX_HEAD_DIM:
+            raise ValueError(f"{name} must be at most {checks.MAX_HEAD_DIM}; got {d}")
+    checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.local_naive")
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (q, k, v))
     return LocalAttentionFunction.apply(qs, ks, vs, block, window, is_causal, scale)

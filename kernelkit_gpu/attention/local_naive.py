@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_math.attention_local import check_local_args
 
 __all__ = ["local_attention_naive", "block_summaries", "check_local_qkv", "TRITON_BLOCKS"]
@@ -27,12 +27,12 @@ TRITON_BLOCKS = (16, 32, 64, 128)
 
 def check_local_qkv(q, k, v, block, window, is_causal, scale, dtypes):
     """Validate the operands and settings of local attention; return ``(block, window, scale)``."""
-    _checks.check_qkv(q, k, v, is_causal=is_causal, dtypes=dtypes)
+    checks.check_qkv(q, k, v, is_causal=is_causal, dtypes=dtypes)
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"local attention is self-attention: q and k must have the same length "
                          f"T; got {q.shape[2]} and {k.shape[2]}")
     block, window = check_local_args(block, window)
-    return block, window, _checks.check_scale(scale, q.shape[-1])
+    return block, window, checks.check_scale(scale, q.shape[-1])
 
 
 def _blocks(x, block):
@@ -106,7 +106,7 @@ def local_attention_naive(q, k, v, *, block=32, window=1, is_causal=False, scale
     torch.Size([1, 2, 10, 8])
     """
     block, window, scale = check_local_qkv(q, k, v, block, window, is_causal, scale,
-                                           _checks.FLOAT_DTYPES)
+                                           checks.FLOAT_DTYPES)
     B, H, T, _ = q.shape
     if B * H * T == 0:
         return q.new_zeros((B, H, T, v.shape[-1]))

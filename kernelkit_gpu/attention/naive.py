@@ -11,7 +11,7 @@ the error of this eager computation in the same dtype).
 
 Float64 references: ``kernelkit_math.attention.softmax_attention`` and
 ``kernelkit_math.attention.kernel_smoother``. The argument validation shared with the Triton
-versions is in :mod:`kernelkit_gpu._checks`.
+versions is in :mod:`kernelkit_gpu.checks`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_gpu.pairwise.naive import epilogue_torch
 from kernelkit_math.attention import causal_shift
@@ -97,11 +97,11 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
     Computed in the input dtype the way eager PyTorch does it: the scores, the probabilities and
     the output are rounded to that dtype (matrix products accumulate in float32 inside torch).
     """
-    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                          dtypes=_checks.ATTN_DTYPES + (torch.float64,))
-    _checks.check_flag(return_lse, "return_lse")
+    B, H, H_kv, T, S, D, Dv = checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          dtypes=checks.ATTN_DTYPES + (torch.float64,))
+    checks.check_flag(return_lse, "return_lse")
     shift = causal_shift(is_causal, causal_alignment, T, S)
-    scale = _checks.check_scale(scale, D)
+    scale = checks.check_scale(scale, D)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if S == 0 or T == 0:
         out = q.new_zeros((B, H, T, Dv)) + 0.0 * q.sum() + 0.0 * (k.sum() + v.sum())
@@ -229,12 +229,12 @@ def kernel_attention_naive(q, k, v, kernel="rbf", *, is_causal=False, causal_ali
     torch.Tensor, shape (B, H, T, Dv), the input dtype. float16 / bfloat16 are computed in float32
     (the kernel formulas cancel in 16 bits) and rounded once at the end.
     """
-    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                          dtypes=_checks.ATTN_DTYPES + (torch.float64,))
-    eps = _checks.check_eps(eps)
+    B, H, H_kv, T, S, D, Dv = checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          dtypes=checks.ATTN_DTYPES + (torch.float64,))
+    eps = checks.check_eps(eps)
     shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
-    _checks.FiniteCheck(q=q, k=k, v=v).raise_if_not_finite()
+    checks.FiniteCheck(q=q, k=k, v=v).raise_if_not_finite()
     group = H // H_kv if H_kv else 1
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention_naive(q, k, v, is_causal=is_causal,

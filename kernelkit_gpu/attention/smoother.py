@@ -4,9 +4,9 @@
 
 Layers (see ARCHITECTURE.md): ``_kattn_fwd_kernel`` (one program per BLOCK_M queries of one head,
 streaming key tiles: the pairwise tile and the kernel formula are the shared ``@triton.jit``
-helpers :func:`kernelkit_gpu._epilogues._pairwise_tile` and :func:`kernelkit_gpu._epilogues._epilogue`,
+helpers :func:`kernelkit_gpu.epilogues._pairwise_tile` and :func:`kernelkit_gpu.epilogues._epilogue`,
 selected by the ``KIND`` / ``PAIRWISE`` / ``MODE`` constexprs exactly as in the Gram and matrix-free
-kernels), ``kattn_fwd`` (launcher; data prepared by :func:`kernelkit_gpu._prepare.prepare`),
+kernels), ``kattn_fwd`` (launcher; data prepared by :func:`kernelkit_gpu.prepare.prepare`),
 ``KernelAttentionFunction`` and ``kernel_attention`` (public).
 
 ``kernel="exponential"`` is softmax attention without the max subtraction, which overflows for
@@ -21,11 +21,11 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import _launch
-from kernelkit_gpu import _prepare as P
-from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
+from kernelkit_gpu import prepare as P
+from kernelkit_gpu.epilogues import _epilogue, _load_params, _pairwise_tile
 from kernelkit_gpu.attention.naive import exponential_scale, guard_from_lse, smoother_rows
 from kernelkit_gpu.attention.softmax import softmax_attention
 from kernelkit_math.attention import causal_shift
@@ -343,13 +343,13 @@ def kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment
     >>> kernel_attention(q, k, v, "rbf", gamma=0.1, is_causal=True).shape
     torch.Size([1, 2, 5, 16])
     """
-    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                          max_head_dim=_checks.MAX_HEAD_DIM)
-    eps = _checks.check_eps(eps)
+    B, H, H_kv, T, S, D, Dv = checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          max_head_dim=checks.MAX_HEAD_DIM)
+    eps = checks.check_eps(eps)
     shift = causal_shift(is_causal, causal_alignment, T, S)
     plan = P.kernel_plan(kernel, D, params)
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
-    finite = _checks.FiniteCheck(q=q, k=k, v=v)
+    checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
+    finite = checks.FiniteCheck(q=q, k=k, v=v)
     if plan.kind == E.K_EXPONENTIAL.value:
         out, lse = softmax_attention(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment,
                                      scale=exponential_scale(plan, D), enable_gqa=enable_gqa,

@@ -30,13 +30,13 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu.attention import _configs as _attn_configs
-from kernelkit_gpu.attention import _gate
+from kernelkit_gpu.attention import gate
 from kernelkit_gpu.attention import _varlen
 from kernelkit_gpu.attention._varlen import _table_row
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu._epilogues import LOG2E
+from kernelkit_gpu.epilogues import LOG2E
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from kernelkit_gpu.attention.softmax_bwd import attn_bwd
 from kernelkit_math.attention import causal_shift
@@ -203,7 +203,7 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     """Autograd wrapper: forward and backward both in Triton; the lse output is differentiable.
 
     A causal backward whose incoming gradients are not all finite computes that call's
-    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention._gate`):
+    gradients through the plain-PyTorch twin instead (:mod:`kernelkit_gpu.attention.gate`):
     ``twin(q, k, v)`` returns the exact twin's (out, lse) of the call; ``varlen`` is None or
     ``(table, n_seqs)`` (:func:`attn_fwd`).
     """
@@ -219,7 +219,7 @@ class SoftmaxAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, dlse):
         q, k, v, out, lse2 = ctx.saved_tensors
-        if ctx.shift is not None and not _gate.all_finite(dout, dlse):
+        if ctx.shift is not None and not gate.all_finite(dout, dlse):
             return (*_twin_gradients(q, k, v, dout, dlse, ctx.twin), None, None, None, None)
         if dout is None:
             dout = torch.zeros_like(out)
@@ -262,7 +262,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     NaN or infinity in v_j, k_j or q_i reaches exactly the outputs and gradients that a row-by-row
     computation over the visible keys gives, and rows that see no key output 0 whatever k and v
     hold. Only causal calls mask keys, so only they are checked
-    (:mod:`kernelkit_gpu.attention._gate`): one float32 sum over each of q, k and v, read on the
+    (:mod:`kernelkit_gpu.attention.gate`): one float32 sum over each of q, k and v, read on the
     host after the kernels are queued; if all are finite the Triton result is returned, if not
     the call runs the
     plain-PyTorch twin :func:`kernelkit_gpu.softmax_attention_naive` (exact, slower), forward
@@ -347,13 +347,13 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     >>> out.shape, lse.shape
     (torch.Size([1, 2, 5, 16]), torch.Size([1, 2, 5]))
     """
-    B, H, H_kv, T, S, D, Dv = _checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
-                                          max_head_dim=_checks.MAX_HEAD_DIM)
-    _checks.check_flag(return_lse, "return_lse")
+    B, H, H_kv, T, S, D, Dv = checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
+                                          max_head_dim=checks.MAX_HEAD_DIM)
+    checks.check_flag(return_lse, "return_lse")
     shift = causal_shift(is_causal, causal_alignment, T, S)
-    scale = _checks.check_scale(scale, D)
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
-    check = _gate.start(q, k, v) if shift is not None else None  # read after the launch
+    scale = checks.check_scale(scale, D)
+    checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.naive")
+    check = gate.start(q, k, v) if shift is not None else None  # read after the launch
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (q, k, v))
     twin = functools.partial(softmax_attention_naive, is_causal=True,
                              causal_alignment=causal_alignment, scale=scale, enable_gqa=True,

@@ -25,7 +25,7 @@ from kernelkit_gpu.attention import _varlen
 from kernelkit_gpu.attention._varlen import _table_row
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention._tiles import _load_cols, _load_rows, _mm
-from kernelkit_gpu._epilogues import LOG2E
+from kernelkit_gpu.epilogues import LOG2E
 
 __all__ = ["attn_bwd"]
 

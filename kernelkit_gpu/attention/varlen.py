@@ -8,12 +8,13 @@ backward; the twin is :func:`kernelkit_gpu.attention.varlen_naive.softmax_attent
 from __future__ import annotations
 
 
-from kernelkit_gpu import _checks
+from kernelkit_gpu import checks
 from kernelkit_gpu import _launch
-from kernelkit_gpu.attention import _gate
+from kernelkit_gpu.attention import gate
 from kernelkit_gpu.attention import _varlen
 from kernelkit_gpu.attention import varlen_naive as VN
 from kernelkit_gpu.attention.softmax import SoftmaxAttentionFunction
+from kernelkit_gpu.flags import PendingFlag, host_read_impossible
 
 __all__ = ["softmax_attention_varlen"]
 
@@ -72,22 +73,22 @@ def softmax_attention_varlen(q, k, v, cu_seqlens, *, max_seqlen=None, is_causal=
     """
     total = VN.check_packed(q, k, v)
     qb, kb, vb = (VN.to_batch(t) for t in (q, k, v))
-    _, H, H_kv, T, S, D, Dv = _checks.check_qkv(qb, kb, vb, is_causal=is_causal,
+    _, H, H_kv, T, S, D, Dv = checks.check_qkv(qb, kb, vb, is_causal=is_causal,
                                                 enable_gqa=enable_gqa,
-                                                max_head_dim=_checks.MAX_HEAD_DIM)
-    _checks.check_flag(return_lse, "return_lse")
-    scale = _checks.check_scale(scale, D)
-    _checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.varlen_naive")
+                                                max_head_dim=checks.MAX_HEAD_DIM)
+    checks.check_flag(return_lse, "return_lse")
+    scale = checks.check_scale(scale, D)
+    checks.check_triton_device(q, "q, k and v", "kernelkit_gpu.attention.varlen_naive")
     n_seqs = VN.check_cu_seqlens(cu_seqlens, q.device, max_seqlen)
-    gate = _gate.start(q, k, v) if is_causal else None  # read after the launch
+    check = gate.start(q, k, v) if is_causal else None  # read after the launch
     table, ok = _varlen.tile_table(cu_seqlens, total, max_seqlen)
-    valid = None if _gate.host_read_impossible(q) else _gate.PendingFlag(ok)
+    valid = None if host_read_impossible(q) else PendingFlag(ok)
     qs, ks, vs = (_launch.unit_last_stride(t) for t in (qb, kb, vb))
     out, lse = SoftmaxAttentionFunction.apply(qs, ks, vs, 0 if is_causal else None, scale,
                                               _twin(cu_seqlens, scale), (table, n_seqs))
     if valid is not None:
         VN.raise_if_invalid(valid, cu_seqlens, total, max_seqlen)
-    if gate is not None and not gate.finite():  # the exact twin, as the dense causal path
+    if check is not None and not check.finite():  # the exact twin, as the dense causal path
         return VN.softmax_attention_varlen_naive(q, k, v, cu_seqlens, max_seqlen=max_seqlen,
                                                  is_causal=True, scale=scale,
                                                  enable_gqa=enable_gqa, return_lse=return_lse)

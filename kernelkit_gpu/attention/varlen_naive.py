@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu.attention import _gate
+from kernelkit_gpu import checks
 from kernelkit_gpu.attention.naive import softmax_attention_naive
+from kernelkit_gpu.flags import PendingFlag
 
 __all__ = ["softmax_attention_varlen_naive", "per_sequence", "check_packed", "check_cu_seqlens",
            "start_check", "raise_if_invalid", "to_batch", "to_packed"]
@@ -35,8 +35,8 @@ def to_packed(x):
 def check_packed(q, k, v):
     """Packed operands: tensors of rank 3 with one token count; returns total."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        _checks.check_tensor(t, name, "(total_tokens, H, D)")
-        _checks.check_ndim(t, name, 3, "(total_tokens, H, D) with cu_seqlens")
+        checks.check_tensor(t, name, "(total_tokens, H, D)")
+        checks.check_ndim(t, name, 3, "(total_tokens, H, D) with cu_seqlens")
     if not (q.shape[0] == k.shape[0] == v.shape[0]):
         raise ValueError("with cu_seqlens, q, k and v hold the same packed tokens: shape[0] must "
                          f"agree; got {q.shape[0]}, {k.shape[0]} and {v.shape[0]}")
@@ -74,7 +74,7 @@ def _valid_flag(cu_seqlens, total, max_seqlen):
 def start_check(cu_seqlens, total, max_seqlen=None):
     """Queue the check of the values of ``cu_seqlens`` (starts at 0, non-decreasing, ends at
     ``total``, no length above ``max_seqlen``); :func:`raise_if_invalid` reads it."""
-    return _gate.PendingFlag(_valid_flag(cu_seqlens, total, max_seqlen))
+    return PendingFlag(_valid_flag(cu_seqlens, total, max_seqlen))
 
 
 def raise_if_invalid(check, cu_seqlens, total, max_seqlen):
@@ -135,7 +135,7 @@ def softmax_attention_varlen_naive(q, k, v, cu_seqlens, *, max_seqlen=None, is_c
     """
     total = check_packed(q, k, v)
     check_cu_seqlens(cu_seqlens, q.device, max_seqlen)
-    _checks.check_flag(return_lse, "return_lse")
+    checks.check_flag(return_lse, "return_lse")
     if q.shape[1] == 0 or total == 0:  # no token: the dense checks and an empty result
         out, lse = softmax_attention_naive(to_batch(q), to_batch(k), to_batch(v),
                                            is_causal=is_causal, scale=scale,

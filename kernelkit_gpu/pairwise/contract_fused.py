@@ -13,7 +13,7 @@ or G: each program owns BLOCK_M rows and sweeps all columns in BLOCK_N tiles.
 
 Per tile (stationary kernels, D <= 16): the scaled distance s_ab from direct differences of the
 centred, per-feature scaled operands x~ (float64 centring and scaling rounded once: no
-cancellation at offset 1e5), K = the kernel's epilogue (:func:`kernelkit_gpu._epilogues._epilogue`),
+cancellation at offset 1e5), K = the kernel's epilogue (:func:`kernelkit_gpu.epilogues._epilogue`),
 G = U_a W_b^T on tensor cores (tf32x3 for float32, IEEE for float64), then
 P = phi(s) o G with phi the derivative factor below, and per feature k the row sums of
 P o (x~_ak - x~_bk)^2 (|.| for the L1 distance), again by direct differences. K o G gives the
@@ -48,8 +48,8 @@ import numpy as np
 import torch
 
 from kernelkit_gpu import _launch
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu._launch import tl, triton
 from kernelkit_gpu.pairwise.contract_naive import (Contractions, check_contraction_args,
                                                   kernel_contractions_naive)
@@ -159,7 +159,7 @@ def _contract_kernel(
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < N
         cols = offs_n.to(tl.int64)
-        # the distance tile in the FMA-dot layout (:func:`kernelkit_gpu._epilogues._layout_anchor`):
+        # the distance tile in the FMA-dot layout (:func:`kernelkit_gpu.epilogues._layout_anchor`):
         # measured on an H200, 1.36x (n = 2e4) and 1.77x (n = 2e5) faster than one from tl.zeros
         s = E._layout_anchor(BLOCK_M, BLOCK_N, ACC)
         for k in tl.static_range(DK):

@@ -17,9 +17,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu.pairwise.log_gradient import _FORWARD_AD_LOCK
 from kernelkit_gpu.pairwise.naive import _Prepared
 from kernelkit_math.registry import get_kernel
@@ -53,15 +53,15 @@ class Contractions(NamedTuple):
 
 def check_contraction_args(x, u, w, v):
     """Validate; return (x, u2d, w2d, v2d or None, v_was_1d)."""
-    _checks.check_matrix(x, "x")
+    checks.check_matrix(x, "x")
     n = x.shape[0]
     out = []
     for t, name in ((u, "u"), (w, "w"), (v, "v")):
         if t is None and name == "v":
             out.append(None)
             continue
-        _checks.check_tensor(t, name)
-        _checks.check_floating(t, name)
+        checks.check_tensor(t, name)
+        checks.check_floating(t, name)
         if t.device != x.device:
             raise ValueError(f"{name} must be on the same device as x; got {t.device} and "
                              f"{x.device}")
@@ -73,10 +73,10 @@ def check_contraction_args(x, u, w, v):
     if u2.shape != w2.shape:
         raise ValueError(f"u and w must have the same shape; got {tuple(u.shape)} and "
                          f"{tuple(w.shape)}")
-    if not _checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
+    if not checks._ASSUME_FINITE.get():  # kernelkit_gpu.assume_finite(): no check, no wait
         for t, name in ((x, "x"), (u, "u"), (w, "w"), (v, "v")):
             if t is not None:
-                _checks.check_finite(t, name)
+                checks.check_finite(t, name)
     return x, u2, w2, v2, v is not None and v.ndim == 1
 
 

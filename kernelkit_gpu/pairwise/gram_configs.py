@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import triton
 
 from kernelkit_gpu import _launch
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import prepare as P
 
 __all__ = ["GramConfig", "mma_configs", "mma_default_config", "direct_configs",
            "direct_default_config", "autotuned"]

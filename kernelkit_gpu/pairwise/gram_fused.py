@@ -9,7 +9,7 @@ Layers (kernel, launcher, public function: the layout of every kernelkit_gpu op)
   differences, feature by feature: D <= 16 and the L1 distance);
 * their launch configs (heuristic defaults, or autotuning with ``KERNELKIT_GPU_AUTOTUNE=1``), in
   :mod:`kernelkit_gpu.pairwise.gram_configs`;
-* here: the operands (``prepare_mma``, ``prepare_direct``: what :func:`kernelkit_gpu._prepare.recipe`
+* here: the operands (``prepare_mma``, ``prepare_direct``: what :func:`kernelkit_gpu.prepare.recipe`
   decides, computed by the fused preparation kernel), the launchers and their dispatch
   (``gram_fwd``), and ``gram`` (public: validation, preparation).
 
@@ -25,10 +25,10 @@ from typing import Optional
 import triton
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import _launch
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu.pairwise.gram_configs import (
     autotuned, direct_configs, direct_default_config, mma_configs, mma_default_config,
 )
@@ -81,7 +81,7 @@ def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=
     """Launch ``_gram_prep_kernel``: (rows padded, kd or 2 kd) operand and (rows padded,) norms.
 
     ``flag``: a one-element int32 tensor set to 1 when x holds a NaN, an infinity or values out
-    of range (:func:`kernelkit_gpu._checks.range_limit`); None: no check."""
+    of range (:func:`kernelkit_gpu.checks.range_limit`); None: no check."""
     n, d = x.shape
     npad = _round_up(max(n, 1), PAD_ROWS)
     width = kd * (2 if split else 1)
@@ -98,7 +98,7 @@ def _prep_launch(x, mean, scale, kd, split, buf_dtype, nrm_dtype, feature_major=
         x.stride(0), x.stride(1), buf.stride(0), buf.stride(1),
         BLOCK_R=block_r, BLOCK_D=64, CENTRE=mean is not None,
         SCALE=scale is not None, SPLIT=split, CHECK=flag is not None,
-        LIMIT=_checks.range_limit(nrm_dtype), num_warps=4,
+        LIMIT=checks.range_limit(nrm_dtype), num_warps=4,
     )
     return buf, nrm
 
@@ -109,10 +109,10 @@ def _flag(check, name):
 
 def prepare_mma(x, y, plan, r, symmetric, check=None):
     """Padded operands for ``_gram_mma_kernel`` (y None: K(X, X)), prepared as
-    :func:`kernelkit_gpu._prepare.recipe` says: the centring and scaling run fused in
+    :func:`kernelkit_gpu.prepare.recipe` says: the centring and scaling run fused in
     ``_gram_prep_kernel`` (the values of ``_prepare.centre_and_scale``), which also pads and, for
     the accurate float32 mode, splits each value into a TF32 head and tail (3xTF32), and sets
-    the flags "x" / "y" of ``check`` (a :class:`kernelkit_gpu._checks.FiniteCheck`) for
+    the flags "x" / "y" of ``check`` (a :class:`kernelkit_gpu.checks.FiniteCheck`) for
     non-finite or out-of-range data (dot-product offsets included)."""
     dev = x.device
     n, d = x.shape
@@ -212,7 +212,7 @@ class DirectOperands:
 
 
 def prepare_direct(x, y, plan, r, symmetric, check=None):
-    """(D, rows padded) operands, prepared as :func:`kernelkit_gpu._prepare.recipe` says (raw
+    """(D, rows padded) operands, prepared as :func:`kernelkit_gpu.prepare.recipe` says (raw
     values in the accumulation dtype; centred and scaled with per-feature scales; cosine:
     normalised rows), fused in ``_gram_prep_kernel``, which sets the flags of ``check`` as in
     :func:`prepare_mma`."""
@@ -249,7 +249,7 @@ def gram_fwd(x, y, plan, out, precision, symmetric, config=None, check=None):
 
     ``config``: a :class:`kernelkit_gpu.pairwise.gram_configs.GramConfig` to launch with instead
     of the heuristic / autotuned one (tests run every candidate; benchmarks time them).
-    ``check``: a :class:`kernelkit_gpu._checks.FiniteCheck` of "x" (and "y") whose flags the
+    ``check``: a :class:`kernelkit_gpu.checks.FiniteCheck` of "x" (and "y") whose flags the
     preparation sets; its read starts before the Gram kernels are queued, so
     ``check.raise_if_not_finite()`` then waits for the preparation only.
     """
@@ -413,24 +413,24 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     >>> K.shape, bool(torch.equal(K, K.T)), bool((K.diagonal() == 1).all())
     (torch.Size([5, 5]), True, True)
     """
-    _checks.check_pair(x, y)
-    _checks.check_precision(precision)
+    checks.check_pair(x, y)
+    checks.check_precision(precision)
     symmetric = y is None or y is x
     operands = {"x": x} if symmetric else {"x": x, "y": y}
     plan = P.kernel_plan(kernel, x.shape[1], params)
     P.check_params_range(plan, x.dtype)
-    _checks.check_triton_device(x)
+    checks.check_triton_device(x)
     n, m = x.shape[0], (x.shape[0] if symmetric else y.shape[0])
     acc = P.acc_dtype(x.dtype)
     if out is None:
         out = torch.empty((n, m), dtype=acc, device=x.device)
     else:
-        _checks.check_out(out, (n, m), acc, x.device)
+        checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
-        _checks.FiniteCheck(**operands).raise_if_not_finite()
+        checks.FiniteCheck(**operands).raise_if_not_finite()
         return out
     # the preparation kernel sets the flags as it reads x and y (no reductions of their own)
-    check = _checks.FiniteCheck(**operands, deferred=tuple(operands))
+    check = checks.FiniteCheck(**operands, deferred=tuple(operands))
     gram_fwd(x, None if symmetric else y, plan, out, precision, symmetric, check=check)
     check.raise_if_not_finite()  # waits for the preparation, not for the Gram kernels
     return out

@@ -12,7 +12,7 @@
 * ``_gram_direct_kernel``: direct differences feature by feature (D <= 16, and the L1 distance).
 
 The per-kernel epilogues (shared with :mod:`kernelkit_gpu.pairwise.matvec_fused`) and the output-tile helpers
-(tile order, exact diagonal, stores) are in :mod:`kernelkit_gpu._epilogues`.
+(tile order, exact diagonal, stores) are in :mod:`kernelkit_gpu.epilogues`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu._epilogues import (
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu.epilogues import (
     _direct_tile, _finish_tile, _layout_anchor, _load_params, _tile_coords,
 )
 
@@ -42,7 +42,7 @@ def _gram_prep_kernel(x_ptr, mean_ptr, scale_ptr, buf_ptr, nrm_ptr, flag_ptr, N,
     rows N..) is zero. Norms are of v, in the norm buffer's dtype. The buffer may be
     feature-major (stride_bm == 1: the direct-difference kernel's layout). CHECK: writes 1 to
     ``flag_ptr[0]`` when a row's norm is not <= LIMIT (a NaN or infinity in x, or values whose
-    squares overflow the Gram kernels: ``kernelkit_gpu._checks.range_limit``); the flag is
+    squares overflow the Gram kernels: ``kernelkit_gpu.checks.range_limit``); the flag is
     zeroed by the caller, so every writer writes the same 1.
     """
     BT: tl.constexpr = buf_ptr.dtype.element_ty

@@ -7,7 +7,7 @@ twin is :meth:`kernelkit_math.registry.KernelSpec.gradient`: same values, same c
 The kernel is the plain-PyTorch Gram matrix of :func:`kernelkit_gpu.pairwise.naive.symmetric_gram`
 (distances by direct differences, as the reference: exact for near-duplicate points), with the
 epilogue parameters and per-feature scales computed from the hyperparameters by the very function
-the Triton launchers use (the row's ``pack`` in :data:`kernelkit_gpu._epilogues.EPILOGUES`); each
+the Triton launchers use (the row's ``pack`` in :data:`kernelkit_gpu.epilogues.EPILOGUES`); each
 gradient column is one forward-mode derivative (``torch.func.jvp``) along that hyperparameter,
 scaled by its value
 (d/dlog p = p d/dp, which also holds at p = 0 and for negative ``coef0``). Exact derivatives, no
@@ -25,9 +25,10 @@ import threading
 import numpy as np
 import torch
 
-from kernelkit_gpu import _checks, _launch
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import _launch
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu.pairwise.naive import symmetric_gram
 from kernelkit_math.registry import get_kernel
 
@@ -75,8 +76,8 @@ def gram_log_gradient(x, kernel="rbf", **params):
     TypeError
         ``x`` not a floating tensor, or a parameter of the wrong type.
     """
-    _checks.check_pair(x, None)
-    _checks.check_finite(x, "x")
+    checks.check_pair(x, None)
+    checks.check_finite(x, "x")
     x = x.detach().to(torch.float64)
     n, d = x.shape
     spec = get_kernel(kernel)

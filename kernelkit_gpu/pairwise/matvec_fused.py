@@ -3,7 +3,7 @@
 Layers: ``_matvec_kernel`` (``@triton.jit``: each program owns BLOCK_M rows of X and one chunk of
 BLOCK_R columns of V, and sweeps all of Y in BLOCK_N tiles), ``matvec_fwd`` (launcher) and
 ``kernel_matvec`` (public). The pairwise tile and the epilogue are the same ``@triton.jit``
-helpers as :func:`kernelkit_gpu.gram` (:mod:`kernelkit_gpu._epilogues`), so each kernel's formula
+helpers as :func:`kernelkit_gpu.gram` (:mod:`kernelkit_gpu.epilogues`), so each kernel's formula
 has one GPU definition.
 """
 
@@ -13,12 +13,12 @@ import triton
 import triton.language as tl
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import _launch
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import prepare as P
 from kernelkit_gpu import distributed
-from kernelkit_gpu._epilogues import _epilogue, _load_params, _pairwise_tile
+from kernelkit_gpu.epilogues import _epilogue, _load_params, _pairwise_tile
 
 __all__ = ["kernel_matvec", "matvec_fwd"]
 
@@ -242,16 +242,16 @@ def matvec_fwd(ops, plan, v, out, precision, config=None):
 def check_matvec_args(x, y, v, transpose):
     """Validate shapes for K(X, Y) @ V (or K(X, Y).T @ U); return (x_eff, y_eff, v2d, squeeze,
     names, finite): ``names`` those of x_eff and y_eff ("y", "x" with ``transpose``), ``finite``
-    the :class:`kernelkit_gpu._checks.FiniteCheck` of x, y, v (u) with v's flag set; the flags of
+    the :class:`kernelkit_gpu.checks.FiniteCheck` of x, y, v (u) with v's flag set; the flags of
     x and y are left to the preparation (``_prepare.prepare(..., check=finite)``), then
     ``finite.start_read()``."""
-    _checks.check_pair(x, y)
+    checks.check_pair(x, y)
     if y is None:
         raise TypeError("y must be a torch.Tensor of shape (M, D); pass y=x for K(X, X) @ V")
-    _checks.check_flag(transpose, "transpose")
+    checks.check_flag(transpose, "transpose")
     vname = "u" if transpose else "v"
-    _checks.check_tensor(v, vname)
-    _checks.check_floating(v, vname)
+    checks.check_tensor(v, vname)
+    checks.check_floating(v, vname)
     if v.device != x.device:
         raise ValueError(f"{vname} must be on the same device as x; got {v.device} and {x.device}")
     # K(X, Y).T @ U == K(Y, X) @ U: every registry kernel is a symmetric function of (x, y).
@@ -266,7 +266,7 @@ def check_matvec_args(x, y, v, transpose):
     squeeze = v.ndim == 1
     names = ("y", "x") if transpose else ("x", "y")
     # x_eff first: its column mean centres both, so it is named first when both are out of range
-    finite = _checks.FiniteCheck(**{names[0]: xe, names[1]: ye, vname: v}, deferred=names)
+    finite = checks.FiniteCheck(**{names[0]: xe, names[1]: ye, vname: v}, deferred=names)
     return xe, ye, (v[:, None] if squeeze else v), squeeze, names, finite
 
 
@@ -327,7 +327,7 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
     squared distances of rows centred on x's column mean, and for the dot-product kernels
     (linear, polynomial, sigmoid, exponential; float32 / float64) x and y each centred on their
     own column mean, x·y = x̃·ỹ + b_x + b_y with the same float64 per-row offsets
-    (:func:`kernelkit_gpu._prepare.dot_offsets`).
+    (:func:`kernelkit_gpu.prepare.dot_offsets`).
 
     Under an initialised ``torch.distributed`` process group of several ranks every rank passes
     the same full x, y, v and gets the full result; each computes its block of output rows
@@ -347,10 +347,10 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
         return distributed.sharded_rows(kernel_matvec, x, y, v, kernel, transpose=transpose,
                                         precision=precision, **params)
     xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
-    _checks.check_precision(precision)
+    checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     P.check_params_range(plan, x.dtype)
-    _checks.check_triton_device(x)
+    checks.check_triton_device(x)
     acc = P.acc_dtype(x.dtype)
     n, m, r = xe.shape[0], ye.shape[0], v2.shape[1]
     out = torch.empty((n, r), dtype=acc, device=x.device)

@@ -14,9 +14,9 @@ import contextlib
 
 import torch
 
-from kernelkit_gpu import _checks
-from kernelkit_gpu import _epilogues as E
-from kernelkit_gpu import _prepare as P
+from kernelkit_gpu import checks
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
 
 __all__ = ["gram_naive", "kernel_matvec_naive"]
 
@@ -40,7 +40,7 @@ def _matmul_precision(device, precision):
 
 def epilogue_torch(s, plan):
     """The kernel value from the pairwise quantity: the torch twin in the kernel's row of
-    :data:`kernelkit_gpu._epilogues.EPILOGUES`."""
+    :data:`kernelkit_gpu.epilogues.EPILOGUES`."""
     return E.EPILOGUES[plan.name].torch(s, *plan.prm, plan.deg, plan.kind)
 
 
@@ -110,7 +110,7 @@ def symmetric_gram(x, plan, direct=False, check=None):
     The plan's ``prm`` and ``scale`` may be torch tensors. With ``direct``, distances are formed
     by direct differences (float64 accuracy for near-duplicate points, as the reference) and
     every operation supports forward-mode automatic differentiation (:mod:`kernelkit_gpu.pairwise.log_gradient`).
-    ``check``: the :class:`kernelkit_gpu._checks.FiniteCheck` of x, read before any product.
+    ``check``: the :class:`kernelkit_gpu.checks.FiniteCheck` of x, read before any product.
     """
     n = x.shape[0]
     prep = _Prepared(x, None, plan, symmetric=True, direct=direct, check=check)
@@ -136,21 +136,21 @@ def gram_naive(x, y=None, kernel="rbf", *, precision="accurate", out=None, **par
     this twin computes with: distance kernels centred, dot-product kernels raw), before any
     product.
     """
-    _checks.check_pair(x, y)
+    checks.check_pair(x, y)
     symmetric = y is None or y is x
     operands = {"x": x} if symmetric else {"x": x, "y": y}
-    _checks.check_precision(precision)
+    checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     P.check_params_range(plan, x.dtype)
     n = x.shape[0]
     m = n if symmetric else y.shape[0]
     acc = P.acc_dtype(x.dtype)
     if out is not None:
-        _checks.check_out(out, (n, m), acc, x.device)
+        checks.check_out(out, (n, m), acc, x.device)
     if n == 0 or m == 0:
-        _checks.FiniteCheck(**operands).raise_if_not_finite()
+        checks.FiniteCheck(**operands).raise_if_not_finite()
         return out if out is not None else torch.empty((n, m), dtype=acc, device=x.device)
-    check = _checks.FiniteCheck(**operands, deferred=tuple(operands))
+    check = checks.FiniteCheck(**operands, deferred=tuple(operands))
     with _matmul_precision(x.device, precision):
         if symmetric:
             K = symmetric_gram(x, plan, check=check)
@@ -175,7 +175,7 @@ def kernel_matvec_naive(x, y, v, kernel="rbf", *, transpose=False, precision="ac
     from kernelkit_gpu.pairwise.matvec_fused import check_matvec_args
 
     xe, ye, v2, squeeze, names, finite = check_matvec_args(x, y, v, transpose)
-    _checks.check_precision(precision)
+    checks.check_precision(precision)
     plan = P.kernel_plan(kernel, x.shape[1], params)
     P.check_params_range(plan, x.dtype)
     acc = P.acc_dtype(x.dtype)

@@ -1,0 +1,89 @@
+r"""Attention as a kernel smoother: softmax, linear (feature-map) and exact kernel attention.
+
+.. math::
+
+    \mathrm{out}_i = \frac{\sum_j k(q_i, k_j)\, v_j}{\sum_j k(q_i, k_j)}
+
+- :func:`softmax_attention`: k(q, k) = exp(scale q·k), the exponential kernel, computed with an
+  online softmax (FlashAttention-style Triton kernels, forward and backward).
+- :func:`linear_attention`: k(q, k) = phi(q)·phi(k) for a feature map phi, O(T·D·M) instead of
+  O(T·S·D); causal or not, normalised or not, with a recurrent state for decoding.
+- :func:`kernel_attention`: the exact smoother for any registry kernel, by name or as a kernelkit
+  kernel object (RBF, polynomial...), so "a different kernel" can be told apart from "an
+  approximated kernel".
+
+Shapes follow one legend: q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv), the layout of
+``torch.nn.functional.scaled_dot_product_attention``. Everything is differentiable with torch
+autograd. The same interface in all three functions:
+
+- ``layout="bthd"`` takes and returns (B, T, H, D) tensors (FlashAttention's and
+  flash-linear-attention's layout) instead; the Triton kernels read them through their strides
+  (no copy). lse and recurrent states keep their (B, H, ...) shapes.
+- ``scale=`` multiplies q before the score, feature map or kernel: SDPA's scale for softmax
+  attention (default 1 / sqrt(D)); phi(scale q) for linear attention and k(scale q, k) for
+  kernel attention (default: no multiplier, as before the argument existed).
+- ``cu_seqlens=`` (softmax and linear attention): a variable-length packed batch, q, k, v of
+  shape (total_tokens, H, D) and int32 / int64 cumulative lengths (n_seqs + 1,), as
+  FlashAttention's varlen functions and flash-linear-attention; each token attends within its
+  own sequence. Softmax runs one Triton launch over all sequences (forward and backward);
+  linear attention runs one dense call per sequence.
+
+Which path runs: float16, bfloat16 and float32 tensors run the Triton kernels on CUDA, and on the
+CPU when ``TRITON_INTERPRET=1`` was set before import (the interpreter), else the plain-PyTorch
+path (``kernelkit_gpu.*_naive``). float64 tensors always run the plain-PyTorch path, in float64,
+on their device (CPU or CUDA): the Triton kernels take 16- and 32-bit floats only. Float64
+references live in :mod:`kernelkit_math.attention`.
+
+Masked keys are absent, on every path: a causal mask leaves the keys a query may not see out of
+its sums (not weighted by 0), so a NaN or infinity in a key or value reaches exactly the rows
+that see it (and their gradients), and rows that see no key output 0 (the rule of
+:mod:`kernelkit_math.attention`; :func:`kernel_attention` refuses non-finite input).
+"""
+
+from __future__ import annotations
+
+from kernelkit.attention._dispatch import (
+    FUSED_FEATURE_MAPS,
+    kernel_attention,
+    linear_attention,
+    softmax_attention,
+)
+
+__all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
+           "compare", "sweep"]
+
+
+def compare(*args, **kwargs):
+    """Errors, speed and memory of attention methods against softmax on given q, k, v.
+
+    The same as :func:`kernelkit.compare.compare` (defined in :mod:`kernelkit.compare.comparison`;
+    see there for the parameters); loads :mod:`kernelkit.compare` on first use.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelkit.attention import compare
+    >>> q = k = v = np.random.default_rng(0).standard_normal((16, 8))
+    >>> compare(q, k, v, ["softmax", "elu+1"], measure=False).rows[1]["method"]
+    'elu+1'
+    """
+    from kernelkit.compare import compare as impl
+
+    return impl(*args, **kwargs)
+
+
+def sweep(*args, **kwargs):
+    """Time and peak memory of attention methods against sequence length, with crossovers.
+
+    The same as :func:`kernelkit.compare.sweep` (defined in :mod:`kernelkit.compare.sweeps`; see
+    there for the parameters); loads :mod:`kernelkit.compare` on first use.
+    """
+    from kernelkit.compare import sweep as impl
+
+    return impl(*args, **kwargs)
+
+
+# ----------------------------------------------------------------- local + summary attention
+from kernelkit.attention.local import local_attention  # noqa: E402 - a block of its own
+
+__all__ += ["local_attention"]

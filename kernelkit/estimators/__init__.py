@@ -1,0 +1,9 @@
+"""scikit-learn estimators on the kernel operators and the linear algebra below them:
+:class:`KernelRidge` (:mod:`.kernel_ridge`) and :class:`GaussianProcessRegressor`
+(:mod:`.gp`). Nothing numerical lives here that another estimator could share.
+"""
+
+from kernelkit.estimators.gp import GaussianProcessRegressor
+from kernelkit.estimators.kernel_ridge import KernelRidge
+
+__all__ = ["KernelRidge", "GaussianProcessRegressor"]

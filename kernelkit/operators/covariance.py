@@ -1,0 +1,546 @@
+r"""The training covariance K = k_theta(X, X) + (noise + jitter) I as an operator, for any
+kernel tree the regressor accepts (:mod:`.kernel_tree`).
+
+Products with K: when the n x n kernel matrix fits in the dense budget (:func:`dense_budget`: half
+the free GPU memory, or :data:`DENSE_CPU_BYTES` on the CPU) it is formed once per hyperparameter
+setting and every CG product is one matrix product; otherwise nothing of size n x n is stored and
+every product walks row chunks of at most :data:`BLOCK_ELEMENTS` kernel values (``chunk`` x n),
+computed on the fly. Torch on any device, float32 or float64.
+
+A block K(A, B) evaluates the tree: sums, products and powers of its nodes; constants; white
+noise on the pairs that are the same training point; and, for every registry kernel leaf, the
+library's own formula: the registry kernel's torch epilogue (:data:`kernelkit_gpu.epilogues.
+EPILOGUES`, packed by the same ``pack`` the Triton launchers use) applied to the pairwise
+quantity of operands prepared as the library prepares them (:mod:`kernelkit_gpu.prepare`):
+
+- distances (squared Euclidean, L1): rows centred on the float64 column mean of X, scaled per
+  feature in float64, rounded once to the block dtype. Up to
+  :data:`kernelkit_gpu.prepare.DIRECT_MAX_D` features (and always for L1) the distance is summed
+  from direct differences (exact for the rounded operands, whatever the offset and spread of the
+  data; the diagonal of K(X, X) is exactly k(0) and K(X, X) exactly symmetric); above it by the
+  expansion |a|^2 + |b|^2 - 2 a.b of the centred operands, clamped at 0, with the diagonal pairs
+  set to 0 (the accuracy class of the library's float32 tensor-core Gram);
+- dot products: x.y = (x - m).(y - m) + b_x + b_y with b = (x - m).m + m.m / 2 in float64
+  (:func:`kernelkit_gpu.prepare.dot_offsets`), so only the centred part is formed in the block
+  dtype;
+- cosine: rows normalised in float64 (:func:`kernelkit_gpu.prepare.normalize_rows`), then dotted.
+
+Derivatives with respect to the log-hyperparameters come from torch.autograd through
+:func:`bilinear`: the scalar sum_j a_j^T K(theta) b_j for many column pairs at once, whose
+backward recomputes one row chunk at a time, so its memory also stays chunk x n (times the number
+of features with per-feature parameters) and no (n, n, n_theta) tensor exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from kernelkit.operators import fused_tree
+from kernelkit.operators import kernel_tree as S
+from kernelkit_gpu import epilogues as E
+from kernelkit_gpu import prepare as P
+
+__all__ = ["CovarianceOperator", "bilinear", "theta_gradient", "BLOCK_ELEMENTS", "dense_budget"]
+
+#: Kernel values in one row chunk (times a few temporaries of the same size during backward).
+BLOCK_ELEMENTS = 2**24
+#: Share of the free GPU memory a dense K may take (CG vectors, probes and the preconditioner
+#: are O(n) columns and fit in the rest).
+DENSE_GPU_SHARE = 0.5
+#: Largest dense K on the CPU, in bytes.
+DENSE_CPU_BYTES = 2**30
+#: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
+#: row blocks and GEMMs. H200, n = 1e5, float64: Triton K @ V 1.33 ms per column (17 columns
+#: 0.07 s, 512 0.68 s); torch row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s,
+#: 2048: 1.65 s); Triton Gram blocks faster still (the variance cache's build: 2.46 -> 1.43 s).
+TRITON_MATMUL_MAX_COLUMNS = 768
+#: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
+WIDE_BLOCK_ELEMENTS = 2**27
+
+
+def dense_budget(device):
+    """Bytes a dense K may take on ``device``; 0 turns the dense path off."""
+    if device.type == "cuda":
+        return int(DENSE_GPU_SHARE * torch.cuda.mem_get_info(device)[0])
+    return DENSE_CPU_BYTES
+
+
+def _direct_squared_distances(A, B):
+    """||a_i - b_j||^2 from direct differences (no autograd; 0 for equal rows, symmetric for
+    A = B). On the CPU torch.cdist without the matrix-product form, squared (one pass, a few
+    eps from the summed squares: 3-5x faster than the loop, 4000 x 1024 x 8); on CUDA, where
+    that kernel is slow (float64, 2e4 x 1024 x 8, H100: 30 ms), two in-place passes per
+    feature (2.1 ms)."""
+    if A.device.type == "cpu":
+        return torch.cdist(A, B, compute_mode="donot_use_mm_for_euclid_dist").square_()
+    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+    t = torch.empty_like(s)
+    for k in range(A.shape[1]):
+        torch.sub(A[:, k, None], B[None, :, k], out=t)
+        s.addcmul_(t, t)
+    return s
+
+
+class _SquaredDistances64(torch.autograd.Function):
+    """Float64 direct squared distances whose backward is two GEMMs and two row sums,
+
+    .. math:: \\partial/\\partial a_i = 2 (a_i \\textstyle\\sum_j g_{ij} - \\sum_j g_{ij} b_j)
+
+    (and likewise for b), instead of autograd through one n x m difference per feature (d
+    saved temporaries and d backward passes: the float64 gradient blocks of the CPU path and of
+    the exact path). The expansion loses about eps64 (|a| + |b|) / |a - b| relative per term,
+    harmless in float64; float32 blocks keep the per-feature autograd."""
+
+    @staticmethod
+    def forward(ctx, A, B):
+        ctx.save_for_backward(A, B)
+        return _direct_squared_distances(A, B)
+
+    @staticmethod
+    def backward(ctx, G):
+        A, B = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_a = 2.0 * (A * G.sum(1, keepdim=True) - G @ B)
+        if ctx.needs_input_grad[1]:
+            grad_b = 2.0 * (B * G.sum(0)[:, None] - G.T @ A)
+        return grad_a, grad_b
+
+
+def _squared_distances(A, B, diagonal_offset, direct=True):
+    """||a_i - b_j||^2 of prepared operands: direct differences up to DIRECT_MAX_D features
+    (unless ``direct`` is False), else the matrix-product form."""
+    if direct and A.shape[1] <= P.DIRECT_MAX_D:
+        if not (A.requires_grad or B.requires_grad):
+            return _direct_squared_distances(A, B)
+        if A.dtype == torch.float64:
+            return _SquaredDistances64.apply(A, B)
+        s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+        for k in range(A.shape[1]):  # float32 autograd: out-of-place, exact differences
+            t = A[:, k, None] - B[None, :, k]
+            s = s + t * t
+        return s
+    # one GEMM of augmented rows [a, |a|^2, 1] . [-2 b, 1, |b|^2]: no n x m broadcast sums
+    # forward or reductions backward (the preconditioner's landmark block, float64 with autograd)
+    a2, b2 = (A * A).sum(1, keepdim=True), (B * B).sum(1, keepdim=True)
+    s = (torch.cat([A, a2, torch.ones_like(a2)], 1)
+         @ torch.cat([-2.0 * B, torch.ones_like(b2), b2], 1).T).clamp_min(0.0)
+    if diagonal_offset is not None:
+        s = s.masked_fill(_identity(A.shape[0], B.shape[0], diagonal_offset, A.device), 0.0)
+    return s
+
+
+def _l1_distances(A, B):
+    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
+    for k in range(A.shape[1]):
+        s = s + (A[:, k, None] - B[None, :, k]).abs()
+    return s
+
+
+def _identity(m, n, diagonal_offset, device):
+    """Boolean (m, n) mask of the pairs (i, offset + i): the same training point."""
+    mask = torch.zeros((m, n), dtype=torch.bool, device=device)
+    if diagonal_offset is not None:
+        rows = torch.arange(m, device=device)
+        keep = rows + diagonal_offset < n
+        mask[rows[keep], rows[keep] + diagonal_offset] = True
+    return mask
+
+
+class _Block:
+    """Evaluates the kernel tree on the pairs of rows A x B (or on the pairs (a_i, a_i) when
+    ``paired``): centred float64 rows in, values in ``dtype`` out."""
+
+    def __init__(self, op, A, B, theta, dtype, diagonal_offset, paired, direct=True):
+        self.op, self.A, self.B, self.theta = op, A, B, theta
+        self.dtype, self.offset, self.paired = dtype, diagonal_offset, paired
+        self.direct = direct
+        self.shape = (A.shape[0],) if paired else (A.shape[0], B.shape[0])
+
+    def __call__(self, node):
+        if isinstance(node, S.Sum):
+            return self(node.k1) + self(node.k2)
+        if isinstance(node, S.Product):
+            return self(node.k1) * self(node.k2)
+        if isinstance(node, S.Power):
+            return self(node.k) ** node.exponent
+        if isinstance(node, S.Scalar):
+            value = node.number(self.theta)
+            if not node.white:
+                return value
+            if self.paired:
+                same = torch.ones(self.shape, dtype=self.dtype, device=self.A.device)
+            else:
+                same = _identity(*self.shape, self.offset, self.A.device).to(self.dtype)
+            return value.to(self.dtype) * same
+        return self.leaf(node)
+
+    def leaf(self, leaf):
+        spec = leaf.spec
+        numbers = leaf.numbers(self.theta, self.A.shape[1])
+        row = E.EPILOGUES[spec.name]
+        prm, scale = row.pack(numbers)
+        A, B, dtype = self.A, self.B, self.dtype
+        if spec.pairwise in ("sqeuclidean", "manhattan"):
+            a = P.centre_and_scale(A, None, scale, dtype)
+            if self.paired:
+                s = torch.zeros(self.shape, dtype=dtype, device=A.device)
+            else:
+                b = P.centre_and_scale(B, None, scale, dtype)
+                s = (_squared_distances(a, b, self.offset, self.direct)
+                     if spec.pairwise == "sqeuclidean"
+                     else _l1_distances(a, b))
+        elif spec.pairwise == "dot":
+            m = self.op.center.reshape(-1)
+            a = P.centre_and_scale(A, None, scale, dtype)
+            off_a = A @ m + 0.5 * (m @ m)
+            if self.paired:
+                s = (a * a).sum(1) + (2.0 * off_a).to(dtype)
+            else:
+                b = P.centre_and_scale(B, None, scale, dtype)
+                off_b = B @ m + 0.5 * (m @ m)
+                s = a @ b.T + (off_a[:, None] + off_b[None, :]).to(dtype)
+        else:  # cosine: rows of the uncentred data, normalised in float64
+            a, nonzero = P.normalize_rows(A + self.op.center)
+            if self.paired:
+                return nonzero.to(dtype)
+            b = P.normalize_rows(B + self.op.center)[0]
+            s = a.to(dtype) @ b.to(dtype).T
+        p = [torch.as_tensor(v, dtype=torch.float64, device=A.device) for v in prm]
+        return row.torch(s, *p, numbers.get("degree", 0), row.kind(numbers))
+
+
+def centred_on_device(X, device):
+    """``(X - mean, mean)`` as float64 tensors on ``device`` (mean of shape (1, d)): the
+    operator's copy of the training inputs, which a caller may keep and pass back as ``data``
+    (at n = 2e4 the host-to-device copy was ~2 ms of every public log-likelihood call)."""
+    X64 = torch.from_numpy(np.array(X, dtype=np.float64))
+    center = X64.mean(0, keepdim=True)
+    return (X64 - center).to(device), center.to(device)
+
+
+class CovarianceOperator:
+    """Products with K_theta = k_theta(X, X) + (noise + jitter) I, chunk by chunk.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d)
+        Training inputs (float64; centred here, the caller's array is not modified).
+    structure : KernelStructure
+        The parsed kernel (:func:`kernelkit.operators.kernel_tree.parse_kernel`).
+    jitter : float
+        The regressor's ``alpha``, added to the diagonal.
+    device : torch.device
+    dtype : torch.dtype
+        float32 or float64: the dtype of the kernel blocks and of the CG vectors.
+    contraction_dtype : torch.dtype, optional
+        The dtype of the gradient's fused Triton contractions (:mod:`kernelkit.operators.fused`,
+        CUDA); default ``dtype``.
+    block_elements : int, optional
+        Kernel values per row chunk; default :data:`BLOCK_ELEMENTS`.
+    rows : tuple of int, optional
+        ``(lo, hi)``: the rows of every n-row product this process computes (default all);
+        :meth:`gather`, :meth:`reduce` and :meth:`agree` combine the processes' parts (the
+        identity here; over a process group in :mod:`kernelkit.operators.covariance_sharded`).
+    data : tuple of torch.Tensor, optional
+        :func:`centred_on_device` of ``X`` and ``device``, kept from an earlier operator on the
+        same data (:attr:`data`); X is then not read.
+    """
+
+    def __init__(self, X, structure, jitter, device, dtype, block_elements=None, rows=None,
+                 data=None, contraction_dtype=None):
+        self.device = torch.device(device)
+        if data is None:
+            data = centred_on_device(X, self.device)
+        self.X64, self.center = data
+        self.structure = structure
+        self.jitter = float(jitter)
+        self.dtype = dtype
+        self.contraction_dtype = contraction_dtype or dtype
+        self.block_elements = int(block_elements or BLOCK_ELEMENTS)
+        self.rows = (0, self.n) if rows is None else tuple(rows)
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        n_rows = self.rows[1] - self.rows[0]
+        budget = dense_budget(self.device)
+        self.dense = n_rows * self.n * itemsize <= budget
+        # a float32 operator also holds K in float64 for its exact products where both fit
+        self.dense_exact = self.dense and itemsize < 8 and n_rows * self.n * (itemsize + 8) <= budget
+        self._dense_key, self._dense_K, self._dense_noise = None, {}, None
+        self._leaf_numbers_memo = None  # (theta object, numbers): kept by fused_tree
+
+    @property
+    def n(self):
+        return self.X64.shape[0]
+
+    @property
+    def data(self):
+        """``(X64, center)``: what :func:`centred_on_device` gave (the ``data`` argument)."""
+        return self.X64, self.center
+
+    def with_dtype(self, dtype):
+        """The same operator with blocks (and products) in ``dtype``."""
+        if dtype == self.dtype:
+            return self
+        return type(self)(None, self.structure, self.jitter, self.device, dtype,
+                          self.block_elements, data=self.data,
+                          contraction_dtype=self.contraction_dtype)
+
+    def gather(self, rows_fn):
+        """All n rows of a product whose rows ``self.rows`` ``rows_fn()`` computes."""
+        return rows_fn()
+
+    def reduce(self, part_fn):
+        """The sum over the row blocks of ``part_fn()`` (this process's rows' share)."""
+        return part_fn()
+
+    def agree(self, fn, *args):
+        """``fn(*args)``, computed by every process alike (an error on one is raised on all)."""
+        return fn(*args)
+
+    def row_chunks(self, step):
+        """``(lo, hi)`` row chunks of at most ``step`` rows covering ``self.rows``."""
+        first, last = self.rows
+        return [(lo, min(lo + step, last)) for lo in range(first, last, step)]
+
+    def chunk_rows(self, n_cols):
+        """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
+        return max(1, self.block_elements // max(1, n_cols))
+
+    def centred(self, Z):
+        """Test inputs (NumPy, any writability) centred like the training data: float64 tensor."""
+        Z = torch.from_numpy(np.array(Z, dtype=np.float64))  # a copy: read-only input is fine
+        return Z.to(self.device) - self.center
+
+    def block(self, A, B, params, diagonal_offset=None, dtype=None, direct=True):
+        """The kernel part k(A, B) for centred float64 rows A, B (no noise term).
+
+        Differentiable with respect to ``params["theta"]``. ``diagonal_offset=lo`` says that
+        A = X[lo:lo + len(A)] and B = X (or A = B for ``lo = 0``), so the pairs (i, lo + i) are
+        the same point: distance exactly 0, and a WhiteKernel inside the kernel part counts
+        there. ``dtype`` (default: this operator's) is the dtype the operands are rounded to and
+        the block is computed in. ``direct=False`` takes squared Euclidean distances from the
+        matrix-product form |a|^2 + |b|^2 - 2 a.b at any width (absolute rounding
+        eps |a|^2: for blocks that need not be exact, as the preconditioner's).
+        """
+        dtype = dtype or self.dtype
+        root = self.structure.root
+        shape = (A.shape[0], B.shape[0])
+        if root is None:
+            return torch.zeros(shape, dtype=dtype, device=A.device)
+        value = _Block(self, A, B, params["theta"], dtype, diagonal_offset, False, direct)(root)
+        if value.shape != shape:  # a tree of constants only
+            value = value.to(dtype) + torch.zeros(shape, dtype=dtype, device=A.device)
+        return value.to(dtype)
+
+    def kernel_diagonal(self, Z, params, dtype=torch.float64):
+        """k(z_i, z_i) of the kernel part for centred float64 rows Z, shape (m,): scikit-learn's
+        ``kernel.diag`` less ``params["noise"]`` (a WhiteKernel left in the kernel part counts:
+        z_i is the same point as itself)."""
+        root = self.structure.root
+        if root is None:
+            return torch.zeros(Z.shape[0], dtype=dtype, device=Z.device)
+        value = _Block(self, Z, Z, params["theta"], dtype, None, True)(root)
+        return (value.to(dtype) + torch.zeros(Z.shape[0], dtype=dtype, device=Z.device))
+
+    def _same_theta(self, theta):
+        """Whether ``theta`` is the setting of the held dense K: the same tensor object (every
+        CG product of one evaluation: no device sync) or equal values."""
+        held = self._dense_key
+        return held is not None and (held is theta or (held.shape == theta.shape and bool(
+            torch.equal(held, theta.detach()))))
+
+    def kernel_matrix(self, params, dtype=None):
+        """The rows ``self.rows`` of the kernel part k(X, X) in ``dtype`` (default the
+        operator's; float64 also where :attr:`dense_exact`), dense mode only, formed once per
+        hyperparameter setting: by the Triton Gram (:func:`kernelkit_gpu.gram`) for the trees of
+        :func:`~kernelkit.operators.fused_tree.fused_tree`, else row blocks of the tree evaluator."""
+        dtype = dtype or self.dtype
+        theta = params["theta"]
+        if not self._same_theta(theta):
+            self._dense_key, self._dense_K = None, {}  # free the old matrices first
+        elif self._dense_key is not theta:  # equal values: later products match by identity
+            self._dense_key = theta  # (no device sync per product)
+        K = self._dense_K.get(dtype)
+        if K is None:
+            first, last = self.rows
+            with torch.no_grad():
+                tree = fused_tree.fused_tree(self)
+                if tree is not None:
+                    K = fused_tree.kernel_part_gram(self, tree, params, dtype)
+                else:
+                    K = torch.empty((last - first, self.n), dtype=dtype, device=self.device)
+                    for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                        K[lo - first:hi - first] = self.block(
+                            self.X64[lo:hi], self.X64, params, diagonal_offset=lo, dtype=dtype)
+                self._dense_noise = float(params["noise"] + self.jitter)
+            self._dense_K[dtype] = K
+            if self._dense_key is None:
+                self._dense_key = theta  # later products of this setting match by identity
+        return K
+
+    def matmul(self, V, params):
+        """K_theta @ V for V of shape (n, t) in this operator's dtype (no autograd)."""
+        return self.gather(lambda: self._matmul_rows(V, params))
+
+    def _dense_product(self, K, V):
+        """The rows ``self.rows`` of (K + noise I) @ V for the held rows K of the kernel part.
+        With all rows, K^T @ V: K is symmetric (exactly from the Triton Gram and direct
+        differences, to rounding otherwise), and cuBLAS's transposed layout is faster (n = 2e4,
+        17 float32 columns, H100: 0.76 ms against 1.00 ms)."""
+        first, last = self.rows
+        whole = (first, last) == (0, self.n)
+        return torch.addmm(V[first:last], K.T if whole else K, V, beta=self._dense_noise)
+
+    def _matmul_rows(self, V, params):
+        """The rows ``self.rows`` of K_theta @ V."""
+        first, last = self.rows
+        with torch.no_grad():
+            if self.dense:
+                return self._dense_product(self.kernel_matrix(params), V)
+            out = self.kernel_rows_matmul(V, params)
+            out += (params["noise"] + self.jitter).to(V.dtype) * V[first:last]
+        return out
+
+    def exact_matmul(self, V, params):
+        """K_theta @ V in float64 arithmetic for float64 V (no autograd): one GEMM with the
+        held float64 K where :attr:`dense_exact` (n = 2e4, 17 columns, H100: 1.6 ms to form it
+        + 1.2 ms per product, against 5.2 ms per product from X), else
+        :meth:`kernel_rows_matmul` and the noise term."""
+        def rows():  # this process's rows (self.rows)
+            first, last = self.rows
+            with torch.no_grad():
+                if self.dense_exact:
+                    return self._dense_product(self.kernel_matrix(params, torch.float64), V)
+                return (self.kernel_rows_matmul(V, params)
+                        + float(params["noise"] + self.jitter) * V[first:last])
+
+        return self.gather(rows)
+
+    def kernel_rows_matmul(self, V, params):
+        """The rows ``self.rows`` of k_theta(X, X) @ V (kernel part, no noise), computed in V's
+        dtype (no autograd): the Triton K @ V for the common trees on CUDA
+        (:func:`~kernelkit.operators.fused_tree.kernel_part_matmul`) with at most
+        :data:`TRITON_MATMUL_MAX_COLUMNS` columns, else row blocks (Triton Gram blocks for the
+        common trees on CUDA, else the tree evaluator's) and GEMMs."""
+        tree = fused_tree.fused_tree(self)
+        if tree is not None and V.shape[1] <= TRITON_MATMUL_MAX_COLUMNS:
+            return fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
+        first, last = self.rows
+        out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
+        with torch.no_grad():
+            if tree is not None:  # wide V: Triton Gram row blocks of GEMM size, then GEMMs
+                for lo, hi in self.row_chunks(max(1, WIDE_BLOCK_ELEMENTS // self.n)):
+                    out[lo - first:hi - first] = fused_tree.kernel_part_block(
+                        self, tree, params, lo, hi, V.dtype) @ V
+                return out
+            for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                out[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
+                                                        diagonal_offset=lo, dtype=V.dtype) @ V
+        return out
+
+    def cross_matmul(self, Z, V, params):
+        """k(Z, X) @ V (kernel part) for centred float64 test rows Z and V of shape (n, k), in
+        V's dtype (no autograd). Each process contracts its rows ``self.rows`` of X and V; the
+        shares are summed by :meth:`reduce` (float64 under a process group)."""
+        first, last = self.rows
+
+        def share():
+            with torch.no_grad():
+                out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
+                step = self.chunk_rows(last - first)
+                for lo in range(0, Z.shape[0], step):
+                    hi = min(lo + step, Z.shape[0])
+                    out[lo:hi] = (self.block(Z[lo:hi], self.X64[first:last], params,
+                                             dtype=V.dtype) @ V[first:last])
+            return out
+
+        return self.reduce(share).to(V.dtype)
+
+    def cross_block_T(self, Z, params, dtype=None):
+        """k(X, Z) (kernel part), shape (n, m), for centred float64 test rows Z (no autograd)."""
+        with torch.no_grad():
+            return self.block(self.X64, Z, params, dtype=dtype)
+
+
+class _Bilinear(torch.autograd.Function):
+    """sum_j a_j^T k(X, X) b_j (kernel part); backward recomputes one row chunk at a time."""
+
+    @staticmethod
+    def forward(ctx, theta, op, A, B):
+        params = op.structure.params(theta)
+
+        def part():  # this process's rows
+            first, last = op.rows
+            if op.dense:
+                return (A[first:last] * (op.kernel_matrix(params) @ B)).sum(dtype=torch.float64)
+            total = torch.zeros((), dtype=torch.float64, device=A.device)
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
+                Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo)
+                total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
+            return total
+
+        total = op.reduce(part)
+        ctx.save_for_backward(theta)
+        ctx.op, ctx.A, ctx.B = op, A, B
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (theta,) = ctx.saved_tensors
+        op, A, B = ctx.op, ctx.A, ctx.B
+        grad = theta_gradient(op, theta, lambda lo, hi, Kb: (A[lo:hi] * (Kb @ B)).sum(
+            dtype=torch.float64))
+        return grad_output * grad, None, None, None
+
+
+def theta_gradient(op, theta, contract, dtype=None):
+    """d/dtheta of sum over row chunks of ``contract(lo, hi, K[lo:hi])``, K = k(X, X) (kernel part).
+
+    One autograd backward per row chunk of ``dtype`` (default the operator's) kernel rows; a
+    chunk holds at most ``block_elements / d`` values, since the backward of per-feature length
+    scales keeps one difference per feature.
+    """
+    def part():  # this process's rows
+        grad = torch.zeros_like(theta)
+        with torch.enable_grad():
+            leaf = theta.detach().requires_grad_(True)
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n * op.X64.shape[1])):
+                params = op.structure.params(leaf)
+                Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
+                value = contract(lo, hi, Kb)
+                if not value.requires_grad:  # a kernel part with no free hyperparameter
+                    continue
+                (g,) = torch.autograd.grad(value, leaf, allow_unused=True)
+                if g is not None:
+                    grad += g
+        return grad
+
+    return op.reduce(part).to(theta.dtype)
+
+
+def bilinear(op, theta, A, B):
+    r"""The scalar sum_j a_j^T K_theta b_j, differentiable with respect to ``theta``.
+
+    .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j,\quad
+              K_\theta = k_\theta(X, X) + (\text{noise} + \text{jitter}) I
+
+    Parameters
+    ----------
+    op : CovarianceOperator
+    theta : torch.Tensor of shape (n_theta,), float64
+        Log-hyperparameters laid out as ``kernel.theta``.
+    A, B : torch.Tensor of shape (n, t)
+        Constant columns (detached), in the operator's dtype.
+
+    Returns
+    -------
+    torch.Tensor, 0-d float64
+        Its gradient is sum_j a_j^T (dK/dtheta_i) b_j for every i, from one backward pass that
+        recomputes the kernel one row chunk at a time (memory chunk x n).
+    """
+    A, B = A.detach().to(op.dtype), B.detach().to(op.dtype)
+    kernel_part = _Bilinear.apply(theta, op, A, B)
+    params = op.structure.params(theta)
+    diag = (A.to(torch.float64) * B.to(torch.float64)).sum()
+    return kernel_part + (params["noise"] + op.jitter) * diag
