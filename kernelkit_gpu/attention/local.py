@@ -40,9 +40,9 @@ __all__ = ["local_attention", "local_fwd", "local_summaries", "LocalAttentionFun
            "TRITON_BLOCKS"]
 
 
-#: Largest block x BLOCK_D tile of the summaries kernel, by "16-bit input" (the sizes passed on the
-#: H200, 2026-11-26: float32 up to 128 x 64, 16-bit up to 128 x 128); past it the summaries are
-#: computed by torch (:func:`kernelkit_gpu.attention.local_naive.block_summaries`).
+#: Largest block x BLOCK_D tile of the summaries kernel, by "16-bit input" (the sizes that ran on
+#: the GPU, docs/benchmarks.md: float32 up to 128 x 64, 16-bit up to 128 x 128); past it the
+#: summaries are computed by torch (:func:`kernelkit_gpu.attention.local_naive.block_summaries`).
 SUMMARY_TILE_MAX = {False: 8192, True: 16384}
 
 
@@ -226,7 +226,7 @@ def local_summaries(q, k, v, *, block, scale):
     block_d, block_dv = _launch.block_size(D), _launch.block_size(DV)
     if block * max(block_d, block_dv) > SUMMARY_TILE_MAX[split]:
         # the kernel holds a whole block of q, k and v at once: float32 blocks of 128 x 128
-        # failed on the H200 (2026-11-26) and larger tiles were never run there; torch does it,
+        # failed on the GPU and larger tiles were never run; torch does it,
         # in float64 (O(T D) work; float32 lost 3e-4 of the bias to cancellation for k + 100)
         kbar, vb, bias = block_summaries(q.double(), k.double(), v.double(), block, scale)
         kb_hi.copy_(kbar)
