@@ -244,8 +244,8 @@ def test_bad_arguments_are_clear(rng, device):
 def test_causal_is_the_deprecated_name_of_is_causal(rng, device):
     """One name for the causal switch across the attention API (is_causal, as SDPA): the old
     keyword still works, with a FutureWarning, and means the same."""
-    from kernelkit.compare import compare
-    from kernelkit.compare.metrics import uniform_weights
+    from kernelkit.attention.comparison import compare
+    from kernelkit.attention.comparison.metrics import uniform_weights
     from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 
     q, k, v = qkv(rng, device, T=7, S=7)
@@ -333,7 +333,8 @@ def test_kernelkit_attention_docstrings_point_to_functions():
 
     docs = [ka.__doc__] + [getattr(ka, n).__doc__ for n in ka.__all__ if callable(getattr(ka, n))]
     targets = {t for doc in docs for t in re.findall(r":func:`([\w.]+)`", doc or "")}
-    assert "kernelkit.compare.compare" in targets and "kernelkit.compare.sweep" in targets
+    assert {"kernelkit.attention.comparison.compare",
+            "kernelkit.attention.comparison.sweep"} <= targets
     for target in targets:
         mod, _, attr = target.rpartition(".")
         obj = getattr(importlib.import_module(mod), attr) if mod else getattr(ka, attr)

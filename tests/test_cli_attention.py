@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 
 from kernelkit.cli import main
 from kernelkit.cli.attention import parse_lengths
-from kernelkit.compare.sweeps import SweepReport
-from kernelkit.compare import comparison, memory
+from kernelkit.attention.comparison.sweeps import SweepReport
+from kernelkit.attention.comparison import accuracy as comparison, memory
 from tests.cli_helpers import assert_clean_error, assert_one_line_error, run_cli, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -456,7 +456,8 @@ def test_long_sequences_are_refused_before_allocating(tmp_path, argv, fragments)
     assert not (tmp_path / "o").exists()
 
 
-_NO_PLAN = ("import sys, kernelkit.compare.memory as m; m.available_memory = lambda: None; "
+_NO_PLAN = ("import sys, kernelkit.attention.comparison.memory as m; "
+            "m.available_memory = lambda: None; "
             "from kernelkit.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
@@ -508,7 +509,7 @@ def test_compare_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypat
 def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch):
     import importlib
 
-    from kernelkit.compare import sweeps
+    from kernelkit.attention.comparison import sweeps
 
     # the estimate is of the plain-PyTorch CPU path: 3 calls (warm-up, 1 timed, memory) of
     # softmax at B·H·T²·D = 16² x 8, priced at 10 min in all
@@ -531,7 +532,7 @@ def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch
 _SLOW_THIRD_RUN = """\
 import sys
 import numpy as np
-import kernelkit.compare.measurement as m
+import kernelkit.attention.comparison.measurement as m
 real, calls = m.measure, []
 def measure(fn, **kwargs):
     calls.append(fn)

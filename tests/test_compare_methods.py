@@ -1,13 +1,15 @@
-"""kernelkit.compare.methods: spec parsing, weights against the kernelkit_math references,
-the torch fast paths, and Nyström attention (including its win over FAVOR+ on peaky heads)."""
+"""kernelkit.attention.comparison.methods: spec parsing, weights against the kernelkit_math
+references, the torch fast paths, and Nyström attention (including its win over FAVOR+ on peaky
+heads)."""
 
 import numpy as np
 import pytest
 import torch
 
 import kernelkit
-from kernelkit.compare.methods import EPS, SIGNED_GUARD, Method, method_names, parse_method
-from kernelkit.compare.nystrom import nystrom_attention, nystrom_weights
+from kernelkit.attention.comparison.methods import (EPS, SIGNED_GUARD, Method, method_names,
+                                                   parse_method)
+from kernelkit.attention.comparison.nystrom import nystrom_attention, nystrom_weights
 from kernelkit_math import attention as ref
 from kernelkit_math.random_features import FavorPlusMap, make_feature_map
 
@@ -286,7 +288,7 @@ def test_guard_refuses_an_initial_state(rng):
 
 
 def test_compare_reports_guarded_rows(rng):
-    from kernelkit.compare import compare
+    from kernelkit.attention.comparison import compare
 
     q, k, v = qkv(rng, lead=(1, 2), T=16, S=16)
     report = compare(q, k, v, ["softmax", "rff:1", "elu+1"], seeds=[0, 1], measure=False,
@@ -313,7 +315,7 @@ def test_random_methods_depend_on_the_seed(rng):
 def test_nystrom_with_every_query_and_key_as_landmark_is_softmax(rng, monkeypatch):
     # M = T = S: every query's row is a landmark row, fitted exactly by a coefficient vector
     # e_a >= 0; the fit reaches it as its iterations grow (64 leave ~3e-2 here; 20 000 reach 1e-6), up to FLOOR
-    from kernelkit.compare import nystrom
+    from kernelkit.attention.comparison import nystrom
 
     monkeypatch.setattr(nystrom, "NNLS_ITERATIONS", 20000)
     q, k, v = qkv(rng, T=6, S=6, sd=1.5)

@@ -16,9 +16,9 @@ import os
 import numpy as np
 import pytest
 
-from kernelkit.compare import metrics
-from kernelkit.compare.methods import parse_method
-from kernelkit.compare.qkv import load_qkv
+from kernelkit.attention.comparison import metrics
+from kernelkit.attention.comparison.methods import parse_method
+from kernelkit.attention.comparison.qkv import load_qkv
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "real_heads.npz")
 HEADS = 4  # of 12 per layer, for the time of the float64 weight matrices
@@ -124,7 +124,7 @@ def test_nystrom_torch_path_on_a_real_head(heads):
     # the fast path (float32 features, linear attention) stays a distribution too
     import torch
 
-    from kernelkit.compare.nystrom import nystrom_attention
+    from kernelkit.attention.comparison.nystrom import nystrom_attention
 
     q, k, v, _, _ = heads
     sl = (slice(0, 1), slice(0, 1), slice(0, 128))  # one head, its first 128 tokens
@@ -137,8 +137,8 @@ def test_nystrom_torch_path_on_a_real_head(heads):
 
 
 def test_compare_api_reports_nystrom_sane_on_a_real_head():
-    # what a user of kernelkit.compare.compare sees (one head of layer 4, its first 256 tokens)
-    from kernelkit.compare import compare
+    # what a user of kernelkit.attention.compare sees (one head of layer 4, its first 256 tokens)
+    from kernelkit.attention.comparison import compare
 
     q, k, v = (x[1:, 3:4, :256] for x in load_qkv(FIXTURE))
     report = compare(q, k, v, ["softmax", "nystrom:64", "rff:128"], seeds=[0], measure=False,
