@@ -590,14 +590,15 @@ def _select(flags):
 
 
 def feature_map_list_doc(**flags):
-    """Map names as a docstring list (``"identity"``, ``"elu+1"``, ``"favor+:M"``...): the
-    rows :func:`feature_map_names` keeps for ``flags``, each an inline literal of the quoted
-    string, comma-separated. Used with :func:`kernelkit_math.registry.fill_doc`."""
+    """The names :func:`feature_map_names` gives for ``flags`` as a docstring list: each an
+    inline literal of the quoted string (``"favor+:M"``), comma-separated. Used with
+    :func:`kernelkit_math.registry.fill_doc`, so that no docstring lists the maps by hand."""
     return ", ".join(f'``"{form}"``' for form in feature_map_names(**flags))
 
 
 def feature_map_set_doc(**flags):
-    """Map names as a numpydoc type set: ``{"identity", "elu+1", "relu"}``."""
+    """The names :func:`feature_map_names` gives for ``flags`` as a numpydoc type set, each
+    quoted, in braces."""
     return "{" + ", ".join(f'"{form}"' for form in feature_map_names(**flags)) + "}"
 
 

@@ -271,6 +271,17 @@ def test_help_lists_the_commands(capsys):
     assert ".safetensors" in help_text and "favor+:M" in help_text
 
 
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_help_lists_every_registry_feature_map(capsys, command):
+    """The --method help is read from the feature-map registry: each map with its summary."""
+    from kernelkit_math.random_features import FEATURE_MAPS
+
+    assert main(["attention", command, "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for spec in FEATURE_MAPS.values():
+        assert any(line.split() == [spec.form, *spec.summary.split()] for line in lines), spec.name
+
+
 @pytest.mark.parametrize("text, expected", [
     ("512", [512]), ("16, 32,64", [16, 32, 64]), ("512..4096", [512, 1024, 2048, 4096]),
     ("3..20", [3, 6, 12]), ("8..8", [8]),

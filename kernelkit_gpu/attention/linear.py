@@ -65,8 +65,8 @@ WAVES = 8
 def _plan_segments(n_pos, bh, dv, device, chunk):
     """(positions per segment, segment count): about :data:`WAVES` waves of programs.
 
-    8 waves for the state sums too: on an H200 at B1 H16 T65536 D128 non-causal (forward, elu+1),
-    4 waves for the state sums took 0.83 ms, 8 waves 0.71 ms, 16 waves 0.73 ms (docs/decisions.md).
+    8 waves for the state sums too: on an sm_90 GPU at B1 H16 T65536 D128 non-causal (forward,
+    elu+1), 4 waves for the state sums took 0.83 ms, 8 waves 0.71 ms, 16 waves 0.73 ms.
     """
     seg = LC.segment_length(n_pos, bh, triton.cdiv(dv, 64), device, _chunk_multiple(chunk), WAVES)
     return seg, triton.cdiv(max(n_pos, 1), seg)

@@ -374,7 +374,7 @@ def _chunk_configs(dc_pad, chunk, causal, fp32):
     Causal 16-bit: 4 warps (one warpgroup) with CHUNK = 64, never 8. Triton 3.6 gives the score
     product a b^T, being chained into p c, all the warps along M (warpsPerCTA [8, 1]); with
     M = CHUNK = 64 the second warpgroup holds a replica of the 64 rows, and kernels so laid out
-    read shared memory out of range (compute-sanitizer on an H100, 2026-11-22: "out-of-range
+    read shared memory out of range (compute-sanitizer on an sm_90 GPU: "out-of-range
     shared or local address" in the wgmma of a b^T where a comes straight from shared memory
     (dK's v), and in the forward's row sums of p at D = 128; an illegal memory access without
     it, which killed the CUDA context). With 4 warps sm_90 ptxas reports at D = 128, bfloat16:

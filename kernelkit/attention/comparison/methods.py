@@ -151,8 +151,8 @@ class Method:
     label : str
         Name for tables and legends.
     family : str
-        What groups points of an error-vs-feature-count curve: ``"softmax"``, ``"favor+"``,
-        ``"rff"``, ``"elu+1"``, ``"nystrom"``, ``"kernel:rbf"``...
+        What groups points of an error-vs-feature-count curve: ``"softmax"``, a feature map's
+        name without its size (``"favor+"``), ``"nystrom"``, ``"kernel:rbf"``...
     n_features : int or None
         Features (or landmarks) per head: the width of the linear-attention state; None for
         exact methods (softmax, kernel smoothers).

@@ -61,9 +61,8 @@ accuracy where the signed form was well conditioned: on diffuse i.i.d. synthetic
 form's 0.42 / 0.33 / 0.20 (uniform 0.48); on peaky clustered heads it stays ahead of FAVOR+
 (tests/test_compare_methods.py).
 
-Cost: O((T + S) M D + T M² NNLS_ITERATIONS) per head. Measured on an H200 before the
-non-negative fit (signed form, ``kernelkit.attention.comparison.sweeps``, B=1 H=8 D=64 bfloat16,
-forward,
+Cost: O((T + S) M D + T M² NNLS_ITERATIONS) per head. Measured on a GPU (sm_90) before the
+non-negative fit (signed form, ``kernelkit.attention.sweep``, B=1 H=8 D=64 bfloat16, forward,
 non-causal): at T = 65536, ``nystrom:64`` 13.0 ms (landmark selection 8.9 ms of it) against
 ``favor+:64`` 1.8 ms and softmax 20.2 ms; the fit adds T M² 64 multiply-adds per head, not yet
 timed on the GPU. Nyström buys accuracy, not speed.
