@@ -1,9 +1,10 @@
 """Accuracy of Nyström attention vs FAVOR+ at equal feature budget M, diffuse to peaky heads.
 
-Runs :func:`kernelkit.compare.comparison` (float64 metrics, no timing) on synthetic heads of three
+Runs :func:`kernelkit.attention.compare` (float64 metrics, no timing) on synthetic heads of three
 kinds, each at several temperatures (the spread of the scaled scores):
 
-- ``iid``: q, k with i.i.d. N(0, temperature) entries (``kernelkit.compare.qkv.synthetic_qkv``);
+- ``iid``: q, k with i.i.d. N(0, temperature) entries
+  (``kernelkit.attention.comparison.qkv.synthetic_qkv``);
 - ``clustered``: keys in 16 clusters, each query near the centre of a random cluster (tokens of a
   few kinds, a query looking for one kind);
 - ``offset``: queries share a common direction (every query looks for the same feature, as heads
@@ -30,10 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from kernelkit.compare import compare  # noqa: E402
-from kernelkit.compare.qkv import synthetic_qkv  # noqa: E402
+from kernelkit.attention.comparison import compare  # noqa: E402
+from kernelkit.attention.comparison.qkv import synthetic_qkv  # noqa: E402
 from kernelkit._util.io import write_text_atomic  # noqa: E402
-from kernelkit.compare.report import _encode  # noqa: E402
+from kernelkit.attention.comparison.report import _encode  # noqa: E402
 
 
 def clustered_qkv(heads, T, d, temperature, seed, clusters=16, spread=0.3):

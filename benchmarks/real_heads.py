@@ -10,7 +10,7 @@ T = 512 tokens, the model's longest input.
 The encoder runs here in plain torch, float64, from the safetensors weights (embeddings +
 LayerNorm + 6 post-LayerNorm layers, :func:`encode`); q, k, v are taken after each layer's
 Q/K/V projections, before any scaling. The model scales scores by 1/sqrt(32), which is the
-default scale of :func:`kernelkit.compare.compare` at D = 32, so the arrays go in as they are.
+default scale of :func:`kernelkit.attention.compare` at D = 32, so the arrays go in as they are.
 
 Two jobs, one script:
 
@@ -211,7 +211,7 @@ RANK = 128
 
 def fixture_heads(path):
     """q, k, v (layers, 12, 512, 32) and the metadata of a fixture file."""
-    from kernelkit.compare.qkv import load_qkv
+    from kernelkit.attention.comparison.qkv import load_qkv
 
     q, k, v = load_qkv(path)
     with np.load(path, allow_pickle=False) as f:
@@ -281,8 +281,8 @@ def fast_paths(report, q, k, v, device):
     is as sane as the reference on real heads."""
     import torch
 
-    from kernelkit.compare import metrics
-    from kernelkit.compare.methods import parse_method
+    from kernelkit.attention.comparison import metrics
+    from kernelkit.attention.comparison.methods import parse_method
 
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     o_ref = parse_method("softmax", q.shape[-1]).output(q64, k64, v64)
@@ -301,8 +301,8 @@ def fast_paths(report, q, k, v, device):
 
 
 def run_table(args):
-    from kernelkit.compare import compare
-    from kernelkit.compare.report import _encode
+    from kernelkit.attention.comparison import compare
+    from kernelkit.attention.comparison.report import _encode
 
     if args.all_layers:
         q, k, v, meta = all_layer_heads()

@@ -9,8 +9,8 @@ SVG) to OUT_DIR, or to a new temporary directory. T is the sequence length (defa
 import sys
 import tempfile
 
-from kernelkit.compare import compare
-from kernelkit.compare.qkv import synthetic_qkv
+from kernelkit.attention import compare
+from kernelkit.attention.comparison.qkv import synthetic_qkv
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="kernelkit-compare-")
 T = int(sys.argv[2]) if len(sys.argv) > 2 else 256

@@ -60,7 +60,8 @@ import warnings
 
 import numpy as np
 
-from kernelkit_math.random_features import FeatureMap, _make
+from kernelkit_math.random_features import FeatureMap, _make, feature_map_list_doc
+from kernelkit_math.registry import fill_doc
 
 __all__ = [
     "repeat_kv",
@@ -512,6 +513,8 @@ def _apply_map(phi, x, name):
     return fx
 
 
+@fill_doc(maps=feature_map_list_doc(), positive=feature_map_list_doc(sign="positive"),
+          signed=feature_map_list_doc(sign="signed"))
 def linear_attention(
     q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left", normalize=True,
     eps=1e-6, form="parallel", initial_state=None, return_state=False, seed=0, causal=None,
@@ -545,8 +548,8 @@ def linear_attention(
       when i + shift < 0); without ``is_causal`` every query reads the state after the last key.
 
     In float64 the two forms agree to ~1e-14 relative whenever the denominators are not tiny
-    (positive maps: elu+1, favor+, hyp-favor+, taylor2). Signed maps (identity, rff) can give
-    denominators near 0, where both forms are ill-conditioned and differ by rounding / den.
+    (the maps of positive weights: {positive}). Denominators near 0, where both forms are
+    ill-conditioned and differ by rounding / den, come with the signed maps: {signed}.
 
     Signed maps: the guard. The weights phi(q_i)·phi(k_j) of a signed map can cancel, so
     den_i can be ~0 or negative and out_i huge (on the heads of a pretrained encoder, rff:128
@@ -571,10 +574,9 @@ def linear_attention(
     k : array_like, shape (..., S, D)
     v : array_like, shape (..., S, Dv)
     feature_map : str or callable
-        A name for :func:`kernelkit_math.random_features.make_feature_map` (``"identity"``,
-        ``"elu+1"``, ``"relu"``, ``"favor+:M"``, ``"favor+orth:M"``, ``"hyp-favor+:M"``,
-        ``"rff:M"``, ``"taylor2"``), built with D = q.shape[-1] and ``seed``; or a feature-map
-        object (any callable (..., D) -> (..., M)), applied to both q and k.
+        A name for :func:`kernelkit_math.random_features.make_feature_map` ({maps}), built
+        with D = q.shape[-1] and ``seed``; or a feature-map object (any callable (..., D) ->
+        (..., M)), applied to both q and k.
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"

@@ -5,14 +5,12 @@ phi(x)·phi(y) is (exactly, in expectation, or approximately) a kernel k(x, y). 
 (:func:`kernelkit_math.attention.linear_attention`) replaces the softmax weight exp(scale q·k)
 by phi(q)·phi(k), which makes the cost linear in the sequence length.
 
-- ``identity``: :class:`IdentityMap`, kernel ``("linear", {})``, exact;
-- ``elu+1``: :class:`EluPlusOneMap`, no closed-form kernel (``kernel`` is None);
-- ``relu``: :class:`ReluMap`, no closed-form kernel;
-- ``favor+:M`` and ``favor+orth:M``: :class:`FavorPlusMap`, ``("exponential", {"scale": s})``,
-  unbiased (i.i.d. or block-orthogonal Gaussian weights);
-- ``hyp-favor+:M``: :class:`HyperbolicFavorMap` (2M features), exponential kernel, unbiased;
-- ``rff:M``: :class:`RandomFourierMap`, ``("rbf", {"gamma": g})``, unbiased;
-- ``taylor2``: :class:`Taylor2Map`, exponential kernel truncated after the quadratic term.
+The feature-map registry (:data:`FEATURE_MAPS`, one :class:`FeatureMapSpec` per map, as
+:mod:`kernelkit_math.registry` is for kernels) names every map with its width, the sign of its
+weights, its kernel, its float64 phi (and phi' for the maps fused into the Triton kernels) and
+its fused code; :func:`make_feature_map` builds a map from its name. The maps, from the registry:
+
+{registry}
 
 Every map has ``name`` (its canonical spec string), ``kernel`` (registry name and parameters, or
 None), ``relation`` ("exact", "unbiased", "taylor2" or None), ``seed`` (None for deterministic maps),
@@ -35,11 +33,17 @@ from __future__ import annotations
 
 import math
 import numbers
+import textwrap
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import numpy as np
 
+from kernelkit_math.registry import fill_doc
+
 __all__ = [
     "FeatureMap",
+    "ElementwiseMap",
     "IdentityMap",
     "EluPlusOneMap",
     "ReluMap",
@@ -49,6 +53,11 @@ __all__ = [
     "Taylor2Map",
     "make_feature_map",
     "feature_map_names",
+    "FeatureMapSpec",
+    "FEATURE_MAPS",
+    "get_feature_map",
+    "feature_map_list_doc",
+    "feature_map_set_doc",
     "gaussian_weights",
     "orthogonal_gaussian_weights",
 ]
@@ -176,56 +185,56 @@ class FeatureMap:
         return f"<{type(self).__name__} {self.name!r} d={self.d} seed={self.seed}>"
 
 
-class IdentityMap(FeatureMap):
-    """phi(x) = x: phi(q)·phi(k) = q·k, the linear kernel, exactly. M = D."""
+class ElementwiseMap(FeatureMap):
+    """phi applied to each entry, with the float64 ``phi`` of its registry row; M = D.
 
-    name = "identity"
-    kernel = ("linear", {})
-    relation = "exact"
+    Parameters
+    ----------
+    name : str
+        A registry row with an elementwise ``phi`` (``"elu+1"``, ``"relu"``...).
+    d : int or None
+        Input dimension D; None: any.
+    """
 
-    def __init__(self, d=None):
+    def __init__(self, name, d=None):
+        spec = get_feature_map(name)
+        if spec.phi is None:
+            raise ValueError(f"feature map {name!r} is not elementwise")
+        self.name, self._phi = spec.name, spec.phi
+        self.kernel = None if spec.kernel is None else (spec.kernel, {})
+        self.relation = spec.relation
         self.d = None if d is None else _check_dim(d)
 
     def _width(self, d):
         return d
 
     def __call__(self, x):
-        return _as_input(x, self.d).copy()
+        return self._phi(_as_input(x, self.d))
 
 
-class EluPlusOneMap(FeatureMap):
+class IdentityMap(ElementwiseMap):
+    """phi(x) = x: phi(q)·phi(k) = q·k, the linear kernel, exactly. M = D."""
+
+    def __init__(self, d=None):
+        super().__init__("identity", d)
+
+
+class EluPlusOneMap(ElementwiseMap):
     """phi(x) = elu(x) + 1 (x + 1 for x > 0, exp(x) otherwise), elementwise; strictly positive.
 
     The map of Katharopoulos et al. (2020); phi(q)·phi(k) is no closed-form kernel (``kernel`` is
     None). M = D.
     """
 
-    name = "elu+1"
-
     def __init__(self, d=None):
-        self.d = None if d is None else _check_dim(d)
-
-    def _width(self, d):
-        return d
-
-    def __call__(self, x):
-        x = _as_input(x, self.d)
-        return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+        super().__init__("elu+1", d)
 
 
-class ReluMap(FeatureMap):
+class ReluMap(ElementwiseMap):
     """phi(x) = max(x, 0) elementwise; non-negative (denominators may be 0: they are guarded)."""
 
-    name = "relu"
-
     def __init__(self, d=None):
-        self.d = None if d is None else _check_dim(d)
-
-    def _width(self, d):
-        return d
-
-    def __call__(self, x):
-        return np.maximum(_as_input(x, self.d), 0.0)
+        super().__init__("relu", d)
 
 
 class _ExpFeatureMap(FeatureMap):
@@ -424,33 +433,192 @@ class Taylor2Map(FeatureMap):
         return np.concatenate([ones, math.sqrt(s) * x, (s / math.sqrt(2.0)) * outer], axis=-1)
 
 
-# ------------------------------------------------------------------------------- factory
-_SIZED = {"favor+", "favor+orth", "hyp-favor+", "rff"}
-_UNSIZED = {"identity", "elu+1", "relu", "taylor2"}
+# ------------------------------------------------------------------------------ registry
+@dataclass(frozen=True)
+class FeatureMapSpec:
+    """One feature map of the registry (:data:`FEATURE_MAPS`).
+
+    Attributes
+    ----------
+    name : str
+        The map's name; a sized map is written with its size, ``name:M`` (``"favor+:256"``).
+    summary : str
+        One line for help texts and docs.
+    sign : {"positive", "non-negative", "signed"}
+        Sign of the weights phi(q)·phi(k): > 0; >= 0 (a denominator can be 0, the guard
+        max(den, eps) applies); either (denominators can cancel: guard them, see
+        ``linear_attention(guard=)``).
+    width : callable
+        ``width(d, m)``: M, the number of features for input dimension D (and size m of a sized
+        map, None otherwise).
+    sized : bool
+        Takes its number of random vectors after a colon.
+    params : tuple of str
+        The kernel parameters it takes (``scale``, ``gamma``), validated by the kernel registry.
+    kernel, relation : str or None
+        The registry kernel phi(x)·phi(y) targets and how: ``"exact"``, ``"unbiased"``,
+        ``"taylor2"`` (truncated series); None where there is no closed-form kernel.
+    build : callable or None
+        ``build(d, m, seed, **params)``: the float64 :class:`FeatureMap` (the reference phi).
+        None: an :class:`ElementwiseMap` of ``phi``.
+    phi, dphi : callable or None
+        Elementwise maps only: the float64 phi(x) and its derivative phi'(x), entry by entry
+        (the derivative is what the Triton backward multiplies gradients by).
+    fused : int or None
+        The map's code inside the Triton linear-attention kernels (their constexpr ``MAP``),
+        which apply phi and phi' as they load q and k; None: the map runs as its own torch op
+        (``kernelkit_gpu.feature_maps``) before the kernels.
+
+    The torch phi of every row is ``kernelkit_gpu.feature_maps.TORCH_MAPS[name]``.
+    """
+
+    name: str
+    summary: str
+    sign: str
+    width: Callable = lambda d, m: d
+    sized: bool = False
+    params: tuple = ()
+    kernel: Optional[str] = None
+    relation: Optional[str] = None
+    build: Optional[Callable] = None
+    phi: Optional[Callable] = None
+    dphi: Optional[Callable] = None
+    fused: Optional[int] = None
+
+    @property
+    def form(self):
+        """How a name is written: ``"elu+1"``, or ``"favor+:M"`` for a sized map."""
+        return f"{self.name}:M" if self.sized else self.name
+
+    def make(self, d, m=None, seed=0, **params):
+        """The float64 :class:`FeatureMap` of this row for input dimension ``d``."""
+        if self.build is None:
+            return ElementwiseMap(self.name, d)
+        return self.build(d, m, seed, **params)
 
 
-def feature_map_names():
-    """The spec names :func:`make_feature_map` accepts (sized ones take ``":M"``)."""
-    return ("identity", "elu+1", "relu", "favor+:M", "favor+orth:M", "hyp-favor+:M", "rff:M",
-            "taylor2")
+def _elu_plus_one(x):
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def _elu_plus_one_grad(x):
+    return np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))
+
+
+def _favor(orthogonal):
+    return lambda d, m, seed, **p: FavorPlusMap(d, m, seed=seed, orthogonal=orthogonal, **p)
+
+
+#: The feature-map registry: one :class:`FeatureMapSpec` per map, in the order help texts list
+#: them. The factory, the torch twins, the Triton dispatch, the comparison tool, the command line
+#: and the tests all read it.
+FEATURE_MAPS = {spec.name: spec for spec in [
+    FeatureMapSpec(
+        "identity", "phi(x) = x: the linear kernel, exactly", "signed",
+        kernel="linear", relation="exact", build=lambda d, m, seed: IdentityMap(d),
+        phi=lambda x: x.copy(), dphi=np.ones_like, fused=0),
+    FeatureMapSpec(
+        "elu+1", "elu(x) + 1 entrywise (Katharopoulos et al., 2020)", "positive",
+        build=lambda d, m, seed: EluPlusOneMap(d), phi=_elu_plus_one, dphi=_elu_plus_one_grad,
+        fused=1),
+    FeatureMapSpec(
+        "relu", "max(x, 0) entrywise", "non-negative", build=lambda d, m, seed: ReluMap(d),
+        phi=lambda x: np.maximum(x, 0.0), dphi=lambda x: np.where(x > 0, 1.0, 0.0), fused=2),
+    FeatureMapSpec(
+        "favor+", "positive random features of exp (FAVOR+), M features",
+        "positive", width=lambda d, m: m, sized=True, params=("scale",), kernel="exponential",
+        relation="unbiased", build=_favor(False)),
+    FeatureMapSpec(
+        "favor+orth", "FAVOR+ with block-orthogonal random vectors, M features", "positive",
+        width=lambda d, m: m, sized=True, params=("scale",), kernel="exponential",
+        relation="unbiased", build=_favor(True)),
+    FeatureMapSpec(
+        "hyp-favor+", "hyperbolic FAVOR+ of exp, 2M features", "positive",
+        width=lambda d, m: 2 * m, sized=True, params=("scale",), kernel="exponential",
+        relation="unbiased",
+        build=lambda d, m, seed, **p: HyperbolicFavorMap(d, m, seed=seed, **p)),
+    FeatureMapSpec(
+        "rff", "random Fourier features of the RBF kernel, M features", "signed",
+        width=lambda d, m: m, sized=True, params=("gamma",), kernel="rbf", relation="unbiased",
+        build=lambda d, m, seed, **p: RandomFourierMap(d, m, seed=seed, **p)),
+    FeatureMapSpec(
+        "taylor2", "second-order Taylor features of exp, 1 + D + D^2 features",
+        "positive", width=lambda d, m: 1 + d + d * d, params=("scale",), kernel="exponential",
+        relation="taylor2", build=lambda d, m, seed, **p: Taylor2Map(d, **p)),
+]}
+
+
+def get_feature_map(name):
+    """The :class:`FeatureMapSpec` of a map name (``"elu+1"``; ``"favor+"`` or ``"favor+:256"``).
+
+    Raises
+    ------
+    ValueError
+        If no map has that name (the message lists the known names).
+    """
+    base = name.partition(":")[0].strip() if isinstance(name, str) else name
+    if base not in FEATURE_MAPS:
+        known = ", ".join(repr(n) for n in feature_map_names())
+        raise ValueError(f"unknown feature map {name!r}; known: {known}")
+    return FEATURE_MAPS[base]
+
+
+def feature_map_names(**flags):
+    """The spec names :func:`make_feature_map` accepts (sized ones written ``"name:M"``), in
+    registry order.
+
+    Parameters
+    ----------
+    **flags
+        Keep only the rows whose attributes have these values (``sign="signed"``, ``sized=True``)
+        or, for ``fused=True``, a fused code.
+
+    Examples
+    --------
+    >>> feature_map_names(sign="non-negative")
+    ('relu',)
+    """
+    return tuple(spec.form for spec in _select(flags))
+
+
+def _select(flags):
+    def keep(spec):
+        return all((getattr(spec, key) is not None) == value if key == "fused"
+                   else getattr(spec, key) == value for key, value in flags.items())
+
+    return [spec for spec in FEATURE_MAPS.values() if keep(spec)]
+
+
+def feature_map_list_doc(**flags):
+    """The names :func:`feature_map_names` gives for ``flags`` as a docstring list: each an
+    inline literal of the quoted string (``"favor+:M"``), comma-separated. Used with
+    :func:`kernelkit_math.registry.fill_doc`, so that no docstring lists the maps by hand."""
+    return ", ".join(f'``"{form}"``' for form in feature_map_names(**flags))
+
+
+def feature_map_set_doc(**flags):
+    """The names :func:`feature_map_names` gives for ``flags`` as a numpydoc type set, each
+    quoted, in braces."""
+    return "{" + ", ".join(f'"{form}"' for form in feature_map_names(**flags)) + "}"
 
 
 def _make(spec, d, seed=0, argname="spec", **params):
     if not isinstance(spec, str):
         raise TypeError(f"{argname} must be a feature-map name or object; got {spec!r}")
     base, sep, size = spec.strip().partition(":")
-    known = ", ".join(repr(n) for n in feature_map_names())
-    if base not in _SIZED | _UNSIZED:
-        raise ValueError(f"{argname}: unknown feature map {spec!r}; known: {known}")
-    if base in _UNSIZED:
+    try:
+        row = get_feature_map(base)
+    except ValueError:
+        known = ", ".join(repr(n) for n in feature_map_names())
+        raise ValueError(f"{argname}: unknown feature map {spec!r}; known: {known}") from None
+    unknown = sorted(set(params) - set(row.params))
+    if unknown:
+        takes = f"only {', '.join(row.params)}" if row.params else "no parameters"
+        raise TypeError(f"{argname}: feature map {base!r} takes {takes}; got {unknown}")
+    if not row.sized:
         if sep:
             raise ValueError(f"{argname}: feature map {base!r} takes no size; got {spec!r}")
-        if base == "taylor2":
-            return Taylor2Map(d, **params)
-        if params:
-            raise TypeError(f"{argname}: feature map {base!r} takes no parameters; "
-                            f"got {sorted(params)}")
-        return {"identity": IdentityMap, "elu+1": EluPlusOneMap, "relu": ReluMap}[base](d)
+        return row.make(d, None, seed, **params)
     try:
         m = int(size)
     except ValueError:
@@ -458,28 +626,26 @@ def _make(spec, d, seed=0, argname="spec", **params):
     if m is None or m < 1 or m > MAX_FEATURES or size.strip() != str(m):
         raise ValueError(f"{argname}: {spec!r} needs a size M in [1, {MAX_FEATURES}] after ':', "
                          f"e.g. '{base}:256'")
-    if base == "rff":
-        return RandomFourierMap(d, m, seed=seed, **params)
-    if base == "hyp-favor+":
-        return HyperbolicFavorMap(d, m, seed=seed, **params)
-    return FavorPlusMap(d, m, seed=seed, orthogonal=(base == "favor+orth"), **params)
+    return row.make(d, m, seed, **params)
 
 
+@fill_doc(maps=feature_map_list_doc(sized=False), sized=feature_map_list_doc(sized=True))
 def make_feature_map(spec, d, seed=0, **params):
     """Build a feature map from its name.
 
     Parameters
     ----------
     spec : str
-        One of ``"identity"``, ``"elu+1"``, ``"relu"``, ``"taylor2"``, or a random map with its
-        size M: ``"favor+:M"``, ``"favor+orth:M"``, ``"hyp-favor+:M"`` (2M features), ``"rff:M"``.
+        One of {maps}, or a random map with its size M: {sized} (the widths:
+        :data:`FEATURE_MAPS`).
     d : int
         Input dimension D.
     seed : int
         Seed of the random weights (ignored by deterministic maps).
     **params
-        Kernel parameters: ``scale`` for favor+, favor+orth, hyp-favor+ and taylor2 (None: 1/sqrt(D));
-        ``gamma`` for rff (None: 1/D). Validated by the registry.
+        Kernel parameters (a row's ``params``): ``scale`` for the maps of the exponential kernel
+        (None: 1/sqrt(D)), ``gamma`` for the RBF kernel's (None: 1/D). Validated by the kernel
+        registry.
 
     Returns
     -------
@@ -498,3 +664,15 @@ def make_feature_map(spec, d, seed=0, **params):
     ('rbf', {'gamma': 0.5})
     """
     return _make(spec, d, seed, "spec", **params)
+
+
+def _registry_doc():
+    """One line per registry row, for the module docstring."""
+    return "\n".join(textwrap.fill(
+        f"- ``{spec.form}``: {spec.summary} ({spec.sign}"
+        + (", fused into the Triton kernels)" if spec.fused is not None else ")"),
+        width=96, subsequent_indent="  ") for spec in FEATURE_MAPS.values())
+
+
+if __doc__:  # None under python -OO
+    __doc__ = __doc__.replace("{registry}", _registry_doc())

@@ -16,7 +16,7 @@ import torch
 import kernelkit
 from kernelkit import attention as ka
 from kernelkit_math import attention as ref
-from kernelkit_math.random_features import make_feature_map
+from kernelkit_math.random_features import feature_map_names, get_feature_map, make_feature_map
 from tests.conftest import TOL
 from tests.gpu_cases import spy_calls
 
@@ -244,8 +244,8 @@ def test_bad_arguments_are_clear(rng, device):
 def test_causal_is_the_deprecated_name_of_is_causal(rng, device):
     """One name for the causal switch across the attention API (is_causal, as SDPA): the old
     keyword still works, with a FutureWarning, and means the same."""
-    from kernelkit.compare import compare
-    from kernelkit.compare.metrics import uniform_weights
+    from kernelkit.attention.comparison import compare
+    from kernelkit.attention.comparison.metrics import uniform_weights
     from kernelkit_gpu.attention.linear_naive import linear_attention_naive
 
     q, k, v = qkv(rng, device, T=7, S=7)
@@ -333,8 +333,109 @@ def test_kernelkit_attention_docstrings_point_to_functions():
 
     docs = [ka.__doc__] + [getattr(ka, n).__doc__ for n in ka.__all__ if callable(getattr(ka, n))]
     targets = {t for doc in docs for t in re.findall(r":func:`([\w.]+)`", doc or "")}
-    assert "kernelkit.compare.compare" in targets and "kernelkit.compare.sweep" in targets
+    assert {"kernelkit.attention.comparison.compare",
+            "kernelkit.attention.comparison.sweep"} <= targets
     for target in targets:
         mod, _, attr = target.rpartition(".")
         obj = getattr(importlib.import_module(mod), attr) if mod else getattr(ka, attr)
         assert callable(obj) and not isinstance(obj, type(importlib)), target
+
+
+# ------------------------------------------------------------------------------- backend=
+#: Each public function on small float32 inputs, with its keyword arguments.
+CALLS = {
+    "softmax": lambda q, k, v, **kw: ka.softmax_attention(q, k, v, is_causal=True, **kw),
+    "linear": lambda q, k, v, **kw: ka.linear_attention(q, k, v, "elu+1", is_causal=True, **kw),
+    "kernel": lambda q, k, v, **kw: ka.kernel_attention(q, k, v, "rbf", **kw),
+    "local": lambda q, k, v, **kw: ka.local_attention(q, k, v, block=16, is_causal=True, **kw),
+}
+#: The entry points of local attention, beside :data:`ENTRY_POINTS`.
+LOCAL_ENTRY_POINTS = [("kernelkit_gpu.attention.local", "local_attention", "triton"),
+                      ("kernelkit_gpu.attention.local_naive", "local_attention_naive", "torch")]
+
+
+def spy_all_paths(monkeypatch):
+    """The paths every entry point called (softmax, linear, kernel and local attention) ran."""
+    calls = [spy_entry_points(monkeypatch),
+             spy_calls(monkeypatch, [(importlib.import_module(mod), name, (path, name))
+                                     for mod, name, path in LOCAL_ENTRY_POINTS])]
+    return lambda: {path for spied in calls for path, _ in spied}
+
+
+@pytest.mark.usefixtures("triton_can_run")
+@pytest.mark.parametrize("backend", ["auto", "triton", "torch"])
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_backend_picks_the_path(rng, device, monkeypatch, call, backend):
+    """backend="torch" runs the plain-PyTorch twin on any device, "triton" the Triton kernels,
+    "auto" the Triton kernels where they run (CUDA, or the CPU under the interpreter); the
+    results agree (float32 sums in another order)."""
+    q, k, v = qkv(rng, device, T=20, S=20)
+    paths = spy_all_paths(monkeypatch)
+    out = CALLS[call](q, k, v, backend=backend)
+    assert paths() == {"torch" if backend == "torch" else "triton"}
+    twin = CALLS[call](q, k, v, backend="torch")
+    np.testing.assert_allclose(out.double().cpu().numpy(), twin.double().cpu().numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_backend_torch_takes_float64_and_triton_refuses_it(rng, device, call):
+    q, k, v = qkv(rng, device, T=20, S=20, dtype=torch.float64)
+    assert CALLS[call](q, k, v, backend="torch").dtype == torch.float64
+    with pytest.raises(ValueError, match=r"backend='triton' cannot run this call on the Triton "
+                                         r"kernels: they take float16, bfloat16 or float32 "
+                                         r"tensors, and q is torch.float64"):
+        CALLS[call](q, k, v, backend="triton")
+
+
+def test_backend_triton_says_why_it_cannot_run(rng, device, monkeypatch):
+    """What backend="auto" quietly runs on the PyTorch path, "triton" refuses by name."""
+    from kernelkit_gpu import _launch
+
+    q, k, v = qkv(rng, device, T=20, S=20)
+    why = r"backend='triton' cannot run this call on the Triton kernels: "
+    with pytest.raises(ValueError, match=why + r"they have no guard"):
+        ka.linear_attention(q, k, v, "identity", guard=0.5, backend="triton")
+    with pytest.raises(ValueError, match=why + r"they take maps of at most 256 features and "
+                                               r"Dv <= 256; got 273 features and Dv = 16"):
+        ka.linear_attention(q, k, v, "taylor2", backend="triton")  # 1 + 16 + 16^2 features
+    with pytest.raises(ValueError, match=why + r"they take blocks of 16, 32, 64, 128 positions; "
+                                               r"got 5"):
+        ka.local_attention(q, k, v, block=5, backend="triton")
+    if device == "cpu":
+        monkeypatch.setattr(_launch, "INTERPRET", False)
+        for call in CALLS.values():
+            with pytest.raises(ValueError, match=why + r"q is on the CPU and the Triton "
+                                                       r"interpreter is off"):
+                call(q, k, v, backend="triton")
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_backend_must_be_a_known_name(rng, device, call):
+    q, k, v = qkv(rng, device, T=20, S=20)
+    with pytest.raises(ValueError, match=r"backend must be one of 'auto', 'triton', 'torch'; "
+                                         r"got 'cuda'"):
+        CALLS[call](q, k, v, backend="cuda")
+    with pytest.raises(TypeError, match=r"backend must be one of 'auto', 'triton', 'torch'; "
+                                        r"got None"):
+        CALLS[call](q, k, v, backend=None)
+
+
+@pytest.mark.usefixtures("triton_can_run")
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("feature_map", [form.replace(":M", ":8")
+                                         for form in feature_map_names()])
+def test_every_feature_map_on_each_backend(rng, device, feature_map, backend):
+    """Every map of the feature-map registry through the public function, on both paths,
+    against the float64 reference (a new registry row is covered here with no edit); signed
+    maps with their guard, which only the PyTorch path has."""
+    q, k, v = qkv(rng, device, T=20, S=20, D=4)
+    kw = dict(is_causal=True, seed=3)
+    guard = 0.5 if get_feature_map(feature_map).sign == "signed" else None
+    if guard is not None and backend == "triton":
+        with pytest.raises(ValueError, match="they have no guard"):
+            ka.linear_attention(q, k, v, feature_map, guard=guard, backend=backend, **kw)
+        return
+    out = ka.linear_attention(q, k, v, feature_map, guard=guard, backend=backend, **kw)
+    want = ref.linear_attention(*as64(q, k, v), feature_map=feature_map, guard=guard, **kw)
+    np.testing.assert_allclose(out.double().cpu().numpy(), want, rtol=1e-4, atol=1e-5)

@@ -17,8 +17,8 @@ from safetensors.torch import save_file
 
 from kernelkit.cli import main
 from kernelkit.cli.attention import parse_lengths
-from kernelkit.compare.sweeps import SweepReport
-from kernelkit.compare import comparison, memory
+from kernelkit.attention.comparison.sweeps import SweepReport
+from kernelkit.attention.comparison import accuracy as comparison, memory
 from tests.cli_helpers import assert_clean_error, assert_one_line_error, run_cli, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,6 +271,17 @@ def test_help_lists_the_commands(capsys):
     assert ".safetensors" in help_text and "favor+:M" in help_text
 
 
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_help_lists_every_registry_feature_map(capsys, command):
+    """The --method help is read from the feature-map registry: each map with its summary."""
+    from kernelkit_math.random_features import FEATURE_MAPS
+
+    assert main(["attention", command, "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for spec in FEATURE_MAPS.values():
+        assert any(line.split() == [spec.form, *spec.summary.split()] for line in lines), spec.name
+
+
 @pytest.mark.parametrize("text, expected", [
     ("512", [512]), ("16, 32,64", [16, 32, 64]), ("512..4096", [512, 1024, 2048, 4096]),
     ("3..20", [3, 6, 12]), ("8..8", [8]),
@@ -456,7 +467,8 @@ def test_long_sequences_are_refused_before_allocating(tmp_path, argv, fragments)
     assert not (tmp_path / "o").exists()
 
 
-_NO_PLAN = ("import sys, kernelkit.compare.memory as m; m.available_memory = lambda: None; "
+_NO_PLAN = ("import sys, kernelkit.attention.comparison.memory as m; "
+            "m.available_memory = lambda: None; "
             "from kernelkit.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
@@ -508,7 +520,7 @@ def test_compare_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypat
 def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch):
     import importlib
 
-    from kernelkit.compare import sweeps
+    from kernelkit.attention.comparison import sweeps
 
     # the estimate is of the plain-PyTorch CPU path: 3 calls (warm-up, 1 timed, memory) of
     # softmax at B·H·T²·D = 16² x 8, priced at 10 min in all
@@ -531,7 +543,7 @@ def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch
 _SLOW_THIRD_RUN = """\
 import sys
 import numpy as np
-import kernelkit.compare.measurement as m
+import kernelkit.attention.comparison.measurement as m
 real, calls = m.measure, []
 def measure(fn, **kwargs):
     calls.append(fn)

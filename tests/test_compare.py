@@ -1,4 +1,4 @@
-"""kernelkit.compare.comparison end to end, CompareReport I/O, and measure()."""
+"""kernelkit.attention.comparison.accuracy end to end, CompareReport I/O, and measure()."""
 
 import json
 import math
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit.compare import CompareReport, compare, measure
-from kernelkit.compare.report import ROW_KEYS
+from kernelkit.attention.comparison import CompareReport, compare, measure
+from kernelkit.attention.comparison.report import ROW_KEYS
 from kernelkit_math import attention as ref
 
 METHODS = ("softmax", "elu+1", "favor+:8", "nystrom:4", "kernel:rbf")
@@ -364,7 +364,7 @@ def test_attention_reexports(rng):
     q, k, v = small_qkv(rng)
     rep = attention.compare(q, k, v, ["elu+1"], measure=False)
     assert isinstance(rep, CompareReport)
-    from kernelkit.compare import sweep
+    from kernelkit.attention.comparison import sweep
 
     assert attention.sweep.__doc__ and callable(sweep)
 
@@ -372,7 +372,8 @@ def test_attention_reexports(rng):
 @pytest.mark.subprocess
 def test_kernelkit_attention_import_stays_light():
     code = ("import sys, kernelkit.attention; "
-            "print(sorted(m for m in ('torch', 'kernelkit.compare') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'kernelkit.attention.comparison') "
+            "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
@@ -380,7 +381,7 @@ def test_kernelkit_attention_import_stays_light():
 
 @pytest.mark.subprocess
 def test_kernelkit_compare_import_does_not_load_torch():
-    code = ("import sys, kernelkit.compare; "
+    code = ("import sys, kernelkit.attention.comparison; "
             "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
@@ -397,7 +398,7 @@ def test_an_interrupted_wait_leaves_its_work_known_as_running():
     import threading
     import time
 
-    from kernelkit.compare import comparison
+    from kernelkit.attention.comparison import accuracy as comparison
 
     # interrupt_main does nothing where SIGINT is ignored (a background job of a shell without
     # job control inherits SIG_IGN, and Python then installs no handler): the test would wait

@@ -1,15 +1,20 @@
-"""kernelkit.compare.methods: spec parsing, weights against the kernelkit_math references,
-the torch fast paths, and Nyström attention (including its win over FAVOR+ on peaky heads)."""
+"""kernelkit.attention.comparison.methods: spec parsing, weights against the kernelkit_math
+references, the torch fast paths, and Nyström attention (including its win over FAVOR+ on peaky
+heads)."""
+
+import ast
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import kernelkit
-from kernelkit.compare.methods import EPS, SIGNED_GUARD, Method, method_names, parse_method
-from kernelkit.compare.nystrom import nystrom_attention, nystrom_weights
+from kernelkit.attention.comparison.methods import (EPS, SIGNED_GUARD, Method, method_names,
+                                                   parse_method)
+from kernelkit.attention.comparison.nystrom import nystrom_attention, nystrom_weights
 from kernelkit_math import attention as ref
-from kernelkit_math.random_features import FavorPlusMap, make_feature_map
+from kernelkit_math.random_features import FavorPlusMap, feature_map_names, make_feature_map
 
 F64 = dict(rtol=1e-12, atol=1e-12)
 #: run() in float32 against the float64 output: rounding of inputs, features and sums.
@@ -286,7 +291,7 @@ def test_guard_refuses_an_initial_state(rng):
 
 
 def test_compare_reports_guarded_rows(rng):
-    from kernelkit.compare import compare
+    from kernelkit.attention.comparison import compare
 
     q, k, v = qkv(rng, lead=(1, 2), T=16, S=16)
     report = compare(q, k, v, ["softmax", "rff:1", "elu+1"], seeds=[0, 1], measure=False,
@@ -313,7 +318,7 @@ def test_random_methods_depend_on_the_seed(rng):
 def test_nystrom_with_every_query_and_key_as_landmark_is_softmax(rng, monkeypatch):
     # M = T = S: every query's row is a landmark row, fitted exactly by a coefficient vector
     # e_a >= 0; the fit reaches it as its iterations grow (64 leave ~3e-2 here; 20 000 reach 1e-6), up to FLOOR
-    from kernelkit.compare import nystrom
+    from kernelkit.attention.comparison import nystrom
 
     monkeypatch.setattr(nystrom, "NNLS_ITERATIONS", 20000)
     q, k, v = qkv(rng, T=6, S=6, sd=1.5)
@@ -433,3 +438,43 @@ def test_nystrom_torch_is_differentiable():
     qg, kg = q.clone().requires_grad_(True), k.clone().requires_grad_(True)
     grads = torch.autograd.grad(nystrom_attention(qg, kg, v, 3).sum(), (qg, kg))
     assert all(torch.isfinite(x).all() and x.abs().sum() > 0 for x in grads)
+
+
+# ------------------------------------------------- the public API, on each backend
+#: A method of each kind, and every map of the feature-map registry (sized ones with M = 8).
+RUN_SPECS = ["softmax", *(form.replace(":M", ":8") for form in feature_map_names()),
+             "kernel:rbf(gamma=0.3)", "nystrom:3", "local:16:1"]
+
+
+@pytest.mark.usefixtures("triton_can_run")
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("spec", RUN_SPECS)
+def test_run_on_each_backend_agrees_with_output(rng, device, spec, backend):
+    """run() goes through the public attention functions with their backend: the float32 result
+    is the float64 reference's; a signed map's guard exists on the PyTorch path only, so
+    backend="triton" refuses it by name."""
+    q, k, v = qkv(rng, lead=(1, 2), T=20, S=20, Dv=4)
+    m = parse_method(spec, 4)
+    tensors = [torch.tensor(x, dtype=torch.float32, device=device) for x in (q, k, v)]
+    if backend == "triton" and getattr(m, "guard", None) is not None:
+        with pytest.raises(ValueError, match="backend='triton' cannot run .*no guard"):
+            m.run(*tensors, is_causal=True, seed=1, backend=backend)
+        return
+    out = m.run(*tensors, is_causal=True, seed=1, backend=backend)
+    expected = m.output(q, k, v, is_causal=True, seed=1)
+    np.testing.assert_allclose(out.double().cpu().numpy(), expected, **F32)
+
+
+def test_the_comparison_tool_imports_nothing_of_kernelkit_gpu():
+    """The methods run through kernelkit.attention's public functions (and their backend=),
+    never through kernelkit_gpu's twins or feature maps directly."""
+    root = Path(kernelkit.__file__).parent / "attention" / "comparison"
+    imported = {}
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            imported[path.name] = imported.get(path.name, set()) | set(names)
+    assert "methods.py" in imported and "nystrom.py" in imported
+    assert {name: sorted(n for n in names if n.startswith("kernelkit_gpu"))
+            for name, names in imported.items()} == {name: [] for name in imported}

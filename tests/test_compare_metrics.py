@@ -1,11 +1,11 @@
-"""kernelkit.compare.metrics against small cases computed by hand."""
+"""kernelkit.attention.comparison.metrics against small cases computed by hand."""
 
 import math
 
 import numpy as np
 import pytest
 
-from kernelkit.compare import metrics
+from kernelkit.attention.comparison import metrics
 
 TOL = dict(rtol=1e-12, atol=1e-12)
 

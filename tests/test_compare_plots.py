@@ -1,4 +1,4 @@
-"""Plots of comparison and sweep reports (kernelkit.compare.plots)."""
+"""Plots of comparison and sweep reports (kernelkit.attention.comparison.plots)."""
 
 import math
 import sys
@@ -10,9 +10,9 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from kernelkit.compare import plots
-from kernelkit.compare.plots import plot_compare, plot_sweep
-from kernelkit.compare.sweeps import SweepReport, crossover_lengths
+from kernelkit.attention.comparison import plots
+from kernelkit.attention.comparison.plots import plot_compare, plot_sweep
+from kernelkit.attention.comparison.sweeps import SweepReport, crossover_lengths
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

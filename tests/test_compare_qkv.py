@@ -1,4 +1,4 @@
-"""Reading q, k, v from files (kernelkit.compare.qkv.load_qkv) and synthetic inputs."""
+"""Reading q, k, v from files (kernelkit.attention.comparison.qkv.load_qkv) and synthetic inputs."""
 
 import io
 import re
@@ -10,7 +10,7 @@ import torch
 from safetensors.numpy import save_file as save_safetensors_numpy
 from safetensors.torch import save_file as save_safetensors_torch
 
-from kernelkit.compare.qkv import load_qkv, qkv_shapes, synthetic_qkv
+from kernelkit.attention.comparison.qkv import load_qkv, qkv_shapes, synthetic_qkv
 
 # (B, H, T, S, D, Dv): S != T and Dv != D so a swapped axis shows.
 B, H, T, S, D, DV = 2, 3, 5, 7, 4, 6

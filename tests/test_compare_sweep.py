@@ -1,4 +1,4 @@
-"""Sequence-length sweeps (kernelkit.compare.sweep): crossover logic, report, measurement loop."""
+"""Sequence-length sweeps (kernelkit.attention.sweep): crossover logic, report, measurement loop."""
 
 import importlib
 import json
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelkit.compare.sweeps import SweepReport, crossover_lengths, sweep
+from kernelkit.attention.comparison.sweeps import SweepReport, crossover_lengths, sweep
 
-# the module, not the function kernelkit.compare re-exports under the same name
-MEASURE_MODULE = importlib.import_module("kernelkit.compare.measurement")
+# the module, not the function kernelkit.attention.comparison re-exports under the same name
+MEASURE_MODULE = importlib.import_module("kernelkit.attention.comparison.measurement")
 
 
 def row(method, T, time_ms, status="ok", batch=1, peak=1024):
@@ -231,7 +231,8 @@ def test_sweep_backward():
 
 
 class FakeMeasure:
-    """Stands in for kernelkit.compare.measurement.measure: runs fn once, times from a table."""
+    """Stands in for kernelkit.attention.comparison.measurement.measure: runs fn once, times from
+    a table."""
 
     def __init__(self, table):
         self.table, self.calls = table, []
@@ -317,7 +318,7 @@ def test_sweep_skips_a_method_whose_planned_memory_does_not_fit(monkeypatch):
     # with 8 MiB available it is skipped there (and after), elu+1 still runs.
     launch = importlib.import_module("kernelkit_gpu._launch")
     monkeypatch.setattr(launch, "INTERPRET", False)
-    memory = importlib.import_module("kernelkit.compare.memory")
+    memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0] * 4))
     report = sweep(["softmax", "elu+1"], [256, 1024, 2048], heads=1, d=8, device="cpu",
@@ -331,7 +332,7 @@ def test_sweep_skips_a_method_whose_planned_memory_does_not_fit(monkeypatch):
 
 
 def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
-    memory = importlib.import_module("kernelkit.compare.memory")
+    memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 2**20)
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
     with pytest.raises(ValueError, match=r"the inputs at T = 4096 \(B x H x T x D = 1 x 2 x "
@@ -344,7 +345,7 @@ def test_sweep_refuses_lengths_whose_inputs_do_not_fit(monkeypatch):
 
 def test_sweep_plans_the_feature_arrays_of_linear_methods(monkeypatch):
     # favor+:256 holds about LINEAR_ARRAYS (B, H, T, M + D) float32 arrays: 10.3 MiB at T = 1024
-    memory = importlib.import_module("kernelkit.compare.memory")
+    memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([1.0]))
     report = sweep(["favor+:256"], [64, 1024], heads=1, d=8, device="cpu", progress=False)
@@ -362,7 +363,7 @@ def test_available_memory_counts_the_address_space_limit():
 
     root = Path(__file__).resolve().parents[1]
     code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30,) * 2); "
-            "from kernelkit.compare.memory import available_memory as a; print(a())")
+            "from kernelkit.attention.comparison.memory import available_memory as a; print(a())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60, cwd=root,
                          env=dict(os.environ, PYTHONPATH=str(root))).stdout
@@ -373,7 +374,7 @@ def test_a_sweep_that_measures_nothing_says_why(monkeypatch):
     # every method skipped at every length: no report to plot, one error with the reasons
     launch = importlib.import_module("kernelkit_gpu._launch")
     monkeypatch.setattr(launch, "INTERPRET", False)  # softmax on its (B, H, T, T) path
-    memory = importlib.import_module("kernelkit.compare.memory")
+    memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 8 * 2**20)
     monkeypatch.setattr(MEASURE_MODULE, "measure", FakeMeasure([]))  # nothing may run
     with pytest.raises(ValueError, match=(
@@ -403,7 +404,7 @@ def test_ctrl_c_keeps_the_runs_finished_before_it(monkeypatch):
     import signal
     import threading
 
-    from kernelkit.compare.sweeps import SweepInterrupted
+    from kernelkit.attention.comparison.sweeps import SweepInterrupted
 
     release = threading.Event()
     table = FakeMeasure([1.0, 2.0])
@@ -438,11 +439,11 @@ def test_ctrl_c_keeps_the_runs_finished_before_it(monkeypatch):
 
 
 def test_sweep_seconds_counts_the_runs_the_memory_plan_lets_run(monkeypatch):
-    from kernelkit.compare import sweeps
+    from kernelkit.attention.comparison import sweeps
 
     launch = importlib.import_module("kernelkit_gpu._launch")
     monkeypatch.setattr(launch, "INTERPRET", False)  # the plain-PyTorch path the model is for
-    memory = importlib.import_module("kernelkit.compare.memory")
+    memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 2**40)
     monkeypatch.setattr(sweeps, "CPU_SECONDS", {"quadratic": 1e-9, "features": 1e-8})
     args = dict(heads=2, d=16, device="cpu", repeat=3)

@@ -1,9 +1,13 @@
-"""Docstrings say what the code does: kernel lists come from the registry, claims are checked.
+"""Docstrings say what the code does: kernel and feature-map lists come from their registries,
+claims are checked.
 
 - every list of kernels in a docstring of kernelkit, kernelkit_gpu or kernelkit_math that names
   more than half of the registry names all of its kernels, or all of those with one registry flag
   (``psd``, ``normalized``, ``stationary``): a hand-written list that a new kernel leaves behind
   fails here; the lists are rendered by ``kernelkit_math.registry.kernel_list_doc``;
+- every list of three or more feature maps names all the maps of the feature-map registry, or
+  all of those with one value of a row attribute (fused or not, sized or not, a sign, a kernel):
+  the lists are rendered by ``kernelkit_math.random_features.feature_map_list_doc``;
 - no docstring keeps an unfilled ``{placeholder}`` of ``fill_doc``;
 - ``kernelkit._compute`` names exactly the modules that use it;
 - CONTRIBUTING.md's add-a-kernel checklist names files that exist.
@@ -21,6 +25,7 @@ import pytest
 import kernelkit
 import kernelkit_gpu
 import kernelkit_math
+from kernelkit_math.random_features import FEATURE_MAPS, feature_map_list_doc
 from kernelkit_math.registry import REGISTRY, fill_doc, kernel_list_doc, kernel_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,6 +101,65 @@ def test_pairwise_kernels_lists_every_registry_kernel():
     doc = " ".join(kernelkit.pairwise.pairwise_kernels.__doc__.split())
     assert kernel_list_doc() in doc
     assert all(f'``"{name}"``' in doc for name in REGISTRY)
+
+
+# ------------------------------------------------------------------------------ feature maps
+#: A feature-map name, not inside another one (relu in relu2, favor+ in hyp-favor+ / favor+orth).
+_MAP_NAME = re.compile(r"(?<![\w+-])(" + "|".join(
+    re.escape(n) for n in sorted(FEATURE_MAPS, key=len, reverse=True)) + r")(?![\w+])")
+#: Lists of this many maps or more are checked (two, "identity and rff", is prose).
+MAP_LIST_MIN = 3
+
+
+def map_lists(doc):
+    """Runs of feature-map names, each at most :data:`LIST_GAP` characters from the last."""
+    text = " ".join(doc.split())
+    runs, last_end = [], None
+    for match in _MAP_NAME.finditer(text):
+        if last_end is None or match.start() - last_end > LIST_GAP:
+            runs.append(set())
+        runs[-1].add(match.group(1))
+        last_end = match.end()
+    return runs
+
+
+def _map_sets():
+    """All maps, and the maps of each value of a row attribute (and the unsigned ones)."""
+    values = {
+        "fused": lambda spec: spec.fused is not None, "sized": lambda spec: spec.sized,
+        "sign": lambda spec: spec.sign, "unsigned": lambda spec: spec.sign != "signed",
+        "kernel": lambda spec: spec.kernel,
+    }
+    sets = {"all": set(FEATURE_MAPS)}
+    for attribute, value_of in values.items():
+        for value in {value_of(spec) for spec in FEATURE_MAPS.values()}:
+            sets[f"{attribute}={value}"] = {name for name, spec in FEATURE_MAPS.items()
+                                            if value_of(spec) == value}
+    return sets
+
+
+MAP_SETS = _map_sets()
+MAP_LISTS = {name: runs for name, doc in DOCSTRINGS.items()
+             if (runs := [r for r in map_lists(doc) if len(r) >= MAP_LIST_MIN])}
+
+
+@pytest.mark.parametrize("qualname", sorted(MAP_LISTS))
+def test_feature_map_lists_match_the_registry(qualname):
+    for run in MAP_LISTS[qualname]:
+        assert run in MAP_SETS.values(), (
+            f"{qualname} lists {sorted(run)}; the registry's maps are {sorted(FEATURE_MAPS)}: "
+            "render the list with feature_map_list_doc()")
+
+
+def test_the_map_list_finder_finds_lists():
+    assert "kernelkit.attention._dispatch.linear_attention" in MAP_LISTS
+    assert "kernelkit_math.attention.linear_attention" in MAP_LISTS
+    text = "elu+1, relu and favor+:64; far away " + "x" * 50 + " hyp-favor+:8, favor+orth, relu2"
+    runs = map_lists(text)
+    assert runs[0] == {"elu+1", "relu", "favor+"}
+    assert runs[1] - {"relu2"} == {"hyp-favor+", "favor+orth"}  # relu2: a name where registered
+    assert all(s in MAP_SETS.values() for s in map_lists(feature_map_list_doc(sized=True)))
+    assert {"elu+1", "relu", "favor+"} not in MAP_SETS.values()  # a hand-written list fails
 
 
 def test_no_placeholder_is_left_unfilled():

@@ -1,14 +1,15 @@
-"""Torch feature maps equal the float64 kernelkit_math maps (same seeded weights)."""
+"""Torch feature maps equal the float64 kernelkit_math maps (same seeded weights), for every row
+of the feature-map registry."""
 
 import numpy as np
 import pytest
 import torch
 
-from kernelkit_gpu.feature_maps import apply_feature_map
-from kernelkit_math.random_features import make_feature_map
+from kernelkit_gpu.feature_maps import TORCH_MAPS, apply_feature_map
+from kernelkit_math.random_features import FEATURE_MAPS, feature_map_names, make_feature_map
 from tests.conftest import TOL
 
-SPECS = ["identity", "elu+1", "relu", "favor+:64", "favor+orth:64", "hyp-favor+:32", "rff:64", "taylor2"]
+SPECS = [form.replace(":M", ":32") for form in feature_map_names()]
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -45,3 +46,18 @@ def test_bad_arguments(device):
         apply_feature_map("rff:8", torch.ones(2, 4, device=device))
     with pytest.raises(TypeError, match="floating"):
         apply_feature_map(fmap, torch.ones(2, 4, dtype=torch.int32, device=device))
+
+
+def test_every_registry_map_has_a_torch_map():
+    assert set(TORCH_MAPS) == set(FEATURE_MAPS)
+
+
+@pytest.mark.parametrize("name", feature_map_names(fused=True))
+def test_fused_map_derivative_is_the_registry_dphi(device, name):
+    """The fused maps' torch phi, which the twins differentiate by autograd, has the derivative
+    the Triton backward applies (the registry's float64 dphi), away from the kink at 0."""
+    x = torch.cat([-torch.logspace(0.5, -2, 20), torch.logspace(-2, 0.5, 20)]).double()
+    x = x.to(device).requires_grad_()
+    (grad,) = torch.autograd.grad(TORCH_MAPS[name](None, x).sum(), x)
+    want = FEATURE_MAPS[name].dphi(x.detach().cpu().numpy())
+    np.testing.assert_allclose(grad.cpu().numpy(), want, **TOL["float64"])

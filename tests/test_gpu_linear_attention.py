@@ -23,6 +23,8 @@ import torch.nn.functional as F
 from kernelkit_gpu import _launch
 from kernelkit_gpu.attention.linear import linear_attention
 from kernelkit_gpu.attention.linear_naive import linear_attention_naive
+from kernelkit_gpu.feature_maps import TORCH_MAPS
+from kernelkit_math.random_features import feature_map_names, get_feature_map
 from tests.conftest import TOL
 from tests.gpu_cases import ATTN_DTYPES, UNIT, spy_calls, to_numpy64
 from tests.test_gpu_softmax_attention import count_checks
@@ -31,6 +33,14 @@ from tests.test_gpu_softmax_attention import count_checks
 LC = importlib.import_module("kernelkit_gpu.attention.linear_chunk")
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")
+
+#: The feature maps fused into the kernels, from the feature-map registry: every test below that
+#: runs over them covers a new fused map with no edit here.
+FUSED = list(feature_map_names(fused=True))
+#: The fused maps other than the identity (NaN goes through the map and its derivative).
+MAPPED = [name for name in FUSED if name != "identity"]
+#: Fused maps whose weights can be 0 or negative, and pre-mapped features (None).
+NOT_POSITIVE = [name for name in FUSED if get_feature_map(name).sign != "positive"] + [None]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -70,8 +80,8 @@ def torch_same_dtype(q, k, v, feature_map="elu+1", *, causal, normalize=True, ep
     """The same computation in plain PyTorch in the inputs' dtype (quadratic parallel form):
     the yardstick of the FlashAttention rule. Returns (out, S_final, z_final)."""
     dt = q.dtype
-    phi = {"elu+1": lambda x: F.elu(x) + 1, "relu": torch.relu}.get(feature_map, lambda x: x)
-    Q, K = phi(q), phi(k)
+    phi = TORCH_MAPS[feature_map or "identity"]
+    Q, K = phi(None, q), phi(None, k)
     A = Q @ K.transpose(-1, -2)
     if causal:
         A = A * torch.ones(A.shape[-2:], dtype=dt, device=q.device).tril()
@@ -161,15 +171,9 @@ def gradient_term_scale(q, k, v, dout, feature_map, *, causal, normalize=True, e
     The terms are bounded per element, so this scale does not grow with T, and a wrong or
     missing term (an error of the size of a term) still fails by a factor of about 1 / (2u).
     """
-    fm = feature_map or "identity"
+    spec = get_feature_map(feature_map or "identity")
+    phi, dphi = spec.phi, spec.dphi
     qn, kn, vn, dn = (to_numpy64(t) for t in (q, k, v, dout))
-    if fm == "elu+1":
-        phi = lambda x: np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))  # noqa: E731
-        dphi = lambda x: np.where(x > 0, 1.0, np.exp(np.minimum(x, 0.0)))  # noqa: E731
-    elif fm == "relu":
-        phi, dphi = (lambda x: np.maximum(x, 0.0)), (lambda x: (x > 0).astype(np.float64))
-    else:
-        phi, dphi = (lambda x: x), (lambda x: np.ones_like(x))
     Q, K = phi(qn), phi(kn)
     T, S = Q.shape[2], K.shape[2]
     vis = np.tril(np.ones((T, S))) if causal else np.ones((T, S))
@@ -237,7 +241,7 @@ def test_naive_matches_reference_float64(T, S, causal, rng):
     """The naive torch version (parallel / chunked cumulative) equals both float64 forms."""
     from kernelkit_math.attention import linear_attention as ref_la
 
-    for fm in ("elu+1", "relu", "identity"):
+    for fm in FUSED:
         for normalize in (True, False):
             q, k, v, (S0, z0) = make_inputs(rng, 2, 2, T, S, 5, 3, torch.float64, "cpu", fm, state=True)
             init = (S0.double(), z0.double())
@@ -297,14 +301,14 @@ def test_naive_gradients_finite_differences(causal, rng):
 # ------------------------------------------------------------------------ kernels, float32
 @pytest.mark.parametrize("T,D", [(1, 16), (63, 32), (100, 16), (130, 32)], ids=lambda x: str(x))
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "identity"])
+@pytest.mark.parametrize("feature_map", FUSED)
 def test_matches_reference_normalised(T, D, causal, feature_map, device, rng):
     run_and_check(rng, device, T=T, D=D, causal=causal, feature_map=feature_map)
 
 
 @pytest.mark.parametrize("T", [1, 130])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("feature_map", ["elu+1", "relu", "identity"])
+@pytest.mark.parametrize("feature_map", FUSED)
 def test_matches_reference_unnormalised(T, causal, feature_map, device, rng):
     run_and_check(rng, device, T=T, D=16, causal=causal, normalize=False, feature_map=feature_map)
 
@@ -456,7 +460,7 @@ def test_zero_denominators_and_eps_zero(device, rng):
 
 @pytest.mark.parametrize("where", ["q", "k"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("feature_map", ["elu+1", "relu"])
+@pytest.mark.parametrize("feature_map", MAPPED)
 def test_nan_input_propagates_as_in_float64(feature_map, causal, where, device, rng):
     """One NaN in q or k gives NaN exactly where the float64 reference does (row t for q_t;
     every row that sees key s, and the final state, for k_s), on the Triton and the PyTorch
@@ -751,7 +755,7 @@ def test_causal_gate_routes(device, rng, monkeypatch):
         calls.clear()
 
 
-@pytest.mark.parametrize("feature_map", ["relu", "identity", None])
+@pytest.mark.parametrize("feature_map", NOT_POSITIVE)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")],
                          ids=["nan", "inf", "-inf"])
 def test_causal_nonfinite_every_map(feature_map, value, device, rng):
@@ -760,7 +764,7 @@ def test_causal_nonfinite_every_map(feature_map, value, device, rng):
     float64 reference's output and final state, NaN and inf positions included (finite
     entries: float32 against float64, 2e-5 as check_close)."""
     q, k, v = make_inputs(rng, 1, 2, 40, 40, 16, 16, torch.float32, device, feature_map)
-    if feature_map == "relu":
+    if feature_map is not None and get_feature_map(feature_map).sign == "non-negative":
         q[0, 1, 25:] = -q[0, 1, 25:].abs()  # rows 25.. have zero weights: 0 * inf = NaN
     v[0, 1, 20, 3] = value
     out, (s_fin, z_fin) = linear_attention(q, k, v, feature_map=feature_map, is_causal=True,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernelkit.compare.methods import method_names, parse_method
+from kernelkit.attention.comparison.methods import method_names, parse_method
 from kernelkit_gpu.attention.local_naive import block_summaries, local_attention_naive
 from kernelkit_math.attention import softmax_attention
 from kernelkit_math.attention_local import (check_local_args, keys_per_row, local_attention,
@@ -21,7 +21,7 @@ from kernelkit_math.attention_local import block_summaries as block_summaries64
 
 REAL_HEADS = Path(__file__).resolve().parent / "data" / "real_heads.npz"
 #: favor+:1024's mean output error on these heads: 0.75 in issue 20's table, 0.777 measured with
-#: kernelkit.compare (seed 0; 7 s on the CI machine, hence the constant: the smaller one).
+#: kernelkit.attention.compare (seed 0; 7 s on the CI machine, hence the constant: the smaller one).
 FAVOR_1024_ERROR = 0.75
 
 

@@ -2,6 +2,8 @@
 
 Statistical tests use fixed seeds (deterministic) and compare the sample mean of the per-feature
 terms with the exact registry kernel within a few standard errors computed from the same samples.
+The tests over every map read the feature-map registry (``FEATURE_MAPS``), so a new row is
+covered with no edit here.
 """
 
 import math
@@ -17,7 +19,10 @@ from kernelkit_math.random_features import (
     IdentityMap,
     RandomFourierMap,
     ReluMap,
+    FEATURE_MAPS,
     Taylor2Map,
+    feature_map_names,
+    get_feature_map,
     make_feature_map,
     orthogonal_gaussian_weights,
 )
@@ -25,8 +30,12 @@ from tests.conftest import TOL
 
 N_SE = 4.0  # "within a few standard errors"
 
-RANDOM_SPECS = ["favor+:64", "favor+orth:64", "hyp-favor+:64", "rff:64"]
-ALL_SPECS = ["identity", "elu+1", "relu", "taylor2"] + RANDOM_SPECS
+#: Every registry map, the sized ones with M = 64.
+RANDOM_SPECS = [form.replace(":M", ":64") for form in feature_map_names(sized=True)]
+ALL_SPECS = [form.replace(":M", ":64") for form in feature_map_names()]
+#: The positive random features of the exponential kernel (FAVOR+ and its variants).
+POSITIVE_RANDOM_SPECS = [form.replace(":M", ":64") for form in
+                         feature_map_names(sized=True, kernel="exponential")]
 
 
 def _pairs(rng, d, norm):
@@ -95,7 +104,7 @@ def test_unbiasedness_over_many_seeds(rng):
     """Same property from the other side: small M, the estimate averaged over 400 seeds."""
     d, m, n_seeds = 4, 8, 400
     x, y = _pairs(rng, d, norm=1.0)[2]
-    for spec in ["favor+:8", "favor+orth:8", "hyp-favor+:8", "rff:8"]:
+    for spec in [form.replace(":M", ":8") for form in feature_map_names(relation="unbiased")]:
         est = []
         for seed in range(n_seeds):
             phi = make_feature_map(spec, d, seed=seed)
@@ -195,7 +204,6 @@ def test_same_seed_same_weights_different_seed_different(spec):
     "spec,width",
     [("identity", 4), ("elu+1", 4), ("relu", 4), ("taylor2", 21), ("favor+:64", 64),
      ("favor+orth:64", 64), ("hyp-favor+:64", 128), ("rff:64", 64)],
-    ids=ALL_SPECS,
 )
 def test_shapes_and_num_features(rng, spec, width):
     phi = make_feature_map(spec, 4, seed=0)
@@ -218,13 +226,13 @@ def test_favor_odd_sizes_not_multiple_of_d():
 
 
 # ------------------------------------------------------------------------ positivity, range
-@pytest.mark.parametrize("spec", ["favor+:64", "favor+orth:64", "hyp-favor+:64"])
+@pytest.mark.parametrize("spec", POSITIVE_RANDOM_SPECS)
 def test_favor_features_are_positive(rng, spec):
     F = make_feature_map(spec, 8, seed=2)(rng.normal(size=(50, 8)) * 2)
     assert (F > 0).all()
 
 
-@pytest.mark.parametrize("spec", ["favor+:64", "favor+orth:64", "hyp-favor+:64"])
+@pytest.mark.parametrize("spec", POSITIVE_RANDOM_SPECS)
 def test_large_norms_give_finite_features(rng, spec):
     d = 16
     phi = make_feature_map(spec, d, seed=2, scale=1.0)
@@ -285,3 +293,55 @@ def test_call_does_not_modify_input(rng):
     x.setflags(write=False)
     for spec in ALL_SPECS:
         make_feature_map(spec, 4)(x)
+
+
+# ------------------------------------------------------------------ the registry, row by row
+@pytest.mark.parametrize("name", list(FEATURE_MAPS))
+def test_registry_row_describes_its_map(name, rng):
+    """Each row's width, kernel and sign are those of the map it builds: phi(q)·phi(k) > 0 for
+    a positive map, >= 0 (some 0 among inputs of both signs) for a non-negative one, of both
+    signs for a signed one."""
+    spec = get_feature_map(name)
+    d, m = 5, 16
+    phi = make_feature_map(spec.form.replace(":M", f":{m}"), d, seed=1)
+    assert phi.name == spec.form.replace(":M", f":{m}") and get_feature_map(phi.name) is spec
+    assert phi.num_features() == spec.width(d, m if spec.sized else None)
+    assert (phi.kernel and phi.kernel[0]) == spec.kernel and phi.relation == spec.relation
+    assert (phi.seed is not None) == spec.sized and set(spec.params) <= {"scale", "gamma"}
+    Q, K = phi(rng.normal(size=(40, d))), phi(rng.normal(size=(30, d)))
+    assert Q.shape == (40, phi.num_features()) and np.isfinite(Q).all()
+    W = Q @ K.T
+    if spec.sign == "positive":
+        assert (W > 0).all()
+    elif spec.sign == "non-negative":
+        assert (W >= 0).all() and (W == 0).any()
+    else:
+        assert spec.sign == "signed" and (W < 0).any() and (W > 0).any()
+
+
+@pytest.mark.parametrize("name", [n for n, spec in FEATURE_MAPS.items() if spec.phi is not None])
+def test_elementwise_phi_and_its_derivative(name):
+    """phi acts entry by entry (the map object applies it); dphi is its derivative: central
+    differences with step h, whose error is O(h^2) (smooth phi) plus rounding eps |phi| / h,
+    at points away from 0, where the fused maps have a kink."""
+    spec = get_feature_map(name)
+    x = np.concatenate([-np.geomspace(3.0, 1e-2, 20), np.geomspace(1e-2, 3.0, 20)])
+    np.testing.assert_array_equal(make_feature_map(name, 40)(x), spec.phi(x))
+    np.testing.assert_array_equal(spec.phi(x.reshape(4, 10)), spec.phi(x).reshape(4, 10))
+    h = 1e-5
+    fd = (spec.phi(x + h) - spec.phi(x - h)) / (2 * h)
+    np.testing.assert_allclose(spec.dphi(x), fd, rtol=1e-8, atol=1e-8)
+
+
+def test_registry_is_consistent():
+    """Fused codes are distinct and the identity is 0 (the kernels' "no map"); a fused map is
+    elementwise (the kernels apply phi and phi' entry by entry); names are spec strings."""
+    codes = [spec.fused for spec in FEATURE_MAPS.values() if spec.fused is not None]
+    assert len(set(codes)) == len(codes) and get_feature_map("identity").fused == 0
+    for name, spec in FEATURE_MAPS.items():
+        assert spec.name == name and ":" not in name
+        assert spec.sign in ("positive", "non-negative", "signed")
+        if spec.fused is not None:
+            assert spec.phi is not None and spec.dphi is not None and not spec.sized
+    with pytest.raises(ValueError, match="unknown feature map 'nope'"):
+        get_feature_map("nope")

@@ -31,8 +31,8 @@ import kernelkit
 import kernelkit_gpu
 from kernelkit._util import device as _device
 from kernelkit.attention import kernel_attention, linear_attention, softmax_attention
-from kernelkit.compare import compare
-from kernelkit.compare.qkv import synthetic_qkv
+from kernelkit.attention.comparison import compare
+from kernelkit.attention.comparison.qkv import synthetic_qkv
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 
 out = {}

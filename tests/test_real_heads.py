@@ -16,24 +16,32 @@ import os
 import numpy as np
 import pytest
 
-from kernelkit.compare import metrics
-from kernelkit.compare.methods import parse_method
-from kernelkit.compare.qkv import load_qkv
+from kernelkit.attention.comparison import metrics
+from kernelkit.attention.comparison.methods import parse_method
+from kernelkit.attention.comparison.qkv import load_qkv
+from kernelkit_math.random_features import FEATURE_MAPS
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "data", "real_heads.npz")
 HEADS = 4  # of 12 per layer, for the time of the float64 weight matrices
 
+
+def _maps(signed):
+    """The registry's feature maps with (or without) signed weights, sized ones with M = 128."""
+    return [spec.form.replace(":M", ":128") for spec in FEATURE_MAPS.values()
+            if (spec.sign == "signed") == signed]
+
+
 #: Methods whose weights are non-negative by construction: every denominator must be > 0.
-POSITIVE = ["elu+1", "relu", "taylor2", "favor+:128", "favor+orth:128", "hyp-favor+:64",
-            "nystrom:64", "nystrom:128", "kernel:rbf", "kernel:laplacian", "local:32:1"]
+POSITIVE = _maps(signed=False) + ["nystrom:64", "nystrom:128", "kernel:rbf", "kernel:laplacian",
+                                  "local:32:1"]
 #: Methods whose weights are signed (phi(q)·phi(k) of either sign): their denominators are
 #: guarded (SIGNED_GUARD). Without the guard (all 24 heads, seed 0) rff:128 gave an output
 #: error of 5e6, identity 6e9; with it, on these 8 heads: rff:128 0.80 (592 den <= 0, 2986 of
 #: 4096 rows guarded), identity 1.30 (every row guarded).
-SIGNED = ["rff:128", "identity"]
+SIGNED = _maps(signed=True)
 #: Weights exactly 0 by design (relu features vanish where a coordinate is negative): KL is
 #: infinite on rows where softmax attends to such a key; that is the map, not a blow-up.
-ZEROS_BY_DESIGN = {"relu"}
+ZEROS_BY_DESIGN = {name for name, spec in FEATURE_MAPS.items() if spec.sign == "non-negative"}
 #: Output error bounds that show a method is better than uniform attention (0.76 on these
 #: heads); measured (seed 0): nystrom:64 0.46, nystrom:128 0.38; the signed form 2600 and 610.
 BEATS_UNIFORM = {"nystrom:64": 0.55, "nystrom:128": 0.45}
@@ -124,7 +132,7 @@ def test_nystrom_torch_path_on_a_real_head(heads):
     # the fast path (float32 features, linear attention) stays a distribution too
     import torch
 
-    from kernelkit.compare.nystrom import nystrom_attention
+    from kernelkit.attention.comparison.nystrom import nystrom_attention
 
     q, k, v, _, _ = heads
     sl = (slice(0, 1), slice(0, 1), slice(0, 128))  # one head, its first 128 tokens
@@ -137,8 +145,8 @@ def test_nystrom_torch_path_on_a_real_head(heads):
 
 
 def test_compare_api_reports_nystrom_sane_on_a_real_head():
-    # what a user of kernelkit.compare.compare sees (one head of layer 4, its first 256 tokens)
-    from kernelkit.compare import compare
+    # what a user of kernelkit.attention.compare sees (one head of layer 4, its first 256 tokens)
+    from kernelkit.attention.comparison import compare
 
     q, k, v = (x[1:, 3:4, :256] for x in load_qkv(FIXTURE))
     report = compare(q, k, v, ["softmax", "nystrom:64", "rff:128"], seeds=[0], measure=False,

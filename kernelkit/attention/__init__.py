@@ -28,11 +28,17 @@ autograd. The same interface in all three functions:
   own sequence. Softmax runs one Triton launch over all sequences (forward and backward);
   linear attention runs one dense call per sequence.
 
-Which path runs: float16, bfloat16 and float32 tensors run the Triton kernels on CUDA, and on the
-CPU when ``TRITON_INTERPRET=1`` was set before import (the interpreter), else the plain-PyTorch
-path (``kernelkit_gpu.*_naive``). float64 tensors always run the plain-PyTorch path, in float64,
-on their device (CPU or CUDA): the Triton kernels take 16- and 32-bit floats only. Float64
-references live in :mod:`kernelkit_math.attention`.
+Which path runs (``backend="auto"``, the default): float16, bfloat16 and float32 tensors run the
+Triton kernels on CUDA, and on the CPU when ``TRITON_INTERPRET=1`` was set before import (the
+interpreter), else the plain-PyTorch path (``kernelkit_gpu.*_naive``). float64 tensors always run
+the plain-PyTorch path, in float64, on their device (CPU or CUDA): the Triton kernels take 16- and
+32-bit floats only. ``backend="torch"`` runs the plain-PyTorch path on any device;
+``backend="triton"`` runs the Triton kernels or raises a ValueError that says why they cannot.
+Float64 references live in :mod:`kernelkit_math.attention`.
+
+:func:`compare` and :func:`sweep` (the comparison tool, :mod:`kernelkit.attention.comparison`)
+measure how far and how fast the approximations are against softmax; they run the methods
+through the functions above, and load on first use.
 
 Masked keys are absent, on every path: a causal mask leaves the keys a query may not see out of
 its sums (not weighted by 0), so a NaN or infinity in a key or value reaches exactly the rows
@@ -43,6 +49,7 @@ that see it (and their gradients), and rows that see no key output 0 (the rule o
 from __future__ import annotations
 
 from kernelkit.attention._dispatch import (
+    BACKENDS,
     FUSED_FEATURE_MAPS,
     kernel_attention,
     linear_attention,
@@ -50,14 +57,15 @@ from kernelkit.attention._dispatch import (
 )
 
 __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
-           "compare", "sweep"]
+           "BACKENDS", "compare", "sweep"]
 
 
 def compare(*args, **kwargs):
     """Errors, speed and memory of attention methods against softmax on given q, k, v.
 
-    The same as :func:`kernelkit.compare.compare` (defined in :mod:`kernelkit.compare.comparison`;
-    see there for the parameters); loads :mod:`kernelkit.compare` on first use.
+    The same as :func:`kernelkit.attention.comparison.compare` (defined in
+    :mod:`kernelkit.attention.comparison.accuracy`; see there for the parameters); loads the
+    comparison tool on first use.
 
     Examples
     --------
@@ -67,7 +75,7 @@ def compare(*args, **kwargs):
     >>> compare(q, k, v, ["softmax", "elu+1"], measure=False).rows[1]["method"]
     'elu+1'
     """
-    from kernelkit.compare import compare as impl
+    from kernelkit.attention.comparison import compare as impl
 
     return impl(*args, **kwargs)
 
@@ -75,10 +83,11 @@ def compare(*args, **kwargs):
 def sweep(*args, **kwargs):
     """Time and peak memory of attention methods against sequence length, with crossovers.
 
-    The same as :func:`kernelkit.compare.sweep` (defined in :mod:`kernelkit.compare.sweeps`; see
-    there for the parameters); loads :mod:`kernelkit.compare` on first use.
+    The same as :func:`kernelkit.attention.comparison.sweep` (defined in
+    :mod:`kernelkit.attention.comparison.sweeps`; see there for the parameters); loads the
+    comparison tool on first use.
     """
-    from kernelkit.compare import sweep as impl
+    from kernelkit.attention.comparison import sweep as impl
 
     return impl(*args, **kwargs)
 

@@ -1,19 +1,28 @@
 """Dispatch of the attention API: each call goes to the Triton kernels or the plain-PyTorch path.
 
 The functions here are the public :mod:`kernelkit.attention` API (re-exported there, documented
-there); this module sits below both that API and the comparison tool (:mod:`kernelkit.compare`),
-so neither imports the other. See :mod:`kernelkit.attention` for which dtypes run which path.
+there); this module sits below both that API and the comparison tool
+(:mod:`kernelkit.attention.comparison`), so neither imports the other. See
+:mod:`kernelkit.attention` for which dtypes run which path, and ``backend=`` to choose it.
 """
 
 from __future__ import annotations
 
+from kernelkit_math import random_features as rf
 from kernelkit_math.attention import resolve_is_causal
+from kernelkit_math.registry import fill_doc
 
 __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
-           "use_triton"]
+           "BACKENDS", "use_triton", "runs_triton"]
 
-#: Feature maps applied inside the linear-attention kernels; others run as their own torch op.
-FUSED_FEATURE_MAPS = ("identity", "elu+1", "relu")
+#: Feature maps applied inside the linear-attention kernels (the registry's maps with a fused
+#: code); others run as their own torch op.
+FUSED_FEATURE_MAPS = rf.feature_map_names(fused=True)
+
+#: The values of ``backend=``: "auto" picks the path (the Triton kernels where they can run),
+#: "triton" the Triton kernels or an error saying why they cannot run, "torch" the plain-PyTorch
+#: twin (``kernelkit_gpu.*_naive``) on any device.
+BACKENDS = ("auto", "triton", "torch")
 
 
 def use_triton(t):
@@ -28,6 +37,48 @@ def use_triton(t):
     from kernelkit_gpu import checks
 
     return t.dtype in checks.ATTN_DTYPES and checks.triton_runs_on(t)
+
+
+def _no_triton_reason(t):
+    """Why the Triton kernels cannot take tensor ``t`` (dtype, device, triton missing)."""
+    from kernelkit_gpu import HAS_TRITON, checks
+
+    if not HAS_TRITON:
+        return "triton is not installed"
+    if t.dtype not in checks.ATTN_DTYPES:
+        return f"they take float16, bfloat16 or float32 tensors, and q is {t.dtype}"
+    if t.device.type == "cpu":
+        return ("q is on the CPU and the Triton interpreter is off (TRITON_INTERPRET=1 set "
+                "before kernelkit_gpu is imported runs them on the CPU, slowly)")
+    return f"they run on CUDA devices, and q is on {t.device}"
+
+
+def _check_backend(backend):
+    names = ", ".join(map(repr, BACKENDS))
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be one of {names}; got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {names}; got {backend!r}")
+    return backend
+
+
+def runs_triton(backend, q, why_not=None):
+    """Whether a call with ``backend`` runs the Triton kernels on ``q``.
+
+    ``why_not``: why this call cannot run them whatever the device (a map too wide, a block size
+    they lack...), or None. "auto": Triton where :func:`use_triton` and no ``why_not``; "torch":
+    never; "triton": always, else a ValueError that says why not.
+    """
+    if _check_backend(backend) == "torch":
+        return False
+    can = use_triton(q)
+    if backend == "auto":
+        return can and why_not is None
+    reason = why_not if can else _no_triton_reason(q)
+    if reason is not None:
+        raise ValueError(f"backend='triton' cannot run this call on the Triton kernels: {reason} "
+                         "(backend='auto' runs it on the PyTorch path)")
+    return True
 
 
 LAYOUTS = ("bhtd", "bthd")
@@ -78,7 +129,7 @@ def _check_q_scale(scale):
 
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
                       enable_gqa=False, return_lse=False, layout="bhtd", cu_seqlens=None,
-                      max_seqlen=None):
+                      max_seqlen=None, backend="auto"):
     r"""Softmax attention, ``scaled_dot_product_attention``'s signature where they overlap.
 
     .. math::
@@ -128,6 +179,11 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         (self-attention), so ``causal_alignment`` makes no difference.
     max_seqlen : int, optional
         Only with ``cu_seqlens``: checked as an upper bound of the lengths; not needed.
+    backend : {"auto", "triton", "torch"}, default "auto"
+        Which path runs: ``"auto"`` the Triton kernels where they can run (the dtypes and devices
+        above), the plain-PyTorch path otherwise; ``"triton"`` the Triton kernels, or a
+        ValueError that says why they cannot run the call; ``"torch"`` the plain-PyTorch path
+        (``kernelkit_gpu``'s ``*_naive`` twins) on any device and dtype.
 
     Returns
     -------
@@ -141,8 +197,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     ValueError, TypeError
         For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H,
         ``scale <= 0``, a ``causal_alignment`` other than "top_left" / "bottom_right", a
-        ``layout`` other than "bhtd" / "bthd", or a bad ``cu_seqlens`` (dtype, shape, device,
-        not starting at 0, decreasing, not ending at total) or ``max_seqlen``.
+        ``layout`` other than "bhtd" / "bthd", a bad ``cu_seqlens`` (dtype, shape, device,
+        not starting at 0, decreasing, not ending at total) or ``max_seqlen``, an unknown
+        ``backend``, or ``backend="triton"`` where the Triton kernels cannot run.
 
     Notes
     -----
@@ -167,7 +224,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         from kernelkit_math.attention import causal_shift
 
         causal_shift(is_causal, causal_alignment, 0, 0)  # validates both
-        if use_triton(q):
+        if runs_triton(backend, q):
             from kernelkit_gpu.attention.varlen import softmax_attention_varlen as vimpl
         else:
             from kernelkit_gpu.attention.varlen_naive import softmax_attention_varlen_naive as vimpl
@@ -176,7 +233,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     if max_seqlen is not None:
         raise ValueError("max_seqlen is only read with cu_seqlens")
     q, k, v = _to_bhtd(layout, q, k, v)
-    if use_triton(q):
+    if runs_triton(backend, q):
         from kernelkit_gpu.attention.softmax import softmax_attention as impl
     else:
         from kernelkit_gpu.attention.naive import softmax_attention_naive as impl
@@ -209,10 +266,12 @@ def _triton_max_dim():
     return MAX_DIM
 
 
+@fill_doc(fused=rf.feature_map_list_doc(fused=True),
+          other=rf.feature_map_list_doc(fused=False))
 def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_alignment="top_left",
                      normalize=True, eps=1e-6, initial_state=None, return_state=False, seed=0,
                      causal=None, scale=None, layout="bhtd", cu_seqlens=None, max_seqlen=None,
-                     guard=None):
+                     guard=None, backend="auto"):
     r"""Linear attention with the feature-map kernel phi(q)·phi(k).
 
     .. math::
@@ -234,10 +293,11 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         map has at most 256 features and Dv <= 256, the chunked PyTorch path otherwise; float64
         always runs the PyTorch path, in float64, on any device.
     feature_map : str or kernelkit_math.random_features.FeatureMap
-        ``"identity"``, ``"elu+1"``, ``"relu"`` (fused into the kernels), a random map with its
-        size (``"favor+:256"``, ``"favor+orth:256"``, ``"hyp-favor+:128"``, ``"rff:512"``),
-        ``"taylor2"``, or a feature-map object (seeded, reusable). Maps wider than the Triton
-        kernels' limit (256 features) run through the chunked PyTorch path.
+        A name of the feature-map registry (:data:`kernelkit_math.random_features.FEATURE_MAPS`):
+        {fused} (fused into the kernels), or {other} (M: the number of random vectors,
+        ``"favor+:256"``), applied as their own torch op; or a feature-map object (seeded,
+        reusable). Maps wider than the Triton kernels' limit (256 features) run through the
+        chunked PyTorch path.
     is_causal : bool
         Causal mask, aligned by ``causal_alignment``.
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
@@ -258,8 +318,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     guard : float or None
         delta > 0: the denominator is also raised to delta |phi(q_t)|·sum_s |phi(k_s)| (over the
         visible keys; linear time), so |out_t| <= max |v| / delta whatever the signs
-        (:data:`kernelkit.compare.methods.SIGNED_GUARD` has the values measured on real heads:
-        rff 0.1, identity 0.5). Runs the plain-PyTorch path
+        (:data:`kernelkit.attention.comparison.methods.SIGNED_GUARD` has the values measured on
+        real heads: rff 0.1, identity 0.5). Runs the plain-PyTorch path
         (:func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`); not with
         ``initial_state``. None (the default): no guard.
     initial_state : tuple (S0, z0) or None
@@ -290,6 +350,9 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
         initial state). Runs one dense call per sequence (a host read of cu_seqlens; see Notes).
     max_seqlen : int, optional
         Only with ``cu_seqlens``: checked as an upper bound of the lengths; not needed.
+    backend : {"auto", "triton", "torch"}, default "auto"
+        As :func:`softmax_attention`. ``"triton"`` refuses (ValueError) maps wider than 256
+        features, Dv > 256 and ``guard``, which ``"auto"`` runs on the PyTorch path.
 
     Returns
     -------
@@ -301,7 +364,8 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     ------
     ValueError, TypeError
         For an unknown feature map, mismatched shapes, dtypes or devices, a bad
-        ``causal_alignment``, ``scale``, ``layout``, ``cu_seqlens`` or ``max_seqlen``.
+        ``causal_alignment``, ``scale``, ``layout``, ``cu_seqlens``, ``max_seqlen`` or
+        ``backend``, or ``backend="triton"`` where the Triton kernels cannot run.
 
     Notes
     -----
@@ -328,28 +392,34 @@ def linear_attention(q, k, v, feature_map="elu+1", *, is_causal=False, causal_al
     """
     causal = resolve_is_causal(is_causal, causal, "linear_attention")
     _check_layout(layout)
+    _check_backend(backend)
     scale = _check_q_scale(scale)
     if cu_seqlens is None:
         if max_seqlen is not None:
             raise ValueError("max_seqlen is only read with cu_seqlens")
         q, k, v = _to_bhtd(layout, q, k, v)
     fused, fmap = _feature_map(feature_map, q.shape[-1] if hasattr(q, "shape") else None, seed)
-    triton = use_triton(q)
+    triton = use_triton(q) and backend != "torch"
     if scale is not None:
         q = q * scale
     if fmap is not None:
         from kernelkit_gpu.feature_maps import apply_feature_map
 
         q, k = apply_feature_map(fmap, q), apply_feature_map(fmap, k)
-    if triton and max(q.shape[-1], v.shape[-1]) <= _triton_max_dim():
+    why_not = None
+    if guard is not None:  # the guarded denominator exists in the plain-PyTorch path only
+        why_not = "they have no guard (guard= runs on the PyTorch path)"
+    elif triton and max(q.shape[-1], v.shape[-1]) > _triton_max_dim():
+        # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
+        why_not = (f"they take maps of at most {_triton_max_dim()} features and Dv <= "
+                   f"{_triton_max_dim()}; got {q.shape[-1]} features and Dv = {v.shape[-1]}")
+    if runs_triton(backend, q, why_not):
         from kernelkit_gpu.attention.linear import linear_attention as impl
-    else:  # wide maps (taylor2 of D >= 16 has 1 + D + D² features) take the chunked torch path
+    else:
         from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
     kwargs = dict(feature_map=fused, is_causal=causal, causal_alignment=causal_alignment,
                   normalize=normalize, eps=eps)
-    if guard is not None:  # the guarded denominator exists in the plain-PyTorch path only
-        from kernelkit_gpu.attention.linear_naive import linear_attention_naive as impl
-
+    if guard is not None:
         kwargs["guard"] = guard
     if cu_seqlens is not None:
         return _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_state,
@@ -388,7 +458,7 @@ def _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_
 
 
 def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_left", eps=1e-6,
-                     enable_gqa=False, scale=None, layout="bhtd", **params):
+                     enable_gqa=False, scale=None, layout="bhtd", backend="auto", **params):
     r"""The exact kernel smoother for a kernelkit kernel.
 
     .. math::
@@ -423,6 +493,8 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
     layout : {"bhtd", "bthd"}, default "bhtd"
         (B, H, T, D) or (B, T, H, D) operands and output, as :func:`softmax_attention` (the
         smoother's preparation copies its operands in either layout).
+    backend : {"auto", "triton", "torch"}, default "auto"
+        As :func:`softmax_attention`.
     **params
         The kernel's registry parameters when ``kernel`` is a name; none with a kernel object.
 
@@ -437,7 +509,8 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
         are given with a kernel object (they belong in its constructor).
     ValueError
         For an unknown kernel name, a parameter out of range, a bad ``causal_alignment``,
-        ``scale`` or ``layout``, or NaN or infinity in q, k or v.
+        ``scale``, ``layout`` or ``backend``, ``backend="triton"`` where the Triton kernels
+        cannot run, or NaN or infinity in q, k or v.
 
     Examples
     --------
@@ -454,7 +527,7 @@ def kernel_attention(q, k, v, kernel, *, is_causal=False, causal_alignment="top_
     _check_layout(layout)
     scale = _check_q_scale(scale)
     q, k, v = _to_bhtd(layout, q, k, v)
-    triton = use_triton(q)
+    triton = runs_triton(backend, q)
     if isinstance(kernel, str) and kernel.strip() == "exponential" and scale is not None:
         params["scale"], scale = scale, None  # that kernel's own parameter (docstring)
     if scale is not None:

@@ -1,13 +1,13 @@
 """Dispatch of :func:`kernelkit.attention.local_attention` (re-exported there): the Triton
 forward or the plain-PyTorch twin. A module of its own below both the attention API and the
-comparison tool (:mod:`kernelkit.compare.methods` runs the method through it)."""
+comparison tool (:mod:`kernelkit.attention.comparison.methods` runs the method through it)."""
 
 from __future__ import annotations
 
 __all__ = ["local_attention"]
 
 
-def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None):
+def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None, backend="auto"):
     r"""Local + summary attention: exact softmax over the keys of the query's block and
     ``window`` blocks on each side (causal: before), one calibrated summary key per other block.
 
@@ -39,6 +39,10 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
         Query i sees keys j <= i and the summaries of blocks wholly before its window.
     scale : float or None
         None means 1 / sqrt(D).
+    backend : {"auto", "triton", "torch"}, default "auto"
+        As :func:`kernelkit.attention.softmax_attention`: ``"triton"`` runs the Triton forward
+        or raises a ValueError that says why it cannot (a ``block`` it lacks, float64, a CPU
+        tensor without the interpreter); ``"torch"`` the plain-PyTorch twin.
 
     Returns
     -------
@@ -48,7 +52,8 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     ------
     ValueError, TypeError
         For mismatched shapes, devices or dtypes, q and k of different lengths, a block < 1, a
-        window < 0, ``scale <= 0``; ValueError for non-finite inputs.
+        window < 0, ``scale <= 0``, a bad ``backend`` or ``backend="triton"`` where the Triton
+        forward cannot run; ValueError for non-finite inputs.
 
     Examples
     --------
@@ -58,16 +63,20 @@ def local_attention(q, k, v, *, block=32, window=1, is_causal=False, scale=None)
     >>> local_attention(x, x, x, block=16, window=1, is_causal=True).shape
     torch.Size([1, 2, 100, 16])
     """
-    from kernelkit.attention._dispatch import use_triton
+    from kernelkit.attention._dispatch import _check_backend, runs_triton
     from kernelkit_gpu import checks
     from kernelkit_gpu.attention import gate
     from kernelkit_gpu.attention.local_naive import (TRITON_BLOCKS, check_local_qkv,
                                                      local_attention_naive)
 
+    _check_backend(backend)
     check_local_qkv(q, k, v, block, window, is_causal, scale, checks.FLOAT_DTYPES)
+    why_not = (None if block in TRITON_BLOCKS else
+               f"they take blocks of {', '.join(map(str, TRITON_BLOCKS))} positions; got {block}")
+    triton = runs_triton(backend, q, why_not)
     pending = gate.start(q, k, v)  # queued before the kernels, read after them
     settings = dict(block=block, window=window, is_causal=is_causal, scale=scale)
-    if use_triton(q) and block in TRITON_BLOCKS:
+    if triton:
         from kernelkit_gpu.attention.local import local_attention as triton_local
 
         out = triton_local(q, k, v, **settings)

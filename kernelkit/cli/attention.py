@@ -30,20 +30,24 @@ Run 'kernelkit attention COMMAND --help' for the options of one command."""
 
 
 def _method_help():
-    return """\
-methods (--method SPEC, repeatable):
-  softmax                      exact softmax attention (the reference itself)
-  elu+1, relu, identity        linear attention with a deterministic feature map
-  taylor2                      second-order Taylor features of exp (1 + D + D^2 features)
-  favor+:M, favor+orth:M       positive random features of exp (FAVOR+), M features
-  hyp-favor+:M, rff:M          hyperbolic FAVOR+ (2M features), random Fourier features
-  kernel:NAME[(p=v,...)]       exact kernel attention with a registry kernel (or its
-                               class name, any case), e.g. kernel:rbf(gamma=0.5), kernel:RBF
-  nystrom:M                    Nystrom attention: M landmarks on the exponential (softmax)
-                               kernel, training-free
-  local:B, local:B:W           local + summary attention: exact softmax over blocks of B
-                               positions (own and W on each side, default 1), one summary key
-                               per other block; training-free"""
+    """The --method forms, the feature maps' lines from their registry."""
+    from kernelkit_math.random_features import FEATURE_MAPS
+
+    def line(form, text):
+        return f"  {form:<28} {text}"
+
+    maps = [line(spec.form, spec.summary) for spec in FEATURE_MAPS.values()]
+    return "\n".join([
+        "methods (--method SPEC, repeatable):",
+        line("softmax", "exact softmax attention (the reference itself)"),
+        "  linear attention with a feature map (M: number of random features):", *maps,
+        line("kernel:NAME[(p=v,...)]", "exact kernel attention with a registry kernel (or its"),
+        line("", "class name, any case), e.g. kernel:rbf(gamma=0.5), kernel:RBF"),
+        line("nystrom:M", "Nystrom attention: M landmarks on the exponential (softmax)"),
+        line("", "kernel, training-free"),
+        line("local:B, local:B:W", "local + summary attention: exact softmax over blocks of B"),
+        line("", "positions (own and W on each side, default 1), one summary key"),
+        line("", "per other block; training-free")])
 
 
 _COMPARE_EPILOG = _method_help() + """
@@ -267,7 +271,7 @@ def _write_outputs(report, args, plots=True):
 
     Returns (files written, names of earlier files removed and not written again)."""
     from kernelkit._util.io import write_text_atomic
-    from kernelkit.compare.report import CompareReport
+    from kernelkit.attention.comparison.report import CompareReport
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -326,14 +330,14 @@ def _keep_interrupted(report, args):
 def _run(args, build):
     """Build the report, write it, print it; user errors and failed allocations become one-line
     CLI errors. An interrupted sweep keeps the runs it finished, then Ctrl-C goes on up."""
-    from kernelkit.compare.memory import is_out_of_memory
-    from kernelkit.compare.sweeps import SweepInterrupted
+    from kernelkit.attention.comparison.memory import is_out_of_memory
+    from kernelkit.attention.comparison.sweeps import SweepInterrupted
 
     t0 = time.perf_counter()
     try:
         _check_out(args.out)  # fail before a long run, not after it
         if not args.no_plot:
-            from kernelkit.compare.plots import require_matplotlib
+            from kernelkit.attention.comparison.plots import require_matplotlib
 
             require_matplotlib()
         report = build(args)
@@ -359,9 +363,9 @@ def _run(args, build):
 
 # -------------------------------------------------------------------------------- commands
 def _compare_report(args):
-    from kernelkit.compare import compare
-    from kernelkit.compare.comparison import check_memory, context_seconds
-    from kernelkit.compare.qkv import load_qkv, qkv_shapes, synthetic_qkv
+    from kernelkit.attention.comparison import compare
+    from kernelkit.attention.comparison.accuracy import check_memory, context_seconds
+    from kernelkit.attention.comparison.qkv import load_qkv, qkv_shapes, synthetic_qkv
 
     _check_count(args.seeds, "--seeds")
     plot_index = _plot_index(args.plot_index)
@@ -399,7 +403,7 @@ def _compare_report(args):
 
 
 def _sweep_report(args):
-    from kernelkit.compare.sweeps import sweep, sweep_seconds
+    from kernelkit.attention.comparison.sweeps import sweep, sweep_seconds
 
     kwargs = {} if args.methods is None else {"methods": tuple(args.methods)}
     lengths = None if args.lengths is None else parse_lengths(args.lengths)

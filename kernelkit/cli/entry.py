@@ -139,7 +139,7 @@ def main(argv=None):
         parser.print_help()
         return 2
     if args.command == "gram":  # --kernel RBF (the class name) means the registry's rbf
-        from kernelkit.compare.methods import registry_kernel_name
+        from kernelkit.attention.comparison.methods import registry_kernel_name
 
         args.kernel = registry_kernel_name(args.kernel) or args.kernel
     try:
@@ -148,10 +148,11 @@ def main(argv=None):
         return _error(str(exc))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
-        comparison = sys.modules.get("kernelkit.compare.comparison")
+        comparison = sys.modules.get("kernelkit.attention.comparison.accuracy")
         if comparison is not None and comparison.work_left_running():
-            # an SVD left running in its worker thread (kernelkit.compare): interpreter shutdown
-            # would wait for it inside LAPACK / OpenBLAS, or deadlock there; end the process now
+            # an SVD left running in its worker thread (kernelkit.attention.comparison):
+            # interpreter shutdown would wait for it inside LAPACK / OpenBLAS, or deadlock
+            # there; end the process now
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(130)

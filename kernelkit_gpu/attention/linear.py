@@ -43,7 +43,9 @@ from kernelkit_gpu.attention import gate
 from kernelkit_gpu.attention import linear_chunk as LC
 from kernelkit_gpu.attention.linear_naive import (check_args, linear_attention_naive, run_shifted,
                                                   twin_top_left)
+from kernelkit_math import random_features as rf
 from kernelkit_math.attention import causal_shift, resolve_is_causal
+from kernelkit_math.registry import fill_doc
 
 __all__ = ["linear_attention", "linear_attention_fwd", "linear_attention_bwd", "LinearAttentionFunction"]
 
@@ -63,8 +65,8 @@ WAVES = 8
 def _plan_segments(n_pos, bh, dv, device, chunk):
     """(positions per segment, segment count): about :data:`WAVES` waves of programs.
 
-    8 waves for the state sums too: on an H200 at B1 H16 T65536 D128 non-causal (forward, elu+1),
-    4 waves for the state sums took 0.83 ms, 8 waves 0.71 ms, 16 waves 0.73 ms (docs/decisions.md).
+    8 waves for the state sums too: on an sm_90 GPU at B1 H16 T65536 D128 non-causal (forward,
+    elu+1), 4 waves for the state sums took 0.83 ms, 8 waves 0.71 ms, 16 waves 0.73 ms.
     """
     seg = LC.segment_length(n_pos, bh, triton.cdiv(dv, 64), device, _chunk_multiple(chunk), WAVES)
     return seg, triton.cdiv(max(n_pos, 1), seg)
@@ -236,6 +238,7 @@ def _twin_gradients(q, k, v, S0, z0, grads, cfg):
     return (*got, None, None) if not has_init else tuple(got)
 
 
+@fill_doc(fused=rf.feature_map_set_doc(fused=True))
 def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_alignment="top_left",
                      normalize=True, eps=1e-6, initial_state=None, return_state=False,
                      chunk_size=None, causal=None):
@@ -265,9 +268,10 @@ def linear_attention(q, k, v, *, feature_map="elu+1", is_causal=False, causal_al
         ``TRITON_INTERPRET=1``). Any strides (a unit stride in the last dim avoids a copy), so a
         (B, T, H, D) tensor passed as ``x.transpose(1, 2)`` is used in place. D, Dv <= 256;
         any T, S, causal or not (alignment: ``causal_alignment``).
-    feature_map : {"elu+1", "identity", "relu"} or None
-        Applied inside the kernels (and its derivative in the backward). None: q and k are
-        already feature-mapped (e.g. FAVOR+ features of size M, M <= 256, M != D allowed).
+    feature_map : {fused} or None
+        A registry map with a fused code, applied inside the kernels (and its derivative in the
+        backward). None: q and k are already feature-mapped (e.g. FAVOR+ features of size M,
+        M <= 256, M != D allowed).
     is_causal : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"

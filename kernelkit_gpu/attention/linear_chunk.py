@@ -73,8 +73,15 @@ import triton
 import triton.language as tl
 
 from kernelkit_gpu import _launch
+from kernelkit_math.random_features import get_feature_map
 
 __all__ = ["state_sums", "chunk_sweep", "dden_rows", "segment_length"]
+
+#: The fused feature maps' codes (the kernels' MAP and DMAP constexprs), from the feature-map
+#: registry (:data:`kernelkit_math.random_features.FEATURE_MAPS`). Identity: no map.
+_IDENTITY = tl.constexpr(get_feature_map("identity").fused)
+_ELU1 = tl.constexpr(get_feature_map("elu+1").fused)
+_RELU = tl.constexpr(get_feature_map("relu").fused)
 
 
 # ------------------------------------------------------------------------------- jit helpers
@@ -103,18 +110,19 @@ def _load_tile(base, rows, rmask, cols, cmask, stride_t, rscale,
     1 float32, 2 float32 holding bfloat16-rounded values (the interpreter's stand-in for bfloat16
     operands, which it cannot multiply).
 
-    Feature maps (MAP): 0 identity, 1 elu(x) + 1, 2 relu; re-masked after the map, since
-    elu(0) + 1 = 1 would leak from padded rows and columns. Both maps keep NaN (min / max
-    with ``propagate_nan``; the default min / max would map NaN to 1 / 0 and hide it).
+    Feature maps (MAP): the registry's fused codes (identity, elu(x) + 1, relu...); elu+1 is
+    re-masked after the map, since elu(0) + 1 = 1 would leak from padded rows and columns. The
+    maps keep NaN (min / max with ``propagate_nan``; the default min / max would map NaN to
+    1 / 0 and hide it).
     (Small helpers are written inline: the interpreter pays milliseconds per nested jit call.)"""
     m2 = rmask[:, None] & cmask[None, :]
     x = tl.load(base + rows.to(tl.int64)[:, None] * stride_t + cols[None, :], mask=m2, other=0.0)
-    if MAP != 0 or SCALE or OPS != 0:
+    if MAP != _IDENTITY or SCALE or OPS != 0:
         xf = x.to(tl.float32)
-        if MAP == 1:
+        if MAP == _ELU1:
             neg = tl.exp(tl.minimum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL))
             xf = tl.where(m2 & (xf > 0), xf + 1.0, tl.where(m2, neg, 0.0))
-        elif MAP == 2:
+        elif MAP == _RELU:
             xf = tl.maximum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL)
         if SCALE:
             xf = xf * rscale[:, None]
@@ -310,15 +318,15 @@ def _la_chunk_kernel(
             acc = acc * _guarded_rcp(den, EPS)[:, None]
             tl.store(den_out_ptr + ra_base + rows, den, mask=ma & ((ar * 0 + pid_c) == 0))
         m_out = ma[:, None] & m_c[None, :]
-        if DMAP != 0:
+        if DMAP != _IDENTITY:
             x = tl.load(x_base + rows.to(tl.int64)[:, None] * sxt + offs_c[None, :], mask=m_out,
                         other=0.0)
             xf = x.to(tl.float32)
             # phi'(NaN) is NaN: the gradient of a NaN input stays NaN, as in torch autograd
-            if DMAP == 1:
+            if DMAP == _ELU1:
                 acc = acc * tl.where(xf > 0, 1.0,
                                      tl.exp(tl.minimum(xf, 0.0, propagate_nan=tl.PropagateNan.ALL)))
-            else:
+            elif DMAP == _RELU:
                 acc = tl.where(xf <= 0, 0.0, acc)
         if OPS == 2:
             acc = _bf16_rtne(acc)  # so that the store's (truncating, in the interpreter) cast is exact
@@ -366,7 +374,7 @@ def _chunk_configs(dc_pad, chunk, causal, fp32):
     Causal 16-bit: 4 warps (one warpgroup) with CHUNK = 64, never 8. Triton 3.6 gives the score
     product a b^T, being chained into p c, all the warps along M (warpsPerCTA [8, 1]); with
     M = CHUNK = 64 the second warpgroup holds a replica of the 64 rows, and kernels so laid out
-    read shared memory out of range (compute-sanitizer on an H100, 2026-11-22: "out-of-range
+    read shared memory out of range (compute-sanitizer on an sm_90 GPU: "out-of-range
     shared or local address" in the wgmma of a b^T where a comes straight from shared memory
     (dK's v), and in the forward's row sums of p at D = 128; an illegal memory access without
     it, which killed the CUDA context). With 4 warps sm_90 ptxas reports at D = 128, bfloat16:

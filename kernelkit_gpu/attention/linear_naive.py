@@ -23,13 +23,20 @@ import torch.nn.functional as F
 
 from kernelkit_gpu import checks
 from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
+from kernelkit_gpu.feature_maps import TORCH_MAPS
+from kernelkit_math import random_features as rf
 from kernelkit_math.attention import causal_shift, resolve_is_causal
+from kernelkit_math.registry import fill_doc
 
 __all__ = ["linear_attention_naive", "FEATURE_MAPS", "check_args", "run_shifted"]
 
-#: Fused feature maps and their kernel codes (0: identity, 1: elu(x) + 1, 2: relu). ``None``
-#: means q and k are already feature-mapped by the caller (identity inside the kernels).
-FEATURE_MAPS = {"identity": 0, "elu+1": 1, "relu": 2, None: 0}
+#: Fused feature maps and their kernel codes, from the registry
+#: (:data:`kernelkit_math.random_features.FEATURE_MAPS`). ``None`` means q and k are already
+#: feature-mapped by the caller (identity inside the kernels).
+FEATURE_MAPS = {name: rf.get_feature_map(name).fused for name in rf.feature_map_names(fused=True)}
+FEATURE_MAPS[None] = FEATURE_MAPS["identity"]
+#: The torch phi of each fused code.
+_PHI = {code: TORCH_MAPS[name] for name, code in FEATURE_MAPS.items() if name is not None}
 #: Default chunk length of the causal chunked form.
 DEFAULT_CHUNK = 64
 CHUNK_SIZES = (16, 32, 64, 128)
@@ -77,8 +84,9 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
         raise TypeError(f"feature_map must be a string or None; got {type(feature_map).__name__}"
                         " (apply other maps to q and k yourself and pass feature_map=None)")
     if feature_map not in FEATURE_MAPS:
-        raise ValueError(f"feature_map must be 'identity', 'elu+1', 'relu' or None (q, k already "
-                         f"mapped); got {feature_map!r}")
+        fused = ", ".join(repr(name) for name in FEATURE_MAPS if name is not None)
+        raise ValueError(f"feature_map must be one of {fused} or None (q, k already mapped); "
+                         f"got {feature_map!r}")
     checks.check_flag(causal, "is_causal")
     checks.check_flag(normalize, "normalize")
     checks.check_flag(return_state, "return_state")
@@ -107,11 +115,7 @@ def check_args(q, k, v, feature_map, causal, normalize, eps, initial_state, retu
 # ------------------------------------------------------------------------------------ naive
 def apply_feature_map(x, code):
     """phi(x) for a kernel code of :data:`FEATURE_MAPS` (torch, differentiable)."""
-    if code == 1:
-        return F.elu(x) + 1.0
-    if code == 2:
-        return torch.relu(x)
-    return x
+    return _PHI[code](None, x)
 
 
 def guarded_divide(num, den, eps):
@@ -163,6 +167,7 @@ def check_guard(guard, initial_state):
     return float(guard)
 
 
+@fill_doc(fused=rf.feature_map_set_doc(fused=True))
 def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
                            causal_alignment="top_left", normalize=True, eps=1e-6,
                            initial_state=None, return_state=False, chunk_size=None, causal=None,
@@ -192,8 +197,9 @@ def linear_attention_naive(q, k, v, *, feature_map="elu+1", is_causal=False,
     k : torch.Tensor, shape (B, H, S, D)
     v : torch.Tensor, shape (B, H, S, Dv)
         Same floating dtype (float16, bfloat16, float32, float64) and device.
-    feature_map : {"elu+1", "identity", "relu"} or None
-        None: q and k are already feature-mapped (D = M may be any size).
+    feature_map : {fused} or None
+        A map of the registry with a fused code (the Triton kernels' maps); None: q and k are
+        already feature-mapped (D = M may be any size).
     is_causal, normalize : bool
         ``causal`` is the deprecated name of ``is_causal`` (FutureWarning).
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"

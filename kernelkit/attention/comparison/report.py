@@ -1,9 +1,9 @@
-"""The result of :func:`kernelkit.compare.comparison`: a table of methods plus context.
+"""The result of :func:`kernelkit.attention.comparison.accuracy`: a table of methods plus context.
 
 :class:`CompareReport` holds plain Python data (rows of numbers, a context dict, heatmap arrays,
 metadata), writes strict JSON (NaN as ``null``, infinities as ``"inf"`` / ``"-inf"``) and reads
 it back, renders a Markdown table with units, and draws its plots through
-:func:`kernelkit.compare.plots.plot_compare`.
+:func:`kernelkit.attention.comparison.plots.plot_compare`.
 """
 
 from __future__ import annotations
@@ -245,8 +245,8 @@ class CompareReport:
     def plot(self, out_dir, formats=("png", "svg")):
         """Heatmaps and error-vs-feature-count plots in ``out_dir``; returns the file paths.
 
-        See :func:`kernelkit.compare.plots.plot_compare` (needs matplotlib).
+        See :func:`kernelkit.attention.comparison.plots.plot_compare` (needs matplotlib).
         """
-        from kernelkit.compare.plots import plot_compare
+        from kernelkit.attention.comparison.plots import plot_compare
 
         return plot_compare(self, out_dir, formats)

@@ -1,8 +1,10 @@
 """Time and peak memory of attention methods over sequence length, and the crossover length.
 
-:func:`sweep` runs each method's fast path (:meth:`kernelkit.compare.methods.Method.run`, the
+:func:`sweep` runs each method's fast path
+(:meth:`kernelkit.attention.comparison.methods.Method.run`, the
 public :mod:`kernelkit.attention` API) on synthetic q, k, v at each length, measures it with
-:func:`kernelkit.compare.measurement.measure` and returns a :class:`SweepReport`. The crossover of a
+:func:`kernelkit.attention.comparison.measurement.measure` and returns a :class:`SweepReport`. The
+crossover of a
 method is the length from which it is faster than softmax attention (:func:`crossover_lengths`).
 torch is imported only when a sweep runs.
 """
@@ -19,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelkit._util.io import write_text_atomic
-from kernelkit.compare import memory
-from kernelkit.compare.report import _encode
+from kernelkit.attention.comparison import memory
+from kernelkit.attention.comparison.report import _encode
 from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["sweep", "sweep_seconds", "SweepReport", "SweepInterrupted", "crossover_lengths",
@@ -284,8 +286,9 @@ class SweepReport:
         return "\n".join(lines) + "\n"
 
     def plot(self, out_dir, formats=("png", "svg")):
-        """Write the time and memory plots (see :func:`kernelkit.compare.plots.plot_sweep`)."""
-        from kernelkit.compare.plots import plot_sweep
+        """Write the time and memory plots (see
+        :func:`kernelkit.attention.comparison.plots.plot_sweep`)."""
+        from kernelkit.attention.comparison.plots import plot_sweep
 
         return plot_sweep(self, out_dir, formats)
 
@@ -316,7 +319,7 @@ def _check_lengths(lengths):
 
 
 def _parse_methods(methods, d):
-    from kernelkit.compare.methods import parse_method
+    from kernelkit.attention.comparison.methods import parse_method
 
     if isinstance(methods, str) or not hasattr(methods, "__iter__"):
         methods = [methods]
@@ -552,9 +555,11 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
 
     At each length T, q, k, v of shape (batch, heads, T, d) are drawn from N(0, 1) (so the
     scaled scores have unit spread) and each method's fast path runs under
-    :func:`kernelkit.compare.measurement.measure`: the median time over ``repeat`` calls after a
+    :func:`kernelkit.attention.comparison.measurement.measure`: the median time over ``repeat``
+    calls after a
     warm-up, and the peak memory allocated beyond the inputs. Memory is planned first (free
-    host memory, :func:`kernelkit.compare.memory.available_memory`, or free GPU memory): a
+    host memory, :func:`kernelkit.attention.comparison.memory.available_memory`, or free GPU
+    memory): a
     sweep whose inputs at some length do not fit is refused before anything is drawn, and a
     method whose working memory would not fit (:data:`QUADRATIC_ARRAYS`,
     :data:`LINEAR_ARRAYS`) is ``"skipped"`` there with the reason. A method that still runs out
@@ -570,7 +575,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     Parameters
     ----------
     methods : sequence of method specs, default=("softmax", "elu+1")
-        Anything :func:`kernelkit.compare.methods.parse_method` accepts. softmax is the
+        Anything :func:`kernelkit.attention.comparison.methods.parse_method` accepts. softmax is the
         reference of the crossovers: include it with other methods to get crossover lengths.
     lengths : sequence of int or None, default=None
         Sequence lengths T = S. None means 512, 1024, ..., 65536 on a GPU and
@@ -618,7 +623,7 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
 
     Examples
     --------
-    >>> from kernelkit.compare.sweeps import sweep
+    >>> from kernelkit.attention.comparison.sweeps import sweep
     >>> report = sweep(["softmax", "elu+1"], [32, 64], heads=2, d=16, device="cpu", repeat=2)
     >>> [(r["method"], r["T"], r["status"]) for r in report.rows][:2]
     [('softmax', 32, 'ok'), ('elu+1', 32, 'ok')]
@@ -638,8 +643,8 @@ def sweep(methods=("softmax", "elu+1"), lengths=None, *, batch=1, heads=8, d=64,
     from tqdm import tqdm
 
     from kernelkit.attention._dispatch import use_triton
-    from kernelkit.compare.comparison import _interruptible, _versions
-    from kernelkit.compare.measurement import measure
+    from kernelkit.attention.comparison.accuracy import _interruptible, _versions
+    from kernelkit.attention.comparison.measurement import measure
 
     torch_dtype = getattr(torch, setup.dtype)
     triton = use_triton(torch.empty(0, dtype=torch_dtype, device=where))

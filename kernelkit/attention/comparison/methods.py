@@ -3,14 +3,13 @@
 A method is named by a spec string (whitespace around it is ignored, case matters):
 
 - ``"softmax"``: exact softmax attention, the reference itself;
-- a feature map of :func:`kernelkit_math.random_features.make_feature_map`: ``"elu+1"``,
-  ``"relu"``, ``"identity"``, ``"taylor2"``, ``"favor+:256"``, ``"favor+orth:64"``,
-  ``"hyp-favor+:64"`` (2M features), ``"rff:512"``: normalised linear attention with that map;
+- a feature map of the registry (:data:`kernelkit_math.random_features.FEATURE_MAPS`), a sized
+  one with its size M (``"favor+:256"``): normalised linear attention with that map;
 - ``"kernel:<registry name>"``, optionally with parameters, ``"kernel:rbf(gamma=0.5)"``:
   the exact kernel smoother (no parameter: the registry defaults at the head dim D); the
   kernelkit class name works too, in any case (``"kernel:RBF"`` is ``"kernel:rbf"``);
 - ``"nystrom:M"``: Nyström attention with M landmarks on the exponential kernel
-  (:mod:`kernelkit.compare.nystrom`), a training-free approximation of softmax;
+  (:mod:`kernelkit.attention.comparison.nystrom`), a training-free approximation of softmax;
 - ``"local:B"``, ``"local:B:W"``: local + summary attention
   (:mod:`kernelkit_math.attention_local`): exact softmax over the query's block of B positions
   and W blocks on each side (default W = 1), one calibrated summary key per other block; a
@@ -30,16 +29,15 @@ Every :class:`Method` computes, for float64 NumPy q, k, v of shape (..., T, D):
   for a signed map): rows with den < floor are the guarded rows of the comparison report;
 - ``output(q, k, v, ...)``: A v in float64, through the ``kernelkit_math`` reference of the
   method (``linear_attention``, ``kernel_smoother``, ``softmax_attention``);
-- ``run(q, k, v, ...)`` on torch tensors (B, H, T, D): the fast path of :mod:`kernelkit.attention`
-  (Triton on CUDA, and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise), for timing. The
-  signed maps run the plain-PyTorch twin
-  (:func:`kernelkit_gpu.attention.linear_naive.linear_attention_naive`) instead, the path that
-  has their guard (``kernelkit.attention.linear_attention(..., guard=)`` routes there too; the
-  Triton linear-attention kernels have no guard).
+- ``run(q, k, v, ..., backend="auto")`` on torch tensors (B, H, T, D): the method through the
+  public :mod:`kernelkit.attention` functions, for timing (``backend="auto"``: Triton on CUDA,
+  and on CPU under ``TRITON_INTERPRET=1``; PyTorch otherwise). The signed maps pass their guard
+  (``linear_attention(..., guard=)``), which runs on the plain-PyTorch path (the Triton
+  linear-attention kernels have no guard).
 
 Examples
 --------
->>> from kernelkit.compare.methods import parse_method
+>>> from kernelkit.attention.comparison.methods import parse_method
 >>> m = parse_method("favor+:64", d=16)
 >>> m.spec, m.family, m.n_features, m.random
 ('favor+:64', 'favor+', 64, True)
@@ -58,7 +56,9 @@ from typing import Optional
 
 import numpy as np
 
-from kernelkit.attention._dispatch import FUSED_FEATURE_MAPS
+from kernelkit.attention import _dispatch as api
+from kernelkit.attention import local as local_api
+from kernelkit_math import random_features as rf
 
 __all__ = ["Method", "parse_method", "method_names", "registry_kernel_name", "EPS",
            "SIGNED_GUARD"]
@@ -81,10 +81,6 @@ EPS = 1e-6
 #: (den <= 0 on 33408 of 36864), so it takes a larger delta: every output <= 2 max |v|.
 SIGNED_GUARD = {"rff": 0.1, "identity": 0.5}
 
-#: Feature maps whose kernel is exp(scale q·k): they take the softmax scale.
-_EXP_MAPS = ("favor+", "favor+orth", "hyp-favor+", "taylor2")
-#: Feature maps given with their size ("favor+:256").
-_SIZED_MAPS = ("favor+", "favor+orth", "hyp-favor+", "rff")
 _KERNEL_SPEC = re.compile(r"kernel:\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?", re.DOTALL)
 
 
@@ -96,9 +92,8 @@ def method_names():
     >>> "nystrom:M" in method_names()
     True
     """
-    return ("softmax", "identity", "elu+1", "relu", "taylor2", "favor+:M", "favor+orth:M",
-            "hyp-favor+:M", "rff:M", "kernel:NAME", "kernel:NAME(param=value, ...)", "nystrom:M",
-            "local:B", "local:B:W")
+    return ("softmax", *rf.feature_map_names(), "kernel:NAME", "kernel:NAME(param=value, ...)",
+            "nystrom:M", "local:B", "local:B:W")
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -156,8 +151,8 @@ class Method:
     label : str
         Name for tables and legends.
     family : str
-        What groups points of an error-vs-feature-count curve: ``"softmax"``, ``"favor+"``,
-        ``"rff"``, ``"elu+1"``, ``"nystrom"``, ``"kernel:rbf"``...
+        What groups points of an error-vs-feature-count curve: ``"softmax"``, a feature map's
+        name without its size (``"favor+"``), ``"nystrom"``, ``"kernel:rbf"``...
     n_features : int or None
         Features (or landmarks) per head: the width of the linear-attention state; None for
         exact methods (softmax, kernel smoothers).
@@ -179,8 +174,9 @@ class Method:
         """The attention output (..., T, Dv) in float64 through the method's reference."""
         raise NotImplementedError
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        """The output on torch tensors (B, H, T, D) through the fast path, for timing."""
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
+        """The output on torch tensors (B, H, T, D) through the public attention functions
+        with ``backend`` (:data:`kernelkit.attention.BACKENDS`), for timing."""
         raise NotImplementedError
 
     def floor(self, q, k, *, is_causal=False, seed=0, scale=None):
@@ -205,10 +201,8 @@ class _Softmax(Method):
 
         return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.attention._dispatch import softmax_attention
-
-        return softmax_attention(q, k, v, is_causal=is_causal, scale=scale)
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
+        return api.softmax_attention(q, k, v, is_causal=is_causal, scale=scale, backend=backend)
 
 
 @dataclass(frozen=True, eq=False)
@@ -218,7 +212,8 @@ class _FeatureMapAttention(Method):
     def _map(self, d, seed, scale):
         if not isinstance(self.feature_map, str):
             return self.feature_map
-        return _make_map(self.feature_map, d, seed, scale if self.family in _EXP_MAPS else None)
+        takes_scale = "scale" in rf.get_feature_map(self.family).params  # the softmax scale
+        return _make_map(self.feature_map, d, seed, scale if takes_scale else None)
 
     @property
     def guard(self):
@@ -254,20 +249,12 @@ class _FeatureMapAttention(Method):
         phi = self._map(np.shape(q)[-1], seed, scale)
         return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, guard=self.guard)
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        fused = isinstance(self.feature_map, str) and self.feature_map in FUSED_FEATURE_MAPS
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
+        fused = isinstance(self.feature_map, str) and self.feature_map in api.FUSED_FEATURE_MAPS
         phi = self.feature_map if fused else self._map(q.shape[-1], seed, scale)
-        if self.guard is not None:  # the twin has the guard, the Triton kernels do not
-            from kernelkit_gpu.attention.linear_naive import linear_attention_naive
-            from kernelkit_gpu.feature_maps import apply_feature_map
-
-            if not fused:
-                q, k, phi = apply_feature_map(phi, q), apply_feature_map(phi, k), None
-            return linear_attention_naive(q, k, v, feature_map=phi, is_causal=is_causal,
-                                          eps=EPS, guard=self.guard)
-        from kernelkit.attention._dispatch import linear_attention
-
-        return linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, seed=seed)
+        # the guard of a signed map runs on the PyTorch path (the Triton kernels have none)
+        return api.linear_attention(q, k, v, phi, is_causal=is_causal, eps=EPS, seed=seed,
+                                    guard=self.guard, backend=backend)
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,18 +281,18 @@ class _KernelSmoother(Method):
 
         return kernel_smoother(q, k, v, self.kernel, is_causal=is_causal, eps=EPS, **self.params)
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.attention._dispatch import kernel_attention
-
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
         if self.kernel_object is not None:
-            return kernel_attention(q, k, v, self.kernel_object, is_causal=is_causal, eps=EPS)
-        return kernel_attention(q, k, v, self.kernel, is_causal=is_causal, eps=EPS, **self.params)
+            return api.kernel_attention(q, k, v, self.kernel_object, is_causal=is_causal, eps=EPS,
+                                        backend=backend)
+        return api.kernel_attention(q, k, v, self.kernel, is_causal=is_causal, eps=EPS,
+                                    backend=backend, **self.params)
 
 
 @dataclass(frozen=True, eq=False)
 class _Nystrom(Method):
     def weights(self, q, k, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.compare.nystrom import nystrom_weights
+        from kernelkit.attention.comparison.nystrom import nystrom_weights
 
         return nystrom_weights(q, k, self.n_features, is_causal=is_causal, seed=seed, scale=scale,
                                eps=EPS)
@@ -314,11 +301,11 @@ class _Nystrom(Method):
         A, _ = self.weights(q, k, is_causal=is_causal, seed=seed, scale=scale)
         return A @ _as64(v)
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.compare.nystrom import nystrom_attention
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
+        from kernelkit.attention.comparison.nystrom import nystrom_attention
 
         return nystrom_attention(q, k, v, self.n_features, is_causal=is_causal, seed=seed,
-                                 scale=scale, eps=EPS)
+                                 scale=scale, eps=EPS, backend=backend)
 
 
 @dataclass(frozen=True, eq=False)
@@ -339,10 +326,9 @@ class _Local(Method):
 
         return local_attention(q, k, v, **self._settings(is_causal, scale))
 
-    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None):
-        from kernelkit.attention.local import local_attention
-
-        return local_attention(q, k, v, **self._settings(is_causal, scale))
+    def run(self, q, k, v, *, is_causal=False, seed=0, scale=None, backend="auto"):
+        return local_api.local_attention(q, k, v, **self._settings(is_causal, scale),
+                                         backend=backend)
 
 
 # ---------------------------------------------------------------------------------- parsing
@@ -521,6 +507,6 @@ def parse_method(spec, d):
         return _nystrom_method(text)
     if base == "local":
         return _local_method(text)
-    if base in FUSED_FEATURE_MAPS + ("taylor2",) + _SIZED_MAPS:
+    if base in rf.FEATURE_MAPS:
         return _feature_map_method(text, d)
     raise _unknown(spec)

@@ -1,14 +1,16 @@
 r"""How far is an attention approximation from softmax on given q, k, v: :func:`compare`.
 
-The reference is float64 softmax attention. Every method (see :mod:`kernelkit.compare.methods`)
+The reference is float64 softmax attention. Every method (see
+:mod:`kernelkit.attention.comparison.methods`)
 is evaluated in float64 for accuracy, once per seed when it is random, and, unless
 ``measure=False``, run once more through its fast torch / Triton path for time and peak memory
-(:func:`kernelkit.compare.measurement.measure`). The result is a
-:class:`kernelkit.compare.report.CompareReport`.
+(:func:`kernelkit.attention.comparison.measurement.measure`). The result is a
+:class:`kernelkit.attention.comparison.report.CompareReport`.
 
 Cost: the metrics hold the (B, H, T, S) weight matrices in float64 and take one SVD per
 (batch, head), so compare() is meant for heads of up to a few thousand positions; the timing
-side (:func:`kernelkit.compare.sweeps.sweep`) is the tool for long sequences. Memory is
+side (:func:`kernelkit.attention.comparison.sweeps.sweep`) is the tool for long sequences.
+Memory is
 checked (:func:`check_memory`) before the inputs are converted; :func:`context_seconds`
 estimates the SVDs' time, and they run in a worker thread so Ctrl-C stops them.
 """
@@ -24,9 +26,9 @@ import threading
 
 import numpy as np
 
-from kernelkit.compare import memory, metrics
-from kernelkit.compare.methods import EPS, parse_method
-from kernelkit.compare.report import CompareReport
+from kernelkit.attention.comparison import memory, metrics
+from kernelkit.attention.comparison.methods import EPS, parse_method
+from kernelkit.attention.comparison.report import CompareReport
 from kernelkit_math.attention import resolve_is_causal
 
 __all__ = ["compare", "check_memory", "planned_memory", "HEATMAP_SIZE"]
@@ -201,7 +203,8 @@ def planned_memory(B, H, T, S, D, Dv):
 
 def check_memory(B, H, T, S, D, Dv):
     """Refuse sizes whose comparison (:func:`planned_memory`) does not fit in the available
-    memory (:func:`kernelkit.compare.memory.available_memory`), before anything is allocated.
+    memory (:func:`kernelkit.attention.comparison.memory.available_memory`), before anything is
+    allocated.
 
     Raises
     ------
@@ -384,8 +387,9 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
       counts the rows where A' gives weight <= 0 to a key that A attends to);
     - the number of denominators <= 0 (guarded as max(den, 1e-6)), and ``guarded_rows``, the
       rows whose denominator the guard raised (den < 1e-6; for the signed maps identity and rff
-      den < their guard floor, :data:`kernelkit.compare.methods.SIGNED_GUARD`);
-    - time and peak memory of the method's fast path (:func:`~kernelkit.compare.measurement.measure`).
+      den < their guard floor, :data:`kernelkit.attention.comparison.methods.SIGNED_GUARD`);
+    - time and peak memory of the method's fast path
+      (:func:`~kernelkit.attention.comparison.measurement.measure`).
 
     Row statistics and counts pool the rows of all seeds; ``n_rows`` says how many.
 
@@ -396,7 +400,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     v : ndarray or torch.Tensor of shape (B, H, S, Dv), (H, S, Dv) or (S, Dv)
         Real numbers, finite; k and v with q's leading shape. Never modified.
     methods : sequence of str or objects
-        Method specs (:func:`kernelkit.compare.methods.method_names`): ``"softmax"``,
+        Method specs (:func:`kernelkit.attention.comparison.methods.method_names`): ``"softmax"``,
         ``"elu+1"``, ``"favor+:256"``, ``"kernel:rbf(gamma=0.5)"``, ``"nystrom:64"``..., or
         kernelkit kernel / FeatureMap objects. Distinct. ``nystrom:M`` with M > S runs with
         M = S landmarks (the keys themselves); its row's ``n_features`` and ``label`` say so.
@@ -425,7 +429,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
 
     Returns
     -------
-    kernelkit.compare.report.CompareReport
+    kernelkit.attention.comparison.report.CompareReport
 
     Raises
     ------
@@ -441,7 +445,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     Examples
     --------
     >>> import numpy as np
-    >>> from kernelkit.compare import compare
+    >>> from kernelkit.attention.comparison import compare
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = (rng.standard_normal((2, 32, 8)) for _ in range(3))
     >>> report = compare(q, k, v, ["softmax", "elu+1", "favor+:16"], measure=False)
@@ -521,7 +525,7 @@ def _timing(method, timing, causal, seed, scale, where):
     if timing is None:
         return {"time_ms": math.nan, "time_min_ms": math.nan, "time_max_ms": math.nan,
                 "peak_bytes": -1, "device": where, "status": "not measured"}
-    from kernelkit.compare.measurement import measure
+    from kernelkit.attention.comparison.measurement import measure
 
     q, k, v = timing
     m = measure(lambda: method.run(q, k, v, is_causal=causal, seed=seed, scale=scale), device=where)

@@ -238,7 +238,7 @@ def plot_compare(report, out_dir, formats=("png", "svg")):
 
     Parameters
     ----------
-    report : kernelkit.compare.report.CompareReport
+    report : kernelkit.attention.comparison.report.CompareReport
         Or any object with the same ``rows``, ``context``, ``heatmaps`` and ``meta``.
     out_dir : str or os.PathLike
         Directory for the files; created if missing.
@@ -348,7 +348,7 @@ def plot_sweep(report, out_dir, formats=("png", "svg")):
 
     Parameters
     ----------
-    report : kernelkit.compare.sweeps.SweepReport
+    report : kernelkit.attention.comparison.sweeps.SweepReport
     out_dir : str or os.PathLike
         Directory for the files; created if missing.
     formats : sequence of {"png", "svg", "pdf"}, default=("png", "svg")

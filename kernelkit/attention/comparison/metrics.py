@@ -17,7 +17,7 @@ leading batch axes (B, H) are kept:
 Examples
 --------
 >>> import numpy as np
->>> from kernelkit.compare import metrics
+>>> from kernelkit.attention.comparison import metrics
 >>> A = np.array([[0.5, 0.5], [1.0, 0.0]])
 >>> metrics.total_variation(np.array([[1.0, 0.0], [1.0, 0.0]]), A).tolist()
 [0.5, 0.0]

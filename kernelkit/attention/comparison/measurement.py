@@ -24,7 +24,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from kernelkit.compare.memory import is_out_of_memory
+from kernelkit.attention.comparison.memory import is_out_of_memory
 
 __all__ = ["measure", "Measurement", "MEASURE_STATUSES"]
 
@@ -175,7 +175,7 @@ def measure(fn, *, device, warmup=1, repeat=5):
     Examples
     --------
     >>> import torch
-    >>> from kernelkit.compare.measurement import measure
+    >>> from kernelkit.attention.comparison.measurement import measure
     >>> m = measure(lambda: torch.ones(1000, 250), device="cpu", repeat=3)
     >>> m.peak_bytes, m.status
     (1000000, 'ok')

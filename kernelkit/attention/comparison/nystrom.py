@@ -61,8 +61,8 @@ accuracy where the signed form was well conditioned: on diffuse i.i.d. synthetic
 form's 0.42 / 0.33 / 0.20 (uniform 0.48); on peaky clustered heads it stays ahead of FAVOR+
 (tests/test_compare_methods.py).
 
-Cost: O((T + S) M D + T M² NNLS_ITERATIONS) per head. Measured on an H200 before the
-non-negative fit (signed form, ``kernelkit.compare.sweeps``, B=1 H=8 D=64 bfloat16, forward,
+Cost: O((T + S) M D + T M² NNLS_ITERATIONS) per head. Measured on a GPU (sm_90) before the
+non-negative fit (signed form, ``kernelkit.attention.sweep``, B=1 H=8 D=64 bfloat16, forward,
 non-causal): at T = 65536, ``nystrom:64`` 13.0 ms (landmark selection 8.9 ms of it) against
 ``favor+:64`` 1.8 ms and softmax 20.2 ms; the fit adds T M² 64 multiply-adds per head, not yet
 timed on the GPU. Nyström buys accuracy, not speed.
@@ -386,7 +386,8 @@ def _split_k_product(a, b, chunk=1024):
     return out
 
 
-def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e-6, causal=None):
+def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e-6, causal=None,
+                      backend="auto"):
     """Nyström attention on torch tensors: the fast twin of :func:`nystrom_weights`.
 
     Everything runs in float32 (float64 for float64 input). Differentiable in q, k and v, with
@@ -403,6 +404,8 @@ def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e
     v : torch.Tensor of shape (B, H, S, Dv)
     m, is_causal, seed, scale, eps
         As :func:`nystrom_weights`.
+    backend : {"auto", "triton", "torch"}, default "auto"
+        The ``backend`` of the last step's :func:`kernelkit.attention.linear_attention`.
 
     Returns
     -------
@@ -418,8 +421,9 @@ def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e
     causal = resolve_is_causal(is_causal, causal, "nystrom_attention")
     import torch
 
-    from kernelkit.attention._dispatch import linear_attention
+    from kernelkit.attention._dispatch import _check_backend, linear_attention
 
+    _check_backend(backend)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.ndim != 4:
             raise ValueError(f"{name} must be a 4-D torch.Tensor (B, H, N, D); got "
@@ -464,14 +468,6 @@ def nystrom_attention(q, k, v, m, *, is_causal=False, seed=0, scale=None, eps=1e
     r = a.shape[-1]
     phi_q = a.reshape(B, H, T, r)  # W = phi_q phi_k^T = a R
     phi_k = R.transpose(-1, -2).reshape(B, H, S, r)
-    if work == torch.float64:  # the Triton kernels take float32 at most
-        out = _linear_attention_float64(phi_q, phi_k, v.double(), causal, eps)
-    else:
-        out = linear_attention(phi_q, phi_k, v.to(work), "identity", is_causal=causal, eps=eps)
+    out = linear_attention(phi_q, phi_k, v.to(work), "identity", is_causal=causal, eps=eps,
+                           backend=backend)
     return out.to(q.dtype)
-
-
-def _linear_attention_float64(phi_q, phi_k, v, causal, eps):
-    from kernelkit_gpu.attention.linear_naive import linear_attention_naive
-
-    return linear_attention_naive(phi_q, phi_k, v, feature_map=None, is_causal=causal, eps=eps)
