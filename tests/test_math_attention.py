@@ -19,7 +19,7 @@ from kernelkit_math.attention import (
     repeat_kv,
     softmax_attention,
 )
-from kernelkit_math.random_features import make_feature_map
+from kernelkit_math.random_features import FEATURE_MAPS, make_feature_map
 from tests.conftest import TOL
 
 F64 = TOL["float64"]
@@ -36,7 +36,10 @@ SHAPES = [
 ]
 SHAPE_IDS = ["T1-S1-D1", "T1", "S1", "T>S-batch2x3", "T<S-batch2x3", "D1", "square"]
 
-POSITIVE_MAPS = ["elu+1", "favor+:16", "favor+orth:16", "hyp-favor+:8", "taylor2", "relu"]
+#: Every map whose weights cannot cancel (the registry's non-signed rows), sized maps with 16
+#: features (hyp-favor+: 8 pairs).
+POSITIVE_MAPS = [spec.form.replace(":M", ":8" if spec.name == "hyp-favor+" else ":16")
+                 for spec in FEATURE_MAPS.values() if spec.sign != "signed"]
 
 
 def _qkv(rng, batch, T, S, D, Dv, positive=False):
