@@ -40,6 +40,7 @@ from kernelkit.operators import fused_tree
 from kernelkit.operators import kernel_tree as S
 from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import prepare as P
+from kernelkit_gpu.pairwise import naive as N
 
 __all__ = ["CovarianceOperator", "bilinear", "theta_gradient", "BLOCK_ELEMENTS", "dense_budget"]
 
@@ -66,88 +67,6 @@ def dense_budget(device):
     return DENSE_CPU_BYTES
 
 
-def _direct_squared_distances(A, B):
-    """||a_i - b_j||^2 from direct differences (no autograd; 0 for equal rows, symmetric for
-    A = B). On the CPU torch.cdist without the matrix-product form, squared (one pass, a few
-    eps from the summed squares: 3-5x faster than the loop, 4000 x 1024 x 8); on CUDA, where
-    that kernel is slow (float64, 2e4 x 1024 x 8, H100: 30 ms), two in-place passes per
-    feature (2.1 ms)."""
-    if A.device.type == "cpu":
-        return torch.cdist(A, B, compute_mode="donot_use_mm_for_euclid_dist").square_()
-    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-    t = torch.empty_like(s)
-    for k in range(A.shape[1]):
-        torch.sub(A[:, k, None], B[None, :, k], out=t)
-        s.addcmul_(t, t)
-    return s
-
-
-class _SquaredDistances64(torch.autograd.Function):
-    """Float64 direct squared distances whose backward is two GEMMs and two row sums,
-
-    .. math:: \\partial/\\partial a_i = 2 (a_i \\textstyle\\sum_j g_{ij} - \\sum_j g_{ij} b_j)
-
-    (and likewise for b), instead of autograd through one n x m difference per feature (d
-    saved temporaries and d backward passes: the float64 gradient blocks of the CPU path and of
-    the exact path). The expansion loses about eps64 (|a| + |b|) / |a - b| relative per term,
-    harmless in float64; float32 blocks keep the per-feature autograd."""
-
-    @staticmethod
-    def forward(ctx, A, B):
-        ctx.save_for_backward(A, B)
-        return _direct_squared_distances(A, B)
-
-    @staticmethod
-    def backward(ctx, G):
-        A, B = ctx.saved_tensors
-        grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_a = 2.0 * (A * G.sum(1, keepdim=True) - G @ B)
-        if ctx.needs_input_grad[1]:
-            grad_b = 2.0 * (B * G.sum(0)[:, None] - G.T @ A)
-        return grad_a, grad_b
-
-
-def _squared_distances(A, B, diagonal_offset, direct=True):
-    """||a_i - b_j||^2 of prepared operands: direct differences up to DIRECT_MAX_D features
-    (unless ``direct`` is False), else the matrix-product form."""
-    if direct and A.shape[1] <= P.DIRECT_MAX_D:
-        if not (A.requires_grad or B.requires_grad):
-            return _direct_squared_distances(A, B)
-        if A.dtype == torch.float64:
-            return _SquaredDistances64.apply(A, B)
-        s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-        for k in range(A.shape[1]):  # float32 autograd: out-of-place, exact differences
-            t = A[:, k, None] - B[None, :, k]
-            s = s + t * t
-        return s
-    # one GEMM of augmented rows [a, |a|^2, 1] . [-2 b, 1, |b|^2]: no n x m broadcast sums
-    # forward or reductions backward (the preconditioner's landmark block, float64 with autograd)
-    a2, b2 = (A * A).sum(1, keepdim=True), (B * B).sum(1, keepdim=True)
-    s = (torch.cat([A, a2, torch.ones_like(a2)], 1)
-         @ torch.cat([-2.0 * B, torch.ones_like(b2), b2], 1).T).clamp_min(0.0)
-    if diagonal_offset is not None:
-        s = s.masked_fill(_identity(A.shape[0], B.shape[0], diagonal_offset, A.device), 0.0)
-    return s
-
-
-def _l1_distances(A, B):
-    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-    for k in range(A.shape[1]):
-        s = s + (A[:, k, None] - B[None, :, k]).abs()
-    return s
-
-
-def _identity(m, n, diagonal_offset, device):
-    """Boolean (m, n) mask of the pairs (i, offset + i): the same training point."""
-    mask = torch.zeros((m, n), dtype=torch.bool, device=device)
-    if diagonal_offset is not None:
-        rows = torch.arange(m, device=device)
-        keep = rows + diagonal_offset < n
-        mask[rows[keep], rows[keep] + diagonal_offset] = True
-    return mask
-
-
 class _Block:
     """Evaluates the kernel tree on the pairs of rows A x B (or on the pairs (a_i, a_i) when
     ``paired``): centred float64 rows in, values in ``dtype`` out."""
@@ -172,7 +91,7 @@ class _Block:
             if self.paired:
                 same = torch.ones(self.shape, dtype=self.dtype, device=self.A.device)
             else:
-                same = _identity(*self.shape, self.offset, self.A.device).to(self.dtype)
+                same = N.same_point_mask(*self.shape, self.offset, self.A.device).to(self.dtype)
             return value.to(self.dtype) * same
         return self.leaf(node)
 
@@ -186,11 +105,10 @@ class _Block:
             a = P.centre_and_scale(A, None, scale, dtype)
             if self.paired:
                 s = torch.zeros(self.shape, dtype=dtype, device=A.device)
-            else:
+            else:  # L1 always from direct differences
                 b = P.centre_and_scale(B, None, scale, dtype)
-                s = (_squared_distances(a, b, self.offset, self.direct)
-                     if spec.pairwise == "sqeuclidean"
-                     else _l1_distances(a, b))
+                s = N.pairwise_quantity(a, b, spec.pairwise, diagonal_offset=self.offset,
+                                        direct=self.direct or spec.pairwise == "manhattan")
         elif spec.pairwise == "dot":
             m = self.op.center.reshape(-1)
             a = P.centre_and_scale(A, None, scale, dtype)
@@ -200,13 +118,13 @@ class _Block:
             else:
                 b = P.centre_and_scale(B, None, scale, dtype)
                 off_b = B @ m + 0.5 * (m @ m)
-                s = a @ b.T + (off_a[:, None] + off_b[None, :]).to(dtype)
+                s = N.pairwise_quantity(a, b, "dot") + (off_a[:, None] + off_b[None, :]).to(dtype)
         else:  # cosine: rows of the uncentred data, normalised in float64
             a, nonzero = P.normalize_rows(A + self.op.center)
             if self.paired:
                 return nonzero.to(dtype)
             b = P.normalize_rows(B + self.op.center)[0]
-            s = a.to(dtype) @ b.to(dtype).T
+            s = N.pairwise_quantity(a.to(dtype), b.to(dtype), "dot")
         p = [torch.as_tensor(v, dtype=torch.float64, device=A.device) for v in prm]
         return row.torch(s, *p, numbers.get("degree", 0), row.kind(numbers))
 
