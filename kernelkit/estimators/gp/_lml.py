@@ -196,7 +196,7 @@ def preconditioner(op, params, probes):
     shift = (params["noise"] + op.jitter).to(torch.float64)
     if probes.eigen_landmarks is not None:
         with torch.no_grad():
-            trace = op.kernel_diagonal(op.data[0], params).sum()
+            trace = op.diag(op.data[0], params).sum()
             if float(trace) > 0.5 * WOODBURY_MAX_RATIO * float(shift):
                 landmarks = probes.eigen_landmarks
     # P need only be one consistent SPD matrix: distances in the matrix-product form (float64,

@@ -861,7 +861,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         scale2 = y_std**2
         if return_std:
             with torch.no_grad():
-                prior = (op.kernel_diagonal(Z, params) + params["noise"]).cpu().numpy()
+                prior = (op.diag(Z, params) + params["noise"]).cpu().numpy()
             var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
             return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
         with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
@@ -960,7 +960,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 quads.append(quad)
                 bounds.append(bound)
             quad, bound = torch.cat(quads), torch.cat(bounds)
-            prior = op.kernel_diagonal(Z, params) + params["noise"]
+            prior = op.diag(Z, params) + params["noise"]
             uncertified = bound > settings.cg_tol * prior.clamp_min(torch.finfo(torch.float64).tiny)
             if keep:
                 if bool(uncertified.any()):
