@@ -88,6 +88,40 @@ def _summary(junit):
     return out
 
 
+def run(target, workdir, k=None):
+    """Run pytest on the prepared test file ``target`` in ``workdir``; return the summary of
+    :func:`_summary` with ``sklearn`` (its version) and ``seconds``."""
+    junit = workdir / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target),
+           f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", "--rootdir", str(workdir)]
+    if k:
+        cmd += ["-k", k]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parent.parent),
+                                         env.get("PYTHONPATH", "")])
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=workdir, env=env, check=False)
+    summary = _summary(junit)
+    summary.update(sklearn=sklearn.__version__, seconds=round(time.perf_counter() - start, 1))
+    return summary
+
+
+def report(summary, out, default_name, title):
+    """Write ``summary`` as JSON to ``out`` (a directory: ``default_name`` in it; None: no file)
+    and print it under ``title``."""
+    if out:
+        path = pathlib.Path(out)
+        if path.is_dir():
+            path = path / default_name
+        tmp_path = path.with_name(path.name + ".tmp")
+        tmp_path.write_text(json.dumps(summary, indent=2) + "\n")
+        os.replace(tmp_path, path)
+    print(f"{title}: {summary['passed']} passed, {summary['failed']} failed, "
+          f"{summary['skipped']} skipped, {summary['xfailed']} xfailed, {summary['seconds']} s")
+    for f in summary["failures"]:
+        print(f"  FAILED {f['test']}: {f['reason']}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_tests = pathlib.Path(sklearn.__file__).parent / "gaussian_process/tests/test_gpr.py"
@@ -101,32 +135,10 @@ def main(argv=None):
         raise SystemExit(f"{args.test_file} not found; pass --test-file")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
-        target = _prepare(workdir, args.test_file, args.device)
-        junit = workdir / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target),
-               f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", "--rootdir", tmp]
-        if args.k:
-            cmd += ["-k", args.k]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parent.parent),
-                                             env.get("PYTHONPATH", "")])
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=tmp, env=env, check=False)
-        summary = _summary(junit)
-    summary.update(sklearn=sklearn.__version__, device=args.device,
-                   seconds=round(time.perf_counter() - start, 1))
-    if args.out:
-        path = pathlib.Path(args.out)
-        if path.is_dir():
-            path = path / "sklearn_gpr_suite.json"
-        tmp_path = path.with_name(path.name + ".tmp")
-        tmp_path.write_text(json.dumps(summary, indent=2) + "\n")
-        os.replace(tmp_path, path)
-    print(f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device}): "
-          f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped, "
-          f"{summary['xfailed']} xfailed, {summary['seconds']} s")
-    for f in summary["failures"]:
-        print(f"  FAILED {f['test']}: {f['reason']}")
+        summary = run(_prepare(workdir, args.test_file, args.device), workdir, args.k)
+    summary["device"] = args.device
+    report(summary, args.out, "sklearn_gpr_suite.json",
+           f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device})")
     return 0
 
 

@@ -12,14 +12,16 @@ import numbers
 import warnings
 
 import numpy as np
+import scipy.sparse
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
-from kernelkit.kernels import _RegistryKernel
+from kernelkit.operators import kernel_tree
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
@@ -47,19 +49,17 @@ DENSE_COPIES = 4
 
 
 def _check_alpha(alpha):
-    """``alpha`` as a float64 array of shape (1,) or (n_alphas,), every value finite and > 0."""
-    if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool):
-        return np.array([_check_number(alpha, "alpha", low=0.0)])
+    """``alpha`` as a float64 array of shape (1,) or (n_alphas,), every value finite and >= 0."""
     try:
         values = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
     except (TypeError, ValueError):
-        raise TypeError(f"alpha must be a real number > 0 or an array of them (one per target); "
+        raise TypeError(f"alpha must be a real number >= 0 or an array of them (one per target); "
                         f"got {alpha!r}") from None
     if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"alpha must be a real number > 0 or a 1-D array of them (one per "
+        raise ValueError(f"alpha must be a real number >= 0 or a 1-D array of them (one per "
                          f"target); got shape {values.shape}")
-    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
-        raise ValueError(f"alpha must be a real number > 0 or an array of them; got {alpha!r}")
+    if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
+        raise ValueError(f"alpha must be a real number >= 0 or an array of them; got {alpha!r}")
     return values
 
 
@@ -281,7 +281,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True  # made dense (the products need dense rows)
+        tags.input_tags.pairwise = isinstance(self.kernel, str) and self.kernel == "precomputed"
         tags.target_tags.multi_output = True
         return tags
 
@@ -305,41 +306,51 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         return alpha, n_components, tol, max_iter
 
     def _kernel(self, n_features):
-        """``(registry name, resolved registry parameters)`` of the ``kernel`` parameter."""
+        """The ``kernel`` parameter as a tree (:mod:`kernelkit.operators.kernel_tree`: a
+        registry name is the one-leaf tree), or None for "precomputed"."""
         kernel = self.kernel
-        if isinstance(kernel, _RegistryKernel):
+        if isinstance(kernel, Kernel):
             if self.kernel_params:
                 raise ValueError(
                     "kernel_params is for kernels given by name; set the parameters on the "
                     f"kernel object {kernel!r} instead"
                 )
-            name, params = kernel._registry_name, kernel._registry_params(n_features)
-        elif isinstance(kernel, str):
-            if kernel == "precomputed":
-                raise ValueError("kernel='precomputed' is not supported: pass the data X itself")
-            name = _ALIASES.get(kernel, kernel)
-            try:
-                spec = get_kernel(name)
-            except ValueError as exc:
-                raise ValueError(f"kernel: {exc}") from None
-            given = {"gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
-            params = {p: v for p, v in given.items() if p in spec.param_names}
-            if self.kernel_params is not None:
-                if not isinstance(self.kernel_params, dict):
-                    raise TypeError(f"kernel_params must be a dict or None; got {self.kernel_params!r}")
-                params.update(self.kernel_params)
-            params = spec.resolve(n_features, **params)
-        else:
+            return kernel_tree.parse_kernel(kernel, n_features)
+        if not isinstance(kernel, str):
             raise TypeError(
-                "kernel must be a registry name such as 'rbf' or a kernelkit kernel object such as "
-                f"kernelkit.RBF(); got {kernel!r}"
-            )
-        if not get_kernel(name).psd:
+                "kernel must be a registry name such as 'rbf', 'precomputed', or a kernel object "
+                "such as kernelkit.RBF() or sklearn's RBF() + WhiteKernel() (the products run on "
+                f"the registry's formulas, so a Python function cannot be used); got {kernel!r}. "
+                f"Kernel objects: {kernel_tree.SUPPORTED}")
+        if kernel == "precomputed":
+            return None
+        name = _ALIASES.get(kernel, kernel)
+        try:
+            spec = get_kernel(name)
+        except ValueError as exc:
+            raise ValueError(f"kernel: {exc}") from None
+        given = {"gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
+        params = {p: v for p, v in given.items() if p in spec.param_names}
+        if self.kernel_params is not None:
+            if not isinstance(self.kernel_params, dict):
+                raise TypeError(f"kernel_params must be a dict or None; got {self.kernel_params!r}")
+            params.update(self.kernel_params)
+        params = spec.resolve(n_features, **params)
+        if not spec.psd:
             raise ValueError(
                 f"kernel {name!r} is not positive semi-definite, so K + alpha I may be indefinite "
                 "and conjugate gradients can fail; use a positive semi-definite kernel"
             )
-        return name, params
+        return kernel_tree.registry_kernel(name, params)
+
+    def _operator(self, structure, X, where):
+        """The kernel operator of ``structure`` (:meth:`_kernel`) on ``where``; for
+        "precomputed" (None) the operator of the kernel matrix ``X``."""
+        from kernelkit.operators import kernel_operator
+
+        if structure is None:
+            return kernel_operator.PrecomputedOperator(X)
+        return kernel_operator.KernelOperator(structure, where=where)
 
     def _pick_solver(self, n, where):
         if self.solver != "auto":
@@ -373,20 +384,21 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             not positive definite in floating point) on a system too large for the dense
             fallback (more than :data:`DENSE_MAX` unknowns or more than the memory available).
         """
+        X = _dense(X)
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params = (
+        alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure = (
             distributed.checked("KernelRidge.fit", self, self._fit_inputs, X=X, y=y,
                                 sample_weight=sample_weight))
-        n, d = X.shape
+        n = X.shape[0]
+        d = 1 if structure is None else X.shape[1]  # precomputed: index operands, K is the user's
         k = Y.shape[1]
         solver = self._pick_solver(n, where)
         rng = check_random_state(self.random_state)
 
-        from kernelkit.operators import kernel_operator
         from kernelkit.estimators import _ridge_memory
         from kernelkit.linalg import falkon
 
-        op = kernel_operator.KernelOperator(name, params, where)
+        op = self._operator(structure, X, where)
 
         def plan():  # from the free memory: rank 0's under a process group
             m = 0
@@ -441,7 +453,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         if sharded:  # rank 0's coefficients on every rank, bit for bit
             coef = falkon_sharded.same_on_all_ranks(coef)
         self.dual_coef_ = coef[:, 0] if y.ndim == 1 else coef
-        self.X_fit_ = X if solver == "cg" else X[idx]
+        self.X_fit_ = X if solver == "cg" else X[idx]  # precomputed: K's rows of the centres
         self.solver_ = solver
         self.dense_fallback_ = fallback
         self.n_components_ = m
@@ -452,7 +464,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def _fit_inputs(self, X, y, sample_weight):
         """The checked parameters and data of :meth:`fit`: ``(alpha, n_components, tol,
-        max_iter, X, y, Y (float64, 2-D), weights, device, kernel name, kernel parameters)``."""
+        max_iter, X, y, Y (float64, 2-D), weights, device, kernel tree or None for
+        "precomputed")``."""
         alpha, n_components, tol, max_iter = self._check_params()
         X, y = _validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                               y_numeric=True)
@@ -460,14 +473,17 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         if sample_weight is not None:
             weights = _check_sample_weight(sample_weight, X, dtype=np.float64,
                                            ensure_non_negative=True)
-        where = resolve_device(self.device)
-        name, params = self._kernel(X.shape[1])
+        structure = self._kernel(X.shape[1])
+        if structure is None and X.shape[0] != X.shape[1]:
+            raise ValueError(f"kernel='precomputed' takes X as the square kernel matrix of the "
+                             f"training samples; got X of shape {X.shape}")
+        where = "cpu" if structure is None else resolve_device(self.device)
         Y = np.asarray(y, dtype=np.float64)
         Y = Y.reshape(-1, 1) if Y.ndim == 1 else Y
         if alpha.size not in (1, Y.shape[1]):
             raise ValueError(f"alpha has {alpha.size} values but y has {Y.shape[1]} targets: "
                              "give one alpha, or one per target")
-        return alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params
+        return alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure
 
     @staticmethod
     def _dense_fits(size, where):
@@ -497,7 +513,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         precond = None if not len(idx) else nystrom_preconditioner(op, exact, alphas, sw)
 
         def product(X):
-            return lambda P: scale(op.product(X, X, scale(P))) + alphas * P
+            return lambda P: scale(op.matmul(X, X, scale(P))) + alphas * P
 
         result = conjugate_gradient(product(data[0]), scale(Y), precond=precond, tol=tol,
                                     max_iter=max_iter, exact_matvec=product(exact[0]),
@@ -555,19 +571,28 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             epsilon times sum_i |k(x, x_i) a_i|, measured 1.3-1.4 times that).
         """
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        X, where, name, params = distributed.checked("KernelRidge.predict", self,
-                                                     self._predict_inputs, X=X)
-        from kernelkit.operators import kernel_operator
-
-        op = kernel_operator.KernelOperator(name, params, where)
+        X, where, structure = distributed.checked("KernelRidge.predict", self,
+                                                  self._predict_inputs, X=_dense(X))
+        op = self._operator(structure, X, where)
         coef = self.dual_coef_
         C = coef.reshape(-1, 1) if coef.ndim == 1 else coef
-        out = op.product(op.data(X), op.data(self.X_fit_), op.vectors(C)).cpu().numpy()
+        if structure is None:  # X = K(test, train): its columns of the centres
+            centres = np.arange(len(C)) if self.solver_ == "cg" else self.landmark_indices_
+        else:
+            centres = op.data(self.X_fit_)
+        out = op.matmul(op.data(X), centres, op.vectors(C)).cpu().numpy()
         return out[:, 0] if coef.ndim == 1 else out
 
     def _predict_inputs(self, X):
-        """The checked arguments of :meth:`predict`: ``(X, device, kernel name, kernel
-        parameters)``."""
+        """The checked arguments of :meth:`predict`: ``(X, device, kernel tree or None for
+        "precomputed")``."""
         check_is_fitted(self)
         X = _validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X, resolve_device(self.device), *self._kernel(X.shape[1])
+        structure = self._kernel(X.shape[1])
+        return X, ("cpu" if structure is None else resolve_device(self.device)), structure
+
+
+def _dense(X):
+    """A SciPy sparse ``X`` as a dense array (the kernel products need dense rows); anything
+    else as it is."""
+    return X.toarray() if scipy.sparse.issparse(X) else X

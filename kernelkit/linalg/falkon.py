@@ -215,16 +215,18 @@ def nystrom_preconditioner(op, exact, alphas, sw=None):
     """P_j^{-1} for P_j = S K_nM (K_MM + s I)^{-1} K_Mn S + alpha_j I (module docstring).
 
     ``exact = (X, Z)``: float64 operands; ``alphas`` the ridge of each column (tensor of
-    shape (k,)); ``sw`` the square roots of the sample weights, shape (n, 1), or None. Building
+    shape (k,)); ``sw`` the square roots of the sample weights, shape (n, 1), or None. Where
+    alpha_j = 0 (no ridge: S K S c = S y, singular wherever K is), P_j takes the jitter s in
+    its place, so that it stays positive definite. Building
     streams K_nM once (float64 kernel values) and costs about 3 n M^2 operations (triangular
     solves, QR, the products with the small SVD's factor).
     """
     X, Z = exact
-    _, L, _ = landmark_factor(op, Z)
+    _, L, shift = landmark_factor(op, Z)
     B = torch.empty((X.shape[0], Z.shape[0]), dtype=torch.float64, device=op.device)
     for lo, hi, G in op.row_blocks(X, Z):
         B[lo:hi] = _tri(L, _scaled(G, sw, lo, hi).T).T
-    return LowRankPreconditioner(B, alphas)
+    return LowRankPreconditioner(B, torch.where(alphas > 0, alphas, shift))
 
 
 class FalkonSystem:
