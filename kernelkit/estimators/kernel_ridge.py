@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import numbers
 import warnings
 
 import numpy as np
-import scipy.sparse
 from sklearn.base import BaseEstimator, MultiOutputMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
-from kernelkit.operators import kernel_tree
+from kernelkit.estimators import _ridge_checks
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
@@ -34,8 +31,6 @@ __all__ = ["KernelRidge"]
 
 SOLVERS = ("auto", "cg", "nystrom")
 PRECONDITIONERS = ("nystrom", None)
-#: scikit-learn's names for kernels the registry spells differently.
-_ALIASES = {"poly": "polynomial"}
 #: ``solver="auto"`` solves the exact system up to this many samples (one product with K costs
 #: n^2 kernel values: 1e10 at n = 1e5, tens of milliseconds with kernel_matvec on a GPU; on the
 #: CPU the float64 reference manages about 1e8 per second), and the Nyström system beyond.
@@ -46,32 +41,6 @@ DENSE_MAX = 20_000
 #: Float64 n x n arrays the dense fallback holds at once: the matrix, its factor, and the float64
 #: reference's temporaries while K is computed on the CPU (the least-squares copy on the CPU).
 DENSE_COPIES = 4
-
-
-def _check_alpha(alpha):
-    """``alpha`` as a float64 array of shape (1,) or (n_alphas,), every value finite and >= 0."""
-    try:
-        values = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
-    except (TypeError, ValueError):
-        raise TypeError(f"alpha must be a real number >= 0 or an array of them (one per target); "
-                        f"got {alpha!r}") from None
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"alpha must be a real number >= 0 or a 1-D array of them (one per "
-                         f"target); got shape {values.shape}")
-    if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
-        raise ValueError(f"alpha must be a real number >= 0 or an array of them; got {alpha!r}")
-    return values
-
-
-def _check_number(value, name, *, low, integer=False):
-    """``value`` as a float (or int) > ``low``; TypeError / ValueError naming ``name``."""
-    kind = "an integer" if integer else "a real number"
-    ok_type = isinstance(value, numbers.Integral if integer else numbers.Real)
-    if isinstance(value, bool) or not ok_type:
-        raise TypeError(f"{name} must be {kind} > {low:g}; got {value!r}")
-    if not np.isfinite(value) or value <= low:
-        raise ValueError(f"{name} must be {kind} > {low:g}; got {value!r}")
-    return int(value) if integer else float(value)
 
 
 _PSD = [name for name in kernel_names() if get_kernel(name).psd]
@@ -93,26 +62,36 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     the form (S K S + alpha I) c = S y, a = S c with S = W^{1/2}, so zero weights are allowed),
     without ever forming the n x n matrix K: products with K run matrix-free
     (:func:`kernelkit_gpu.kernel_matvec` on the GPU, row blocks of the float64 registry
-    reference on the CPU), so memory grows like n, not n^2. Where scikit-learn's differs:
-    ``alpha`` must be > 0 (scikit-learn allows 0); ``kernel`` is a registry name or kernelkit
-    kernel object (no callables, no "precomputed"); X is dense; negative sample weights are an
-    error (scikit-learn takes their square roots: NaN); singular systems get the least-squares
-    solution with a cut-off of n eps (scikit-learn's: eps, see ``dense_fallback_``).
+    reference on the CPU), so memory grows like n, not n^2. Where scikit-learn's differs: a
+    callable ``kernel`` is refused (the products run on the registry's formulas), so are the
+    kernels that are not positive semi-definite; sparse X is made dense; negative sample
+    weights are an error (scikit-learn takes their square roots: NaN); singular systems get the
+    least-squares solution with a cut-off of n eps (scikit-learn's: eps, see
+    ``dense_fallback_``).
 
     Parameters
     ----------
     alpha : float or array-like of shape (n_targets,), default=1.0
-        Ridge regularisation, > 0, scikit-learn's convention (added to the diagonal of K). An
+        Ridge regularisation, >= 0, scikit-learn's convention (added to the diagonal of K). An
         array gives each target its own alpha (each distinct value adds an M x M factor to
-        the preconditioner).
-    kernel : str or kernelkit kernel object, default="rbf"
+        the preconditioner). With alpha = 0 the system K a = y is singular wherever K is; where
+        conjugate gradients cannot solve it, the dense fallback gives the least-squares solution
+        with scikit-learn's "Singular matrix" warning, as scikit-learn does.
+    kernel : str or kernel object, default="rbf"
         A registry name of a positive semi-definite kernel, {psd} (``"poly"`` for
-        ``"polynomial"``), or a kernelkit kernel object such as
-        ``kernelkit.RBF(length_scale=2.0)`` (its parameters are converted to the registry's:
-        gamma = 1 / (2 length_scale^2) for RBF). CG needs a positive definite system, so the
-        kernels the registry does not declare positive semi-definite ({refused}) are refused.
-        scikit-learn's default is "linear";
-        a linear kernel ridge is better solved in feature space (:class:`sklearn.linear_model.Ridge`).
+        ``"polynomial"``); ``"precomputed"``; or a kernel object, the kernels the Gaussian
+        process takes (:mod:`kernelkit.operators.kernel_tree`): kernelkit's classes such as
+        ``kernelkit.RBF(length_scale=2.0)`` (gamma = 1 / (2 length_scale^2)), scikit-learn's
+        classes of the same kernels (``RBF``, ``Matern``, ``RationalQuadratic``, ``DotProduct``,
+        ``ConstantKernel``, ``WhiteKernel``...) and their sums, products and powers
+        (``2.0 * RBF() + Matern()``), evaluated at their own parameter values. A WhiteKernel
+        adds nothing, as in scikit-learn's KernelRidge (its K is ``kernel(X, X)`` with the
+        second argument given). CG needs a positive definite system, so the kernels the
+        registry does not declare positive semi-definite ({refused}) are refused.
+        ``"precomputed"``: X is the n x n kernel matrix of the training samples at ``fit`` and
+        the m x n matrix K(test, train) at ``predict``, as in scikit-learn; then everything
+        runs on the CPU in float64. scikit-learn's default is "linear"; a linear kernel ridge is
+        better solved in feature space (:class:`sklearn.linear_model.Ridge`).
     gamma : float or None, default=None
         For the kernels that have one (rbf, laplacian, polynomial); None means 1 / n_features.
         Ignored by the other kernels and for kernel objects.
@@ -156,9 +135,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         less when the landmark arrays (M x M float64 matrices; for "cg" also the n x M
         preconditioner factor) would take more than a quarter of the free memory
         (:func:`kernelkit.estimators._ridge_memory.auto_components`): 10,000 at n = 10^6, 3,641 at
-        n = 10^5. Past 10^4 landmarks at n = 10^6 (H100) the fit time grows much faster than
-        the accuracy: M = 10^4 took 5.8 s at test RMSE 1.1931, M = 2 x 10^4 32 s at 1.1919. The old default, 1000, cost test RMSE 1.55 against 1.185 with M = 10^4 at
-        n = 10^6, d = 20 (H100). ``n_components_`` holds the value used.
+        n = 10^5. Past 10^4 landmarks at n = 10^6 the fit time grows much faster than the
+        accuracy (docs/benchmarks.md, "Kernel ridge regression"). ``n_components_`` holds the
+        value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
         :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, built as Frangella, Tropp and Udell
@@ -288,7 +267,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------------------ checks
     def _check_params(self):
-        alpha = _check_alpha(self.alpha)
+        alpha = _ridge_checks.check_alpha(self.alpha)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}; got {self.solver!r}")
         if self.preconditioner not in PRECONDITIONERS:
@@ -299,49 +278,20 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                 raise ValueError(f"n_components must be 'auto' or an integer > 0; got "
                                  f"{n_components!r}")
         else:
-            n_components = _check_number(n_components, "n_components", low=0, integer=True)
-        tol = _check_number(self.tol, "tol", low=0.0)
-        max_iter = _check_number(self.max_iter, "max_iter", low=0, integer=True)
+            n_components = _ridge_checks.check_number(n_components, "n_components", low=0,
+                                                      integer=True)
+        tol = _ridge_checks.check_number(self.tol, "tol", low=0.0)
+        max_iter = _ridge_checks.check_number(self.max_iter, "max_iter", low=0, integer=True)
         check_device(self.device)
         return alpha, n_components, tol, max_iter
 
     def _kernel(self, n_features):
         """The ``kernel`` parameter as a tree (:mod:`kernelkit.operators.kernel_tree`: a
-        registry name is the one-leaf tree), or None for "precomputed"."""
-        kernel = self.kernel
-        if isinstance(kernel, Kernel):
-            if self.kernel_params:
-                raise ValueError(
-                    "kernel_params is for kernels given by name; set the parameters on the "
-                    f"kernel object {kernel!r} instead"
-                )
-            return kernel_tree.parse_kernel(kernel, n_features)
-        if not isinstance(kernel, str):
-            raise TypeError(
-                "kernel must be a registry name such as 'rbf', 'precomputed', or a kernel object "
-                "such as kernelkit.RBF() or sklearn's RBF() + WhiteKernel() (the products run on "
-                f"the registry's formulas, so a Python function cannot be used); got {kernel!r}. "
-                f"Kernel objects: {kernel_tree.SUPPORTED}")
-        if kernel == "precomputed":
-            return None
-        name = _ALIASES.get(kernel, kernel)
-        try:
-            spec = get_kernel(name)
-        except ValueError as exc:
-            raise ValueError(f"kernel: {exc}") from None
-        given = {"gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
-        params = {p: v for p, v in given.items() if p in spec.param_names}
-        if self.kernel_params is not None:
-            if not isinstance(self.kernel_params, dict):
-                raise TypeError(f"kernel_params must be a dict or None; got {self.kernel_params!r}")
-            params.update(self.kernel_params)
-        params = spec.resolve(n_features, **params)
-        if not spec.psd:
-            raise ValueError(
-                f"kernel {name!r} is not positive semi-definite, so K + alpha I may be indefinite "
-                "and conjugate gradients can fail; use a positive semi-definite kernel"
-            )
-        return kernel_tree.registry_kernel(name, params)
+        registry name is the one-leaf tree), or None for "precomputed"
+        (:func:`~kernelkit.estimators._ridge_checks.kernel_structure`)."""
+        return _ridge_checks.kernel_structure(self.kernel, n_features, gamma=self.gamma,
+                                              degree=self.degree, coef0=self.coef0,
+                                              kernel_params=self.kernel_params)
 
     def _operator(self, structure, X, where):
         """The kernel operator of ``structure`` (:meth:`_kernel`) on ``where``; for
@@ -363,8 +313,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data (dense).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features) or (n_samples, n_samples)
+            Training data (a sparse matrix is made dense), or the kernel matrix for
+            ``kernel="precomputed"``.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
         sample_weight : float or array-like of shape (n_samples,), default=None
@@ -384,7 +335,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             not positive definite in floating point) on a system too large for the dense
             fallback (more than :data:`DENSE_MAX` unknowns or more than the memory available).
         """
-        X = _dense(X)
+        X = _ridge_checks.dense(X)
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure = (
             distributed.checked("KernelRidge.fit", self, self._fit_inputs, X=X, y=y,
@@ -562,7 +513,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Or K(X, X_train), shape (n_samples, n_training_samples), for
+            ``kernel="precomputed"``.
 
         Returns
         -------
@@ -572,7 +525,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         """
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         X, where, structure = distributed.checked("KernelRidge.predict", self,
-                                                  self._predict_inputs, X=_dense(X))
+                                                  self._predict_inputs, X=_ridge_checks.dense(X))
         op = self._operator(structure, X, where)
         coef = self.dual_coef_
         C = coef.reshape(-1, 1) if coef.ndim == 1 else coef
@@ -591,8 +544,3 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         structure = self._kernel(X.shape[1])
         return X, ("cpu" if structure is None else resolve_device(self.device)), structure
 
-
-def _dense(X):
-    """A SciPy sparse ``X`` as a dense array (the kernel products need dense rows); anything
-    else as it is."""
-    return X.toarray() if scipy.sparse.issparse(X) else X
