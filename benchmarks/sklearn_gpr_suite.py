@@ -37,25 +37,33 @@ import types as _types
 
 import kernelkit as _kernelkit
 
-_base_init = _kernelkit.GaussianProcessRegressor.__init__
+_base_init = _kernelkit.NAME.__init__
 
 
-class GaussianProcessRegressor(_kernelkit.GaussianProcessRegressor):
-    """kernelkit's GP with CPU float64 defaults (the signature otherwise kernelkit's)."""
+class NAME(_kernelkit.NAME):
+    """kernelkit's NAME with the runner's defaults (the signature otherwise kernelkit's)."""
 
 
 _init = _types.FunctionType(_base_init.__code__, _base_init.__globals__, "__init__",
                             _base_init.__defaults__, _base_init.__closure__)
-_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, device=DEVICE, dtype="float64")
-GaussianProcessRegressor.__init__ = _init
+_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, **DEFAULTS)
+NAME.__init__ = _init
 '''
 
 
-def _prepare(workdir, test_file, device):
+def substitute(test_file, import_line, name, defaults):
+    """The source of ``test_file`` with its one ``import_line`` replaced by a subclass of
+    ``kernelkit.<name>`` whose keyword defaults ``defaults`` (a dict) change."""
     source = pathlib.Path(test_file).read_text()
-    if source.count(_IMPORT) != 1:
-        raise SystemExit(f"{test_file}: expected exactly one line {_IMPORT.strip()!r}")
-    source = source.replace(_IMPORT, _SUBSTITUTE.replace("DEVICE", repr(device)))
+    if source.count(import_line) != 1:
+        raise SystemExit(f"{test_file}: expected exactly one line {import_line.strip()!r}")
+    return source.replace(import_line, _SUBSTITUTE.replace("NAME", name)
+                          .replace("DEFAULTS", repr(defaults)))
+
+
+def _prepare(workdir, test_file, device):
+    source = substitute(test_file, _IMPORT, "GaussianProcessRegressor",
+                        {"device": device, "dtype": "float64"})
     source = source.replace("from sklearn.gaussian_process.tests._mini_sequence_kernel import",
                             "from _mini_sequence_kernel import")
     target = workdir / "test_gpr_kernelkit.py"
@@ -122,22 +130,32 @@ def report(summary, out, default_name, title):
         print(f"  FAILED {f['test']}: {f['reason']}")
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_tests = pathlib.Path(sklearn.__file__).parent / "gaussian_process/tests/test_gpr.py"
+def arguments(doc, default_tests, default_name, argv, extra=()):
+    """The runners' command line: ``--test-file``, ``--out``, ``--device``, ``-k`` and the
+    ``extra`` ``(flag, keyword arguments)`` pairs; the test file must exist."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--test-file", default=str(default_tests))
     parser.add_argument("--out", "--json", dest="out", default=os.environ.get("OUT"),
-                        help="JSON summary path (a directory: sklearn_gpr_suite.json in it)")
+                        help=f"JSON summary path (a directory: {default_name} in it)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("-k", default=None, help="pytest -k expression")
+    for flag, kwargs in extra:
+        parser.add_argument(flag, **kwargs)
     args = parser.parse_args(argv)
     if not pathlib.Path(args.test_file).exists():
         raise SystemExit(f"{args.test_file} not found; pass --test-file")
+    return args
+
+
+def main(argv=None):
+    name = "sklearn_gpr_suite.json"
+    args = arguments(__doc__, pathlib.Path(sklearn.__file__).parent
+                     / "gaussian_process/tests/test_gpr.py", name, argv)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
         summary = run(_prepare(workdir, args.test_file, args.device), workdir, args.k)
     summary["device"] = args.device
-    report(summary, args.out, "sklearn_gpr_suite.json",
+    report(summary, args.out, name,
            f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device})")
     return 0
 

@@ -14,8 +14,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import os
 import pathlib
 import sys
 import tempfile
@@ -23,58 +21,23 @@ import tempfile
 import sklearn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from sklearn_gpr_suite import report, run  # noqa: E402
+from sklearn_gpr_suite import arguments, report, run, substitute  # noqa: E402
 
 _IMPORT = "from sklearn.kernel_ridge import KernelRidge\n"
 
-_SUBSTITUTE = '''\
-import types as _types
-
-import kernelkit as _kernelkit
-
-_base_init = _kernelkit.KernelRidge.__init__
-
-
-class KernelRidge(_kernelkit.KernelRidge):
-    """kernelkit's KernelRidge with the runner's defaults (the signature otherwise kernelkit's)."""
-
-
-_init = _types.FunctionType(_base_init.__code__, _base_init.__globals__, "__init__",
-                            _base_init.__defaults__, _base_init.__closure__)
-_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, device=DEVICE, tol=TOL)
-KernelRidge.__init__ = _init
-'''
-
-
-def _prepare(workdir, test_file, device, tol):
-    source = pathlib.Path(test_file).read_text()
-    if source.count(_IMPORT) != 1:
-        raise SystemExit(f"{test_file}: expected exactly one line {_IMPORT.strip()!r}")
-    source = source.replace(_IMPORT, _SUBSTITUTE.replace("DEVICE", repr(device))
-                            .replace("TOL", repr(tol)))
-    target = workdir / "test_kernel_ridge_kernelkit.py"
-    target.write_text(source)
-    return target
-
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_tests = pathlib.Path(sklearn.__file__).parent / "tests/test_kernel_ridge.py"
-    parser.add_argument("--test-file", default=str(default_tests))
-    parser.add_argument("--out", "--json", dest="out", default=os.environ.get("OUT"),
-                        help="JSON summary path (a directory: sklearn_kernel_ridge_suite.json "
-                             "in it)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--tol", type=float, default=1e-10)
-    parser.add_argument("-k", default=None, help="pytest -k expression")
-    args = parser.parse_args(argv)
-    if not pathlib.Path(args.test_file).exists():
-        raise SystemExit(f"{args.test_file} not found; pass --test-file")
+    name = "sklearn_kernel_ridge_suite.json"
+    args = arguments(__doc__, pathlib.Path(sklearn.__file__).parent / "tests/test_kernel_ridge.py",
+                     name, argv, [("--tol", dict(type=float, default=1e-10))])
     with tempfile.TemporaryDirectory() as tmp:
         workdir = pathlib.Path(tmp)
-        summary = run(_prepare(workdir, args.test_file, args.device, args.tol), workdir, args.k)
+        target = workdir / "test_kernel_ridge_kernelkit.py"
+        target.write_text(substitute(args.test_file, _IMPORT, "KernelRidge",
+                                     {"device": args.device, "tol": args.tol}))
+        summary = run(target, workdir, args.k)
     summary.update(device=args.device, tol=args.tol)
-    report(summary, args.out, "sklearn_kernel_ridge_suite.json",
+    report(summary, args.out, name,
            f"scikit-learn {summary['sklearn']} test_kernel_ridge.py with kernelkit's KernelRidge "
            f"({args.device}, tol={args.tol:g})")
     return 0
