@@ -37,6 +37,12 @@ FUSED_CASES = [
     ("rq", "rational_quadratic", lambda d: dict(length_scale=0.9, alpha=2.5)),
 ]
 
+#: (id, kernel, params(d)): every kernel with a Triton contraction (``FUSED_KERNELS``, read from
+#: the epilogue table) at each of its registry GPU examples, so a new kernel's fused
+#: contraction is tested with no edit here.
+REGISTRY_FUSED_CASES = [(f"{name}-{ex.id}", name, ex.params) for name in fused.FUSED_KERNELS
+                        for ex in get_kernel(name).examples if ex.gpu]
+
 
 def data(n, d, t, r, offset, dtype, device, seed=0, spread=1.0):
     rng = np.random.default_rng(seed)
@@ -123,6 +129,20 @@ def test_fused_kernels_offset(case_id, kernel, make, dtype_name, device, spy, po
     params = make(d)
     x, u, w, v = data(63, d, 3, 2, 1000.0, DTYPES[dtype_name], device)
     # the length scales are relative to the unit spread of the data, which offset does not change
+    res = fused.kernel_contractions(x, u, w, kernel, v=v, **params)
+    assert [c[0] for c in spy] == ["contract"]
+    check(res, x, u, w, v, kernel, params, dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("case_id,kernel,make", REGISTRY_FUSED_CASES,
+                         ids=[c[0] for c in REGISTRY_FUSED_CASES])
+def test_every_fused_kernel_offset(case_id, kernel, make, dtype_name, device, spy,
+                                   poisoned_outputs):
+    """As :func:`test_fused_kernels_offset`, for the registry's examples of every fused kernel."""
+    d = 3
+    params = make(d)
+    x, u, w, v = data(63, d, 3, 2, 1000.0, DTYPES[dtype_name], device)
     res = fused.kernel_contractions(x, u, w, kernel, v=v, **params)
     assert [c[0] for c in spy] == ["contract"]
     check(res, x, u, w, v, kernel, params, dtype_name)
