@@ -287,7 +287,18 @@ def _log_derivative(k, s, p0, p1, p2, KIND: tl.constexpr):
     row's first ``fused_derivatives`` parameter theta_k: dK / dlog theta_k = phi Delta_k^2
     (phi |Delta_k| for the L1 distance), Delta_k the scaled difference in feature k. ``p0, p1,
     p2`` as :func:`_epilogue` (per-feature packing). One branch per KIND whose row of
-    :data:`EPILOGUES` has ``fused_derivatives``.
+    :data:`EPILOGUES` has ``fused_derivatives`` (x~ = x sqrt(gamma) for rbf, x gamma for
+    laplacian, x / length_scale otherwise; r = sqrt(s)):
+
+    ====================  ==========================================
+    KIND                  phi
+    ====================  ==========================================
+    rbf, laplacian        -K
+    matern 0.5            K / r  (0 at r = 0)
+    matern 1.5            3 K / (1 + t),  t = sqrt(3) r
+    matern 2.5            (5/3) (1 + t) K / (1 + t + t^2/3),  t = sqrt(5) r
+    rational quadratic    K / (1 + q),  q = s / (2 alpha)
+    ====================  ==========================================
     """
     if KIND == K_RBF or KIND == K_LAPLACIAN:
         f = -k
@@ -309,7 +320,9 @@ def _log_derivative(k, s, p0, p1, p2, KIND: tl.constexpr):
 def _extra_log_derivative(k, s, p0, p1, p2, KIND: tl.constexpr):
     """psi = dK / dlog of the second ``fused_derivatives`` parameter of the KIND's row (a scalar
     one), from ``k`` and ``s`` as :func:`_log_derivative`: the rational quadratic kernel's
-    alpha (p0 = 1 / (2 alpha), p1 = alpha)."""
+    alpha, psi = alpha K (q / (1 + q) - log1p(q)), q = s / (2 alpha) (p0 = 1 / (2 alpha),
+    p1 = alpha), the one KIND with a second fused parameter (another would branch on KIND
+    here)."""
     q = p0 * s
     w = 1.0 + q
     # log1p(q) to full precision: log(w) q / (w - 1), q itself where w rounds to 1

@@ -120,7 +120,7 @@ def test_precomputed_with_sample_weights_as_sklearn(rng):
 def test_precomputed_needs_a_square_matrix(rng):
     X, y = _data(rng, n=20)
     with pytest.raises(ValueError, match=r"kernel='precomputed' takes X as the square kernel "
-                                         r"matrix of the training samples; got X of shape \(20, 3\)"):
+                       r"matrix of the training samples; got X of shape \(20, 3\)"):
         KernelRidge(kernel="precomputed").fit(X, y)
 
 
@@ -202,7 +202,8 @@ def test_kernel_operator_of_a_tree_against_sklearn(name, rng):
     ~10 eps, combined: 1e-14 of the largest value)."""
     kernel = ALGEBRA[name]
     A, B = rng.normal(size=(17, 3)), rng.normal(size=(11, 3))
-    op = kernel_operator.KernelOperator(parse_kernel(kernel, 3), where="cpu", block_bytes=5 * 11 * 24)
+    op = kernel_operator.KernelOperator(parse_kernel(kernel, 3), where="cpu",
+                                        block_bytes=5 * 11 * 24)
     want = kernel(A, B)
     scale = np.abs(want).max()
     np.testing.assert_allclose(op.block(A, B).numpy(), want, rtol=0, atol=1e-14 * scale)

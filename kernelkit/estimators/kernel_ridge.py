@@ -136,8 +136,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         preconditioner factor) would take more than a quarter of the free memory
         (:func:`kernelkit.estimators._ridge_memory.auto_components`): 10,000 at n = 10^6, 3,641 at
         n = 10^5. Past 10^4 landmarks at n = 10^6 the fit time grows much faster than the
-        accuracy (docs/benchmarks.md, "Kernel ridge regression"). ``n_components_`` holds the
-        value used.
+        accuracy (docs/benchmarks.md, "Figures behind choices in the code").
+        ``n_components_`` holds the value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
         :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, built as Frangella, Tropp and Udell

@@ -23,7 +23,7 @@ Two jitters
     (the preconditioned system is no longer exactly T + alpha I; CG does not need it to be).
     On the float32 path s_sys = s / M = eps mean(diag K_MM), one rounding unit of the kernel
     values: with s there too, the ridge itself grew by alpha s and cost test RMSE
-    1.193 -> 1.214 at n = 1e6 (H200, M = 1e4). s_sys cannot be float64-sized there: along
+    1.193 -> 1.214 at n = 1e6 (GPU, M = 1e4). s_sys cannot be float64-sized there: along
     K_MM's numerical null space the system's curvature alpha s_sys must stay above the float32
     products' rounding, or refinement stalls. Measured on the degree-3 polynomial kernel (rank
     20) with M = n = 60, alpha = 0.1, tol = 1e-8, float32 products: s_sys / s = 1e-9
@@ -250,7 +250,7 @@ class FalkonSystem:
         #: A_j A_j^T = (n / M) L^T W_M L + alpha_j L^{-1} (K_MM + s_sys I) L^{-T}: the ridge
         #: term enters the preconditioner exactly (with alpha_j I there instead, the directions
         #: where K_MM < s are preconditioned by alpha s against the system's alpha s_sys, M times
-        #: too much: 645 CG steps at M = 2e4, n = 1e6, H200, against 28 with this form)
+        #: too much: 645 CG steps at M = 2e4, n = 1e6 on a GPU, against 28 with this form)
         self.ridge_metric = _ridge_metric(self.L, self.shift, self.system_shift)
         self.factors = _shifted_factors(symmetrize_(inner), alphas, self.ridge_metric)
 

@@ -57,7 +57,7 @@ DENSE_CPU_BYTES = 2**30
 #: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
 #: row blocks and GEMMs: the Triton K @ V costs about a fixed time per column, torch row blocks
 #: a large fixed time and little per column, Triton Gram blocks less still (docs/benchmarks.md,
-#: "Operator and contraction design figures").
+#: "Figures behind choices in the code").
 TRITON_MATMUL_MAX_COLUMNS = 768
 #: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
 WIDE_BLOCK_ELEMENTS = 2**27
@@ -286,7 +286,7 @@ class CovarianceOperator(Operator):
         """The rows ``self.rows`` of (K + noise I) @ V for the held rows K of the kernel part.
         With all rows, K^T @ V: K is symmetric (exactly from the Triton Gram and direct
         differences, to rounding otherwise), and cuBLAS's transposed layout is faster
-        (docs/benchmarks.md, "Operator and contraction design figures")."""
+        (docs/benchmarks.md, "Figures behind choices in the code")."""
         first, last = self.rows
         whole = (first, last) == (0, self.n)
         return torch.addmm(V[first:last], K.T if whole else K, V, beta=self._dense_noise)

@@ -22,25 +22,12 @@ fused hyperparameter (rational quadratic's alpha), psi o G the one for it. Each 
 (BLOCK_N terms, in the operands' dtype) are added into float64 per-row accumulators, and the
 per-row sums in float64 across rows: at n = 1e6 float32 accumulators across the 31 250 column
 tiles put errors of up to 550 on gradient entries of ~100 (the GP of benchmarks/gp.py at its
-fitted theta; docs/benchmarks.md, "Operator and contraction design figures").
+fitted theta; docs/benchmarks.md, "Figures behind choices in the code").
 
 The kernels covered, and their factors phi and psi, come from the epilogue table: a kernel whose
 row of :data:`kernelkit_gpu.epilogues.EPILOGUES` names its ``fused_derivatives`` has a branch in
 :func:`kernelkit_gpu.epilogues._log_derivative` (and :func:`~kernelkit_gpu.epilogues.
-_extra_log_derivative`). Those of today (x~ = x * sqrt(gamma) for rbf, x * gamma for laplacian,
-x / length_scale otherwise; Delta_k = x~_ak - x~_bk; r = sqrt(s)):
-
-=====================  =======================  ==========================================
-kernel                 dK / dlog theta_k         phi
-=====================  =======================  ==========================================
-rbf (gamma)            phi Delta_k^2             -K
-laplacian (gamma)      phi |Delta_k|             -K
-matern 0.5 (l)         phi Delta_k^2             K / r  (0 at r = 0)
-matern 1.5 (l)         phi Delta_k^2             3 K / (1 + t),  t = sqrt(3) r
-matern 2.5 (l)         phi Delta_k^2             (5/3) (1 + t) K / (1 + t + t^2/3), t = sqrt(5) r
-rational quadratic (l) phi Delta_k^2             K / (1 + q),  q = s / (2 alpha)
-rational quadratic     psi = alpha K (q / (1 + q) - log1p(q))  (dK / dlog alpha)
-=====================  =======================  ==========================================
+_extra_log_derivative`), whose docstring tabulates them.
 
 A scalar (isotropic) parameter's derivative is the sum of its per-feature columns.
 """
@@ -68,7 +55,7 @@ FUSED_KERNELS = tuple(name for name, row in E.EPILOGUES.items() if row.fused_der
 MAX_BLOCK_T = 64
 #: tl.dot precision of G = U W^T and K @ V for float32 input: "tf32x3" (tensor cores, about
 #: float32 accuracy) or "ieee" (FMA-path dots): tf32x3 was 5-9x faster at the same gradient
-#: error (docs/benchmarks.md, "Operator and contraction design figures");
+#: error (docs/benchmarks.md, "Figures behind choices in the code");
 #: benchmarks/gp_contractions.py times both.
 DOT_PREC_F32 = "tf32x3"
 
@@ -76,7 +63,7 @@ DOT_PREC_F32 = "tf32x3"
 def _configs(acc, block_t):
     """Launch configuration for accumulation dtype ``acc`` and ``block_t`` columns of U and W:
     float32 32 x 64 tiles, 64 x 32 where t <= 16, float64 64 x 64 (the float32 shapes the
-    fastest of those swept: docs/benchmarks.md, "Operator and contraction design figures")."""
+    fastest of those swept: docs/benchmarks.md, "Figures behind choices in the code")."""
     if _launch.INTERPRET:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
     if acc == torch.float32 and block_t <= 16:
@@ -275,7 +262,7 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     Each pair costs two passes of direct differences over the d features (distance, then the
     per-feature derivative), one exp, a t-long tensor-core dot for G and an r-long one for K V.
     Float32 sums run in float32 within a tile and in float64 across tiles and rows. Errors
-    and times measured on a GPU: docs/benchmarks.md, "Operator and contraction design figures".
+    and times measured on a GPU: docs/benchmarks.md, "Figures behind choices in the code".
     To turn gamma derivatives into length-scale ones: dK / dlog l = -2 dK / dlog gamma (rbf).
 
     Examples
