@@ -26,6 +26,8 @@ import kernelkit as kk
 from kernelkit import KernelRidge
 from kernelkit.operators import kernel_operator
 from kernelkit.operators.kernel_tree import parse_kernel
+from kernelkit_math.registry import REGISTRY
+from tests.cases import examples, make_class
 
 TOL = 1e-10
 ALPHA = 0.1
@@ -65,6 +67,23 @@ def test_kernel_objects_and_algebra_give_sklearns_model(name, rng):
     assert not model.dense_fallback_ and model.residuals_[-1] <= TOL
     got, want = model.predict(Xt), ref.predict(Xt)
     assert np.all(np.abs(got - want) <= _bound(Xt, X, kernel, y)), np.abs(got - want).max()
+
+
+@pytest.mark.parametrize("name", [name for name, spec in REGISTRY.items() if spec.psd])
+def test_every_psd_registry_kernel_by_name_and_as_object(name, rng):
+    """Every kernel KernelRidge takes by name, at its first registry example, by name and as
+    kernelkit's object: scikit-learn's model with that object (bound of the module
+    docstring)."""
+    params = examples(name)[0].params(3)
+    kernel = make_class(name, params, 3, device="cpu")
+    X, y = _data(rng, n=80)
+    Xt = rng.uniform(-2.0, 2.0, size=(20, 3))
+    want = SKKernelRidge(alpha=ALPHA, kernel=kernel).fit(X, y).predict(Xt)
+    bound = _bound(Xt, X, kernel, y)
+    for given in ({"kernel": name, "kernel_params": params}, {"kernel": kernel}):
+        model = KernelRidge(alpha=ALPHA, solver="cg", tol=TOL, device="cpu", random_state=0,
+                            **given).fit(X, y)
+        assert np.all(np.abs(model.predict(Xt) - want) <= bound), given
 
 
 def test_kernel_object_and_its_name_give_the_same_model(rng):
