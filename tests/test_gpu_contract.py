@@ -40,7 +40,8 @@ FUSED_CASES = [
 #: (id, kernel, params(d)): every kernel with a Triton contraction (``FUSED_KERNELS``, read from
 #: the epilogue table) at each of its registry GPU examples, so a new kernel's fused
 #: contraction is tested with no edit here.
-REGISTRY_FUSED_CASES = [(f"{name}-{ex.id}", name, ex.params) for name in fused.FUSED_KERNELS
+REGISTRY_FUSED_CASES = [(f"registry-{name}-{ex.id}", name, ex.params)
+                        for name in fused.FUSED_KERNELS
                         for ex in get_kernel(name).examples if ex.gpu]
 
 
@@ -121,7 +122,8 @@ def spy(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
-@pytest.mark.parametrize("case_id,kernel,make", FUSED_CASES, ids=[c[0] for c in FUSED_CASES])
+@pytest.mark.parametrize("case_id,kernel,make", FUSED_CASES + REGISTRY_FUSED_CASES,
+                         ids=[c[0] for c in FUSED_CASES + REGISTRY_FUSED_CASES])
 def test_fused_kernels_offset(case_id, kernel, make, dtype_name, device, spy, poisoned_outputs):
     """Every Triton kernel, data at offset 1000 (float32 would lose every digit of the distances
     without centring), n = 63, t = 3, with K @ V (r = 2); outputs NaN-poisoned."""
@@ -129,20 +131,6 @@ def test_fused_kernels_offset(case_id, kernel, make, dtype_name, device, spy, po
     params = make(d)
     x, u, w, v = data(63, d, 3, 2, 1000.0, DTYPES[dtype_name], device)
     # the length scales are relative to the unit spread of the data, which offset does not change
-    res = fused.kernel_contractions(x, u, w, kernel, v=v, **params)
-    assert [c[0] for c in spy] == ["contract"]
-    check(res, x, u, w, v, kernel, params, dtype_name)
-
-
-@pytest.mark.parametrize("dtype_name", list(DTYPES))
-@pytest.mark.parametrize("case_id,kernel,make", REGISTRY_FUSED_CASES,
-                         ids=[c[0] for c in REGISTRY_FUSED_CASES])
-def test_every_fused_kernel_offset(case_id, kernel, make, dtype_name, device, spy,
-                                   poisoned_outputs):
-    """As :func:`test_fused_kernels_offset`, for the registry's examples of every fused kernel."""
-    d = 3
-    params = make(d)
-    x, u, w, v = data(63, d, 3, 2, 1000.0, DTYPES[dtype_name], device)
     res = fused.kernel_contractions(x, u, w, kernel, v=v, **params)
     assert [c[0] for c in spy] == ["contract"]
     check(res, x, u, w, v, kernel, params, dtype_name)
