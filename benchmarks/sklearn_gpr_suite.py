@@ -37,25 +37,33 @@ import types as _types
 
 import kernelkit as _kernelkit
 
-_base_init = _kernelkit.GaussianProcessRegressor.__init__
+_base_init = _kernelkit.NAME.__init__
 
 
-class GaussianProcessRegressor(_kernelkit.GaussianProcessRegressor):
-    """kernelkit's GP with CPU float64 defaults (the signature otherwise kernelkit's)."""
+class NAME(_kernelkit.NAME):
+    """kernelkit's NAME with the runner's defaults (the signature otherwise kernelkit's)."""
 
 
 _init = _types.FunctionType(_base_init.__code__, _base_init.__globals__, "__init__",
                             _base_init.__defaults__, _base_init.__closure__)
-_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, device=DEVICE, dtype="float64")
-GaussianProcessRegressor.__init__ = _init
+_init.__kwdefaults__ = dict(_base_init.__kwdefaults__, **DEFAULTS)
+NAME.__init__ = _init
 '''
 
 
-def _prepare(workdir, test_file, device):
+def substitute(test_file, import_line, name, defaults):
+    """The source of ``test_file`` with its one ``import_line`` replaced by a subclass of
+    ``kernelkit.<name>`` whose keyword defaults ``defaults`` (a dict) change."""
     source = pathlib.Path(test_file).read_text()
-    if source.count(_IMPORT) != 1:
-        raise SystemExit(f"{test_file}: expected exactly one line {_IMPORT.strip()!r}")
-    source = source.replace(_IMPORT, _SUBSTITUTE.replace("DEVICE", repr(device)))
+    if source.count(import_line) != 1:
+        raise SystemExit(f"{test_file}: expected exactly one line {import_line.strip()!r}")
+    return source.replace(import_line, _SUBSTITUTE.replace("NAME", name)
+                          .replace("DEFAULTS", repr(defaults)))
+
+
+def _prepare(workdir, test_file, device):
+    source = substitute(test_file, _IMPORT, "GaussianProcessRegressor",
+                        {"device": device, "dtype": "float64"})
     source = source.replace("from sklearn.gaussian_process.tests._mini_sequence_kernel import",
                             "from _mini_sequence_kernel import")
     target = workdir / "test_gpr_kernelkit.py"
@@ -88,45 +96,67 @@ def _summary(junit):
     return out
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_tests = pathlib.Path(sklearn.__file__).parent / "gaussian_process/tests/test_gpr.py"
-    parser.add_argument("--test-file", default=str(default_tests))
-    parser.add_argument("--out", "--json", dest="out", default=os.environ.get("OUT"),
-                        help="JSON summary path (a directory: sklearn_gpr_suite.json in it)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("-k", default=None, help="pytest -k expression")
-    args = parser.parse_args(argv)
-    if not pathlib.Path(args.test_file).exists():
-        raise SystemExit(f"{args.test_file} not found; pass --test-file")
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = pathlib.Path(tmp)
-        target = _prepare(workdir, args.test_file, args.device)
-        junit = workdir / "junit.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target),
-               f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", "--rootdir", tmp]
-        if args.k:
-            cmd += ["-k", args.k]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parent.parent),
-                                             env.get("PYTHONPATH", "")])
-        start = time.perf_counter()
-        subprocess.run(cmd, cwd=tmp, env=env, check=False)
-        summary = _summary(junit)
-    summary.update(sklearn=sklearn.__version__, device=args.device,
-                   seconds=round(time.perf_counter() - start, 1))
-    if args.out:
-        path = pathlib.Path(args.out)
+def run(target, workdir, k=None):
+    """Run pytest on the prepared test file ``target`` in ``workdir``; return the summary of
+    :func:`_summary` with ``sklearn`` (its version) and ``seconds``."""
+    junit = workdir / "junit.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target),
+           f"--junitxml={junit}", "-W", "ignore::DeprecationWarning", "--rootdir", str(workdir)]
+    if k:
+        cmd += ["-k", k]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(pathlib.Path(__file__).resolve().parent.parent),
+                                         env.get("PYTHONPATH", "")])
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=workdir, env=env, check=False)
+    summary = _summary(junit)
+    summary.update(sklearn=sklearn.__version__, seconds=round(time.perf_counter() - start, 1))
+    return summary
+
+
+def report(summary, out, default_name, title):
+    """Write ``summary`` as JSON to ``out`` (a directory: ``default_name`` in it; None: no file)
+    and print it under ``title``."""
+    if out:
+        path = pathlib.Path(out)
         if path.is_dir():
-            path = path / "sklearn_gpr_suite.json"
+            path = path / default_name
         tmp_path = path.with_name(path.name + ".tmp")
         tmp_path.write_text(json.dumps(summary, indent=2) + "\n")
         os.replace(tmp_path, path)
-    print(f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device}): "
-          f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped, "
-          f"{summary['xfailed']} xfailed, {summary['seconds']} s")
+    print(f"{title}: {summary['passed']} passed, {summary['failed']} failed, "
+          f"{summary['skipped']} skipped, {summary['xfailed']} xfailed, {summary['seconds']} s")
     for f in summary["failures"]:
         print(f"  FAILED {f['test']}: {f['reason']}")
+
+
+def arguments(doc, default_tests, default_name, argv, extra=()):
+    """The runners' command line: ``--test-file``, ``--out``, ``--device``, ``-k`` and the
+    ``extra`` ``(flag, keyword arguments)`` pairs; the test file must exist."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--test-file", default=str(default_tests))
+    parser.add_argument("--out", "--json", dest="out", default=os.environ.get("OUT"),
+                        help=f"JSON summary path (a directory: {default_name} in it)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("-k", default=None, help="pytest -k expression")
+    for flag, kwargs in extra:
+        parser.add_argument(flag, **kwargs)
+    args = parser.parse_args(argv)
+    if not pathlib.Path(args.test_file).exists():
+        raise SystemExit(f"{args.test_file} not found; pass --test-file")
+    return args
+
+
+def main(argv=None):
+    name = "sklearn_gpr_suite.json"
+    args = arguments(__doc__, pathlib.Path(sklearn.__file__).parent
+                     / "gaussian_process/tests/test_gpr.py", name, argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = pathlib.Path(tmp)
+        summary = run(_prepare(workdir, args.test_file, args.device), workdir, args.k)
+    summary["device"] = args.device
+    report(summary, args.out, name,
+           f"scikit-learn {summary['sklearn']} test_gpr.py with kernelkit's GP ({args.device})")
     return 0
 
 

@@ -280,6 +280,56 @@ def _epilogue(s, p0, p1, p2, DEG, KIND: tl.constexpr):
     return k
 
 
+@triton.jit
+def _log_derivative(k, s, p0, p1, p2, KIND: tl.constexpr):
+    """phi of the fused gradient contractions (:mod:`kernelkit_gpu.pairwise.contract_fused`), from
+    the kernel value ``k`` and the pairwise quantity ``s`` of operands scaled per feature by the
+    row's first ``fused_derivatives`` parameter theta_k: dK / dlog theta_k = phi Delta_k^2
+    (phi |Delta_k| for the L1 distance), Delta_k the scaled difference in feature k. ``p0, p1,
+    p2`` as :func:`_epilogue` (per-feature packing). One branch per KIND whose row of
+    :data:`EPILOGUES` has ``fused_derivatives`` (x~ = x sqrt(gamma) for rbf, x gamma for
+    laplacian, x / length_scale otherwise; r = sqrt(s)):
+
+    ====================  ==========================================
+    KIND                  phi
+    ====================  ==========================================
+    rbf, laplacian        -K
+    matern 0.5            K / r  (0 at r = 0)
+    matern 1.5            3 K / (1 + t),  t = sqrt(3) r
+    matern 2.5            (5/3) (1 + t) K / (1 + t + t^2/3),  t = sqrt(5) r
+    rational quadratic    K / (1 + q),  q = s / (2 alpha)
+    ====================  ==========================================
+    """
+    if KIND == K_RBF or KIND == K_LAPLACIAN:
+        f = -k
+    elif KIND == K_MATERN05:
+        pos = s > 0.0
+        f = tl.where(pos, k / tl.sqrt(tl.where(pos, s, 1.0)), 0.0)
+    elif KIND == K_MATERN15:
+        t = tl.sqrt(p0 * s)
+        f = 3.0 * k / (1.0 + t)
+    elif KIND == K_MATERN25:
+        t = tl.sqrt(p0 * s)
+        f = (5.0 / 3.0) * (1.0 + t) * k / (1.0 + t + t * t / 3.0)
+    else:  # rational quadratic: p0 = 1 / (2 alpha)
+        f = k / (1.0 + p0 * s)
+    return f
+
+
+@triton.jit
+def _extra_log_derivative(k, s, p0, p1, p2, KIND: tl.constexpr):
+    """psi = dK / dlog of the second ``fused_derivatives`` parameter of the KIND's row (a scalar
+    one), from ``k`` and ``s`` as :func:`_log_derivative`: the rational quadratic kernel's
+    alpha, psi = alpha K (q / (1 + q) - log1p(q)), q = s / (2 alpha) (p0 = 1 / (2 alpha),
+    p1 = alpha), the one KIND with a second fused parameter (another would branch on KIND
+    here)."""
+    q = p0 * s
+    w = 1.0 + q
+    # log1p(q) to full precision: log(w) q / (w - 1), q itself where w rounds to 1
+    lg = tl.where(w == 1.0, q, tl.log(w) * q / tl.where(w == 1.0, 1.0, w - 1.0))
+    return p1 * k * (q / w - lg)
+
+
 # ------------------------------------------------------------------------ the kernel table
 #: log2(e): the epilogues use exp2, so natural exponents are scaled by it.
 LOG2E = 1.0 / math.log(2.0)
@@ -305,11 +355,17 @@ class Epilogue:
     (:meth:`~kernelkit_math.registry.KernelSpec.explicit`); plain arithmetic, so the values may be
     floats, NumPy arrays or torch tensors (:mod:`kernelkit_gpu.pairwise.log_gradient` differentiates through
     it). ``torch(s, p0, p1, p2, deg, kind)``: the torch twin of :func:`_epilogue`.
+    ``fused_derivatives``: the registry hyperparameters, in registry order, whose
+    log-derivatives :func:`_log_derivative` (the first, a per-feature one the operands are scaled
+    by) and :func:`_extra_log_derivative` (a second, scalar one) give: the kernels of the fused
+    gradient contractions (:data:`kernelkit_gpu.pairwise.contract_fused.FUSED_KERNELS`, the GP's
+    fused gradient); empty for the others, whose contractions the torch twin computes.
     """
 
     kind: Callable
     pack: Callable
     torch: Callable
+    fused_derivatives: tuple = ()
 
 
 def _fixed(kind):
@@ -381,21 +437,21 @@ EPILOGUES = {
         lambda params: ((params["scale"] * LOG2E, 0.0, 0.0), None),
         lambda s, p0, p1, p2, deg, kind: torch.exp2(p0 * s)),
     "rbf": Epilogue(_fixed(K_RBF), _pack_exp_of_distance("rbf"),
-                    lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s)),
+                    lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s), ("gamma",)),
     "laplacian": Epilogue(_fixed(K_LAPLACIAN), _pack_exp_of_distance("laplacian"),
-                          lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s)),
+                          lambda s, p0, p1, p2, deg, kind: torch.exp2(-p0 * s), ("gamma",)),
     "matern": Epilogue(
         lambda params: int({0.5: K_MATERN05, 1.5: K_MATERN15, 2.5: K_MATERN25}[params["nu"]].value),
         _pack_length_scaled(
             lambda p: _MATERN_C[p["nu"]] / (p["length_scale"] * p["length_scale"]),
             lambda p: _MATERN_C[p["nu"]], lambda p: LOG2E, 1.0 / 3.0),
-        _matern_torch),
+        _matern_torch, ("length_scale",)),
     "rational_quadratic": Epilogue(
         _fixed(K_RATIONAL_QUADRATIC),
         _pack_length_scaled(
             lambda p: 1.0 / (2.0 * p["alpha"] * p["length_scale"] * p["length_scale"]),
             lambda p: 1.0 / (2.0 * p["alpha"]), lambda p: p["alpha"], LOG2E),
-        _rational_quadratic_torch),
+        _rational_quadratic_torch, ("length_scale", "alpha")),
     "periodic": Epilogue(
         _fixed(K_PERIODIC),
         lambda params: ((math.pi / params["periodicity"],

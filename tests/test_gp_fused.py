@@ -34,6 +34,8 @@ from kernelkit.estimators.gp._lml import SolverSettings, log_marginal_likelihood
 from kernelkit.operators.covariance import CovarianceOperator
 from kernelkit.operators.kernel_tree import parse_kernel
 from kernelkit_gpu.pairwise import contract_fused
+from kernelkit_math.registry import get_kernel
+from tests.cases import is_per_feature, make_class
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -52,6 +54,13 @@ FAST_MORE = {  # other layouts of the same trees (direct contractions only: chea
     # a WhiteKernel within: the kernel part is C * RBF, the noise C * 0.05 + 0.02
     "white-inside-a-product": C(1.5) * (RBF(0.8) + W(0.05)) + W(0.02),
 }
+#: The common tree on every leaf with a fused contraction (FUSED_KERNELS, from the epilogue
+#: table), at its registry GPU example (a per-feature one where it has one): a new kernel's fused
+#: GP gradient is checked with no edit here.
+for _name in contract_fused.FUSED_KERNELS:
+    _gpu = [ex for ex in get_kernel(_name).examples if ex.gpu]
+    _ex = next((ex for ex in _gpu if is_per_feature(ex.params(3))), _gpu[0])
+    FAST_MORE[f"registry-{_name}-{_ex.id}"] = C(1.5) * make_class(_name, _ex.params(3), 3) + W(0.05)
 SLOW = {  # trees the fused pass does not cover: the autograd path stays
     "rbf-plus-dotproduct": RBF(0.8) + DotProduct(0.5) + W(0.05),
     "white-inside-the-kernel-part": DotProduct(0.5) * W(0.05) + C(0.3) * RBF(1.2),

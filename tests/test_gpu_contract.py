@@ -37,6 +37,13 @@ FUSED_CASES = [
     ("rq", "rational_quadratic", lambda d: dict(length_scale=0.9, alpha=2.5)),
 ]
 
+#: (id, kernel, params(d)): every kernel with a Triton contraction (``FUSED_KERNELS``, read from
+#: the epilogue table) at each of its registry GPU examples, so a new kernel's fused
+#: contraction is tested with no edit here.
+REGISTRY_FUSED_CASES = [(f"registry-{name}-{ex.id}", name, ex.params)
+                        for name in fused.FUSED_KERNELS
+                        for ex in get_kernel(name).examples if ex.gpu]
+
 
 def data(n, d, t, r, offset, dtype, device, seed=0, spread=1.0):
     rng = np.random.default_rng(seed)
@@ -115,7 +122,8 @@ def spy(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
-@pytest.mark.parametrize("case_id,kernel,make", FUSED_CASES, ids=[c[0] for c in FUSED_CASES])
+@pytest.mark.parametrize("case_id,kernel,make", FUSED_CASES + REGISTRY_FUSED_CASES,
+                         ids=[c[0] for c in FUSED_CASES + REGISTRY_FUSED_CASES])
 def test_fused_kernels_offset(case_id, kernel, make, dtype_name, device, spy, poisoned_outputs):
     """Every Triton kernel, data at offset 1000 (float32 would lose every digit of the distances
     without centring), n = 63, t = 3, with K @ V (r = 2); outputs NaN-poisoned."""

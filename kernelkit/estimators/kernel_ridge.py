@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import numbers
 import warnings
 
 import numpy as np
@@ -19,7 +18,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
-from kernelkit.kernels import _RegistryKernel
+from kernelkit.estimators import _ridge_checks
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
@@ -32,8 +31,6 @@ __all__ = ["KernelRidge"]
 
 SOLVERS = ("auto", "cg", "nystrom")
 PRECONDITIONERS = ("nystrom", None)
-#: scikit-learn's names for kernels the registry spells differently.
-_ALIASES = {"poly": "polynomial"}
 #: ``solver="auto"`` solves the exact system up to this many samples (one product with K costs
 #: n^2 kernel values: 1e10 at n = 1e5, tens of milliseconds with kernel_matvec on a GPU; on the
 #: CPU the float64 reference manages about 1e8 per second), and the Nyström system beyond.
@@ -44,34 +41,6 @@ DENSE_MAX = 20_000
 #: Float64 n x n arrays the dense fallback holds at once: the matrix, its factor, and the float64
 #: reference's temporaries while K is computed on the CPU (the least-squares copy on the CPU).
 DENSE_COPIES = 4
-
-
-def _check_alpha(alpha):
-    """``alpha`` as a float64 array of shape (1,) or (n_alphas,), every value finite and > 0."""
-    if isinstance(alpha, numbers.Real) and not isinstance(alpha, bool):
-        return np.array([_check_number(alpha, "alpha", low=0.0)])
-    try:
-        values = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
-    except (TypeError, ValueError):
-        raise TypeError(f"alpha must be a real number > 0 or an array of them (one per target); "
-                        f"got {alpha!r}") from None
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError(f"alpha must be a real number > 0 or a 1-D array of them (one per "
-                         f"target); got shape {values.shape}")
-    if not (np.all(np.isfinite(values)) and np.all(values > 0)):
-        raise ValueError(f"alpha must be a real number > 0 or an array of them; got {alpha!r}")
-    return values
-
-
-def _check_number(value, name, *, low, integer=False):
-    """``value`` as a float (or int) > ``low``; TypeError / ValueError naming ``name``."""
-    kind = "an integer" if integer else "a real number"
-    ok_type = isinstance(value, numbers.Integral if integer else numbers.Real)
-    if isinstance(value, bool) or not ok_type:
-        raise TypeError(f"{name} must be {kind} > {low:g}; got {value!r}")
-    if not np.isfinite(value) or value <= low:
-        raise ValueError(f"{name} must be {kind} > {low:g}; got {value!r}")
-    return int(value) if integer else float(value)
 
 
 _PSD = [name for name in kernel_names() if get_kernel(name).psd]
@@ -93,26 +62,36 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
     the form (S K S + alpha I) c = S y, a = S c with S = W^{1/2}, so zero weights are allowed),
     without ever forming the n x n matrix K: products with K run matrix-free
     (:func:`kernelkit_gpu.kernel_matvec` on the GPU, row blocks of the float64 registry
-    reference on the CPU), so memory grows like n, not n^2. Where scikit-learn's differs:
-    ``alpha`` must be > 0 (scikit-learn allows 0); ``kernel`` is a registry name or kernelkit
-    kernel object (no callables, no "precomputed"); X is dense; negative sample weights are an
-    error (scikit-learn takes their square roots: NaN); singular systems get the least-squares
-    solution with a cut-off of n eps (scikit-learn's: eps, see ``dense_fallback_``).
+    reference on the CPU), so memory grows like n, not n^2. Where scikit-learn's differs: a
+    callable ``kernel`` is refused (the products run on the registry's formulas), so are the
+    kernels that are not positive semi-definite; sparse X is made dense; negative sample
+    weights are an error (scikit-learn takes their square roots: NaN); singular systems get the
+    least-squares solution with a cut-off of n eps (scikit-learn's: eps, see
+    ``dense_fallback_``).
 
     Parameters
     ----------
     alpha : float or array-like of shape (n_targets,), default=1.0
-        Ridge regularisation, > 0, scikit-learn's convention (added to the diagonal of K). An
+        Ridge regularisation, >= 0, scikit-learn's convention (added to the diagonal of K). An
         array gives each target its own alpha (each distinct value adds an M x M factor to
-        the preconditioner).
-    kernel : str or kernelkit kernel object, default="rbf"
+        the preconditioner). With alpha = 0 the system K a = y is singular wherever K is; where
+        conjugate gradients cannot solve it, the dense fallback gives the least-squares solution
+        with scikit-learn's "Singular matrix" warning, as scikit-learn does.
+    kernel : str or kernel object, default="rbf"
         A registry name of a positive semi-definite kernel, {psd} (``"poly"`` for
-        ``"polynomial"``), or a kernelkit kernel object such as
-        ``kernelkit.RBF(length_scale=2.0)`` (its parameters are converted to the registry's:
-        gamma = 1 / (2 length_scale^2) for RBF). CG needs a positive definite system, so the
-        kernels the registry does not declare positive semi-definite ({refused}) are refused.
-        scikit-learn's default is "linear";
-        a linear kernel ridge is better solved in feature space (:class:`sklearn.linear_model.Ridge`).
+        ``"polynomial"``); ``"precomputed"``; or a kernel object, the kernels the Gaussian
+        process takes (:mod:`kernelkit.operators.kernel_tree`): kernelkit's classes such as
+        ``kernelkit.RBF(length_scale=2.0)`` (gamma = 1 / (2 length_scale^2)), scikit-learn's
+        classes of the same kernels (``RBF``, ``Matern``, ``RationalQuadratic``, ``DotProduct``,
+        ``ConstantKernel``, ``WhiteKernel``...) and their sums, products and powers
+        (``2.0 * RBF() + Matern()``), evaluated at their own parameter values. A WhiteKernel
+        adds nothing, as in scikit-learn's KernelRidge (its K is ``kernel(X, X)`` with the
+        second argument given). CG needs a positive definite system, so the kernels the
+        registry does not declare positive semi-definite ({refused}) are refused.
+        ``"precomputed"``: X is the n x n kernel matrix of the training samples at ``fit`` and
+        the m x n matrix K(test, train) at ``predict``, as in scikit-learn; then everything
+        runs on the CPU in float64. scikit-learn's default is "linear"; a linear kernel ridge is
+        better solved in feature space (:class:`sklearn.linear_model.Ridge`).
     gamma : float or None, default=None
         For the kernels that have one (rbf, laplacian, polynomial); None means 1 / n_features.
         Ignored by the other kernels and for kernel objects.
@@ -156,9 +135,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         less when the landmark arrays (M x M float64 matrices; for "cg" also the n x M
         preconditioner factor) would take more than a quarter of the free memory
         (:func:`kernelkit.estimators._ridge_memory.auto_components`): 10,000 at n = 10^6, 3,641 at
-        n = 10^5. Past 10^4 landmarks at n = 10^6 (H100) the fit time grows much faster than
-        the accuracy: M = 10^4 took 5.8 s at test RMSE 1.1931, M = 2 x 10^4 32 s at 1.1919. The old default, 1000, cost test RMSE 1.55 against 1.185 with M = 10^4 at
-        n = 10^6, d = 20 (H100). ``n_components_`` holds the value used.
+        n = 10^5. Past 10^4 landmarks at n = 10^6 the fit time grows much faster than the
+        accuracy (docs/benchmarks.md, "Figures behind choices in the code").
+        ``n_components_`` holds the value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
         :math:`P = K_{nM} K_{MM}^{-1} K_{Mn} + \alpha I`, built as Frangella, Tropp and Udell
@@ -281,13 +260,14 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True  # made dense (the products need dense rows)
+        tags.input_tags.pairwise = isinstance(self.kernel, str) and self.kernel == "precomputed"
         tags.target_tags.multi_output = True
         return tags
 
     # ------------------------------------------------------------------------------ checks
     def _check_params(self):
-        alpha = _check_alpha(self.alpha)
+        alpha = _ridge_checks.check_alpha(self.alpha)
         if not isinstance(self.solver, str) or self.solver not in SOLVERS:
             raise ValueError(f"solver must be one of {', '.join(map(repr, SOLVERS))}; got {self.solver!r}")
         if self.preconditioner not in PRECONDITIONERS:
@@ -298,48 +278,29 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
                 raise ValueError(f"n_components must be 'auto' or an integer > 0; got "
                                  f"{n_components!r}")
         else:
-            n_components = _check_number(n_components, "n_components", low=0, integer=True)
-        tol = _check_number(self.tol, "tol", low=0.0)
-        max_iter = _check_number(self.max_iter, "max_iter", low=0, integer=True)
+            n_components = _ridge_checks.check_number(n_components, "n_components", low=0,
+                                                      integer=True)
+        tol = _ridge_checks.check_number(self.tol, "tol", low=0.0)
+        max_iter = _ridge_checks.check_number(self.max_iter, "max_iter", low=0, integer=True)
         check_device(self.device)
         return alpha, n_components, tol, max_iter
 
     def _kernel(self, n_features):
-        """``(registry name, resolved registry parameters)`` of the ``kernel`` parameter."""
-        kernel = self.kernel
-        if isinstance(kernel, _RegistryKernel):
-            if self.kernel_params:
-                raise ValueError(
-                    "kernel_params is for kernels given by name; set the parameters on the "
-                    f"kernel object {kernel!r} instead"
-                )
-            name, params = kernel._registry_name, kernel._registry_params(n_features)
-        elif isinstance(kernel, str):
-            if kernel == "precomputed":
-                raise ValueError("kernel='precomputed' is not supported: pass the data X itself")
-            name = _ALIASES.get(kernel, kernel)
-            try:
-                spec = get_kernel(name)
-            except ValueError as exc:
-                raise ValueError(f"kernel: {exc}") from None
-            given = {"gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
-            params = {p: v for p, v in given.items() if p in spec.param_names}
-            if self.kernel_params is not None:
-                if not isinstance(self.kernel_params, dict):
-                    raise TypeError(f"kernel_params must be a dict or None; got {self.kernel_params!r}")
-                params.update(self.kernel_params)
-            params = spec.resolve(n_features, **params)
-        else:
-            raise TypeError(
-                "kernel must be a registry name such as 'rbf' or a kernelkit kernel object such as "
-                f"kernelkit.RBF(); got {kernel!r}"
-            )
-        if not get_kernel(name).psd:
-            raise ValueError(
-                f"kernel {name!r} is not positive semi-definite, so K + alpha I may be indefinite "
-                "and conjugate gradients can fail; use a positive semi-definite kernel"
-            )
-        return name, params
+        """The ``kernel`` parameter as a tree (:mod:`kernelkit.operators.kernel_tree`: a
+        registry name is the one-leaf tree), or None for "precomputed"
+        (:func:`~kernelkit.estimators._ridge_checks.kernel_structure`)."""
+        return _ridge_checks.kernel_structure(self.kernel, n_features, gamma=self.gamma,
+                                              degree=self.degree, coef0=self.coef0,
+                                              kernel_params=self.kernel_params)
+
+    def _operator(self, structure, X, where):
+        """The kernel operator of ``structure`` (:meth:`_kernel`) on ``where``; for
+        "precomputed" (None) the operator of the kernel matrix ``X``."""
+        from kernelkit.operators import kernel_operator
+
+        if structure is None:
+            return kernel_operator.PrecomputedOperator(X)
+        return kernel_operator.KernelOperator(structure, where=where)
 
     def _pick_solver(self, n, where):
         if self.solver != "auto":
@@ -352,8 +313,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data (dense).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features) or (n_samples, n_samples)
+            Training data (a sparse matrix is made dense), or the kernel matrix for
+            ``kernel="precomputed"``.
         y : array-like of shape (n_samples,) or (n_samples, n_targets)
             Targets.
         sample_weight : float or array-like of shape (n_samples,), default=None
@@ -373,20 +335,21 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             not positive definite in floating point) on a system too large for the dense
             fallback (more than :data:`DENSE_MAX` unknowns or more than the memory available).
         """
+        X = _ridge_checks.dense(X)
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params = (
+        alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure = (
             distributed.checked("KernelRidge.fit", self, self._fit_inputs, X=X, y=y,
                                 sample_weight=sample_weight))
-        n, d = X.shape
+        n = X.shape[0]
+        d = 1 if structure is None else X.shape[1]  # precomputed: index operands, K is the user's
         k = Y.shape[1]
         solver = self._pick_solver(n, where)
         rng = check_random_state(self.random_state)
 
-        from kernelkit.operators import kernel_operator
         from kernelkit.estimators import _ridge_memory
         from kernelkit.linalg import falkon
 
-        op = kernel_operator.KernelOperator(name, params, where)
+        op = self._operator(structure, X, where)
 
         def plan():  # from the free memory: rank 0's under a process group
             m = 0
@@ -441,7 +404,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         if sharded:  # rank 0's coefficients on every rank, bit for bit
             coef = falkon_sharded.same_on_all_ranks(coef)
         self.dual_coef_ = coef[:, 0] if y.ndim == 1 else coef
-        self.X_fit_ = X if solver == "cg" else X[idx]
+        self.X_fit_ = X if solver == "cg" else X[idx]  # precomputed: K's rows of the centres
         self.solver_ = solver
         self.dense_fallback_ = fallback
         self.n_components_ = m
@@ -452,7 +415,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def _fit_inputs(self, X, y, sample_weight):
         """The checked parameters and data of :meth:`fit`: ``(alpha, n_components, tol,
-        max_iter, X, y, Y (float64, 2-D), weights, device, kernel name, kernel parameters)``."""
+        max_iter, X, y, Y (float64, 2-D), weights, device, kernel tree or None for
+        "precomputed")``."""
         alpha, n_components, tol, max_iter = self._check_params()
         X, y = _validate_data(self, X, y, dtype=[np.float64, np.float32], multi_output=True,
                               y_numeric=True)
@@ -460,14 +424,17 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         if sample_weight is not None:
             weights = _check_sample_weight(sample_weight, X, dtype=np.float64,
                                            ensure_non_negative=True)
-        where = resolve_device(self.device)
-        name, params = self._kernel(X.shape[1])
+        structure = self._kernel(X.shape[1])
+        if structure is None and X.shape[0] != X.shape[1]:
+            raise ValueError(f"kernel='precomputed' takes X as the square kernel matrix of the "
+                             f"training samples; got X of shape {X.shape}")
+        where = "cpu" if structure is None else resolve_device(self.device)
         Y = np.asarray(y, dtype=np.float64)
         Y = Y.reshape(-1, 1) if Y.ndim == 1 else Y
         if alpha.size not in (1, Y.shape[1]):
             raise ValueError(f"alpha has {alpha.size} values but y has {Y.shape[1]} targets: "
                              "give one alpha, or one per target")
-        return alpha, n_components, tol, max_iter, X, y, Y, weights, where, name, params
+        return alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure
 
     @staticmethod
     def _dense_fits(size, where):
@@ -497,7 +464,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         precond = None if not len(idx) else nystrom_preconditioner(op, exact, alphas, sw)
 
         def product(X):
-            return lambda P: scale(op.product(X, X, scale(P))) + alphas * P
+            return lambda P: scale(op.matmul(X, X, scale(P))) + alphas * P
 
         result = conjugate_gradient(product(data[0]), scale(Y), precond=precond, tol=tol,
                                     max_iter=max_iter, exact_matvec=product(exact[0]),
@@ -546,7 +513,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Or K(X, X_train), shape (n_samples, n_training_samples), for
+            ``kernel="precomputed"``.
 
         Returns
         -------
@@ -555,19 +524,23 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             epsilon times sum_i |k(x, x_i) a_i|, measured 1.3-1.4 times that).
         """
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        X, where, name, params = distributed.checked("KernelRidge.predict", self,
-                                                     self._predict_inputs, X=X)
-        from kernelkit.operators import kernel_operator
-
-        op = kernel_operator.KernelOperator(name, params, where)
+        X, where, structure = distributed.checked("KernelRidge.predict", self,
+                                                  self._predict_inputs, X=_ridge_checks.dense(X))
+        op = self._operator(structure, X, where)
         coef = self.dual_coef_
         C = coef.reshape(-1, 1) if coef.ndim == 1 else coef
-        out = op.product(op.data(X), op.data(self.X_fit_), op.vectors(C)).cpu().numpy()
+        if structure is None:  # X = K(test, train): its columns of the centres
+            centres = np.arange(len(C)) if self.solver_ == "cg" else self.landmark_indices_
+        else:
+            centres = op.data(self.X_fit_)
+        out = op.matmul(op.data(X), centres, op.vectors(C)).cpu().numpy()
         return out[:, 0] if coef.ndim == 1 else out
 
     def _predict_inputs(self, X):
-        """The checked arguments of :meth:`predict`: ``(X, device, kernel name, kernel
-        parameters)``."""
+        """The checked arguments of :meth:`predict`: ``(X, device, kernel tree or None for
+        "precomputed")``."""
         check_is_fitted(self)
         X = _validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return X, resolve_device(self.device), *self._kernel(X.shape[1])
+        structure = self._kernel(X.shape[1])
+        return X, ("cpu" if structure is None else resolve_device(self.device)), structure
+

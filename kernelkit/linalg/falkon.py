@@ -23,7 +23,7 @@ Two jitters
     (the preconditioned system is no longer exactly T + alpha I; CG does not need it to be).
     On the float32 path s_sys = s / M = eps mean(diag K_MM), one rounding unit of the kernel
     values: with s there too, the ridge itself grew by alpha s and cost test RMSE
-    1.193 -> 1.214 at n = 1e6 (H200, M = 1e4). s_sys cannot be float64-sized there: along
+    1.193 -> 1.214 at n = 1e6 (GPU, M = 1e4). s_sys cannot be float64-sized there: along
     K_MM's numerical null space the system's curvature alpha s_sys must stay above the float32
     products' rounding, or refinement stalls. Measured on the degree-3 polynomial kernel (rank
     20) with M = n = 60, alpha = 0.1, tol = 1e-8, float32 products: s_sys / s = 1e-9
@@ -215,16 +215,18 @@ def nystrom_preconditioner(op, exact, alphas, sw=None):
     """P_j^{-1} for P_j = S K_nM (K_MM + s I)^{-1} K_Mn S + alpha_j I (module docstring).
 
     ``exact = (X, Z)``: float64 operands; ``alphas`` the ridge of each column (tensor of
-    shape (k,)); ``sw`` the square roots of the sample weights, shape (n, 1), or None. Building
+    shape (k,)); ``sw`` the square roots of the sample weights, shape (n, 1), or None. Where
+    alpha_j = 0 (no ridge: S K S c = S y, singular wherever K is), P_j takes the jitter s in
+    its place, so that it stays positive definite. Building
     streams K_nM once (float64 kernel values) and costs about 3 n M^2 operations (triangular
     solves, QR, the products with the small SVD's factor).
     """
     X, Z = exact
-    _, L, _ = landmark_factor(op, Z)
+    _, L, shift = landmark_factor(op, Z)
     B = torch.empty((X.shape[0], Z.shape[0]), dtype=torch.float64, device=op.device)
     for lo, hi, G in op.row_blocks(X, Z):
         B[lo:hi] = _tri(L, _scaled(G, sw, lo, hi).T).T
-    return LowRankPreconditioner(B, alphas)
+    return LowRankPreconditioner(B, torch.where(alphas > 0, alphas, shift))
 
 
 class FalkonSystem:
@@ -248,7 +250,7 @@ class FalkonSystem:
         #: A_j A_j^T = (n / M) L^T W_M L + alpha_j L^{-1} (K_MM + s_sys I) L^{-T}: the ridge
         #: term enters the preconditioner exactly (with alpha_j I there instead, the directions
         #: where K_MM < s are preconditioned by alpha s against the system's alpha s_sys, M times
-        #: too much: 645 CG steps at M = 2e4, n = 1e6, H200, against 28 with this form)
+        #: too much: 645 CG steps at M = 2e4, n = 1e6 on a GPU, against 28 with this form)
         self.ridge_metric = _ridge_metric(self.L, self.shift, self.system_shift)
         self.factors = _shifted_factors(symmetrize_(inner), alphas, self.ridge_metric)
 

@@ -1,5 +1,6 @@
 r"""The training covariance K = k_theta(X, X) + (noise + jitter) I as an operator, for any
-kernel tree the regressor accepts (:mod:`.kernel_tree`).
+kernel tree the estimators accept (:mod:`.kernel_tree`): the Gaussian process's member of the
+operator family (:class:`~kernelkit.operators.base.Operator`), differentiable in theta.
 
 Products with K: when the n x n kernel matrix fits in the dense budget (:func:`dense_budget`: half
 the free GPU memory, or :data:`DENSE_CPU_BYTES` on the CPU) it is formed once per hyperparameter
@@ -11,7 +12,8 @@ A block K(A, B) evaluates the tree: sums, products and powers of its nodes; cons
 noise on the pairs that are the same training point; and, for every registry kernel leaf, the
 library's own formula: the registry kernel's torch epilogue (:data:`kernelkit_gpu.epilogues.
 EPILOGUES`, packed by the same ``pack`` the Triton launchers use) applied to the pairwise
-quantity of operands prepared as the library prepares them (:mod:`kernelkit_gpu.prepare`):
+quantity (:func:`kernelkit_gpu.pairwise.naive.pairwise_quantity`, the torch twin's) of operands
+prepared as the library prepares them (:mod:`kernelkit_gpu.prepare`):
 
 - distances (squared Euclidean, L1): rows centred on the float64 column mean of X, scaled per
   feature in float64, rounded once to the block dtype. Up to
@@ -25,10 +27,11 @@ quantity of operands prepared as the library prepares them (:mod:`kernelkit_gpu.
   dtype;
 - cosine: rows normalised in float64 (:func:`kernelkit_gpu.prepare.normalize_rows`), then dotted.
 
-Derivatives with respect to the log-hyperparameters come from torch.autograd through
-:func:`bilinear`: the scalar sum_j a_j^T K(theta) b_j for many column pairs at once, whose
-backward recomputes one row chunk at a time, so its memory also stays chunk x n (times the number
-of features with per-feature parameters) and no (n, n, n_theta) tensor exists.
+Derivatives with respect to the log-hyperparameters come from
+:meth:`CovarianceOperator.contract`: the scalar sum_j a_j^T K(theta) b_j for many column pairs at
+once, its kernel part by torch.autograd (whose backward recomputes one row chunk at a time, so
+its memory also stays chunk x n, times the number of features with per-feature parameters, and
+no (n, n, n_theta) tensor exists) or by the fused Triton pass (:mod:`.fused`).
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ import numpy as np
 import torch
 
 from kernelkit.operators import fused_tree
-from kernelkit.operators import kernel_tree as S
+from kernelkit.operators.base import Operator
 from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import prepare as P
+from kernelkit_gpu.pairwise import naive as N
 
 __all__ = ["CovarianceOperator", "bilinear", "theta_gradient", "BLOCK_ELEMENTS", "dense_budget"]
 
@@ -51,9 +55,9 @@ DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
 #: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
-#: row blocks and GEMMs. H200, n = 1e5, float64: Triton K @ V 1.33 ms per column (17 columns
-#: 0.07 s, 512 0.68 s); torch row blocks 1.0 s + 0.3 ms per column (17: 1.05 s, 512: 1.22 s,
-#: 2048: 1.65 s); Triton Gram blocks faster still (the variance cache's build: 2.46 -> 1.43 s).
+#: row blocks and GEMMs: the Triton K @ V costs about a fixed time per column, torch row blocks
+#: a large fixed time and little per column, Triton Gram blocks less still (docs/benchmarks.md,
+#: "Figures behind choices in the code").
 TRITON_MATMUL_MAX_COLUMNS = 768
 #: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
 WIDE_BLOCK_ELEMENTS = 2**27
@@ -66,91 +70,10 @@ def dense_budget(device):
     return DENSE_CPU_BYTES
 
 
-def _direct_squared_distances(A, B):
-    """||a_i - b_j||^2 from direct differences (no autograd; 0 for equal rows, symmetric for
-    A = B). On the CPU torch.cdist without the matrix-product form, squared (one pass, a few
-    eps from the summed squares: 3-5x faster than the loop, 4000 x 1024 x 8); on CUDA, where
-    that kernel is slow (float64, 2e4 x 1024 x 8, H100: 30 ms), two in-place passes per
-    feature (2.1 ms)."""
-    if A.device.type == "cpu":
-        return torch.cdist(A, B, compute_mode="donot_use_mm_for_euclid_dist").square_()
-    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-    t = torch.empty_like(s)
-    for k in range(A.shape[1]):
-        torch.sub(A[:, k, None], B[None, :, k], out=t)
-        s.addcmul_(t, t)
-    return s
-
-
-class _SquaredDistances64(torch.autograd.Function):
-    """Float64 direct squared distances whose backward is two GEMMs and two row sums,
-
-    .. math:: \\partial/\\partial a_i = 2 (a_i \\textstyle\\sum_j g_{ij} - \\sum_j g_{ij} b_j)
-
-    (and likewise for b), instead of autograd through one n x m difference per feature (d
-    saved temporaries and d backward passes: the float64 gradient blocks of the CPU path and of
-    the exact path). The expansion loses about eps64 (|a| + |b|) / |a - b| relative per term,
-    harmless in float64; float32 blocks keep the per-feature autograd."""
-
-    @staticmethod
-    def forward(ctx, A, B):
-        ctx.save_for_backward(A, B)
-        return _direct_squared_distances(A, B)
-
-    @staticmethod
-    def backward(ctx, G):
-        A, B = ctx.saved_tensors
-        grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_a = 2.0 * (A * G.sum(1, keepdim=True) - G @ B)
-        if ctx.needs_input_grad[1]:
-            grad_b = 2.0 * (B * G.sum(0)[:, None] - G.T @ A)
-        return grad_a, grad_b
-
-
-def _squared_distances(A, B, diagonal_offset, direct=True):
-    """||a_i - b_j||^2 of prepared operands: direct differences up to DIRECT_MAX_D features
-    (unless ``direct`` is False), else the matrix-product form."""
-    if direct and A.shape[1] <= P.DIRECT_MAX_D:
-        if not (A.requires_grad or B.requires_grad):
-            return _direct_squared_distances(A, B)
-        if A.dtype == torch.float64:
-            return _SquaredDistances64.apply(A, B)
-        s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-        for k in range(A.shape[1]):  # float32 autograd: out-of-place, exact differences
-            t = A[:, k, None] - B[None, :, k]
-            s = s + t * t
-        return s
-    # one GEMM of augmented rows [a, |a|^2, 1] . [-2 b, 1, |b|^2]: no n x m broadcast sums
-    # forward or reductions backward (the preconditioner's landmark block, float64 with autograd)
-    a2, b2 = (A * A).sum(1, keepdim=True), (B * B).sum(1, keepdim=True)
-    s = (torch.cat([A, a2, torch.ones_like(a2)], 1)
-         @ torch.cat([-2.0 * B, torch.ones_like(b2), b2], 1).T).clamp_min(0.0)
-    if diagonal_offset is not None:
-        s = s.masked_fill(_identity(A.shape[0], B.shape[0], diagonal_offset, A.device), 0.0)
-    return s
-
-
-def _l1_distances(A, B):
-    s = torch.zeros((A.shape[0], B.shape[0]), dtype=A.dtype, device=A.device)
-    for k in range(A.shape[1]):
-        s = s + (A[:, k, None] - B[None, :, k]).abs()
-    return s
-
-
-def _identity(m, n, diagonal_offset, device):
-    """Boolean (m, n) mask of the pairs (i, offset + i): the same training point."""
-    mask = torch.zeros((m, n), dtype=torch.bool, device=device)
-    if diagonal_offset is not None:
-        rows = torch.arange(m, device=device)
-        keep = rows + diagonal_offset < n
-        mask[rows[keep], rows[keep] + diagonal_offset] = True
-    return mask
-
-
-class _Block:
-    """Evaluates the kernel tree on the pairs of rows A x B (or on the pairs (a_i, a_i) when
-    ``paired``): centred float64 rows in, values in ``dtype`` out."""
+class _Leaves:
+    """The leaves and scalars of the kernel tree on the pairs of rows A x B (or on the pairs
+    (a_i, a_i) when ``paired``): centred float64 rows in, values in ``dtype`` out
+    (:meth:`~kernelkit.operators.base.Operator.values` walks the tree)."""
 
     def __init__(self, op, A, B, theta, dtype, diagonal_offset, paired, direct=True):
         self.op, self.A, self.B, self.theta = op, A, B, theta
@@ -158,23 +81,15 @@ class _Block:
         self.direct = direct
         self.shape = (A.shape[0],) if paired else (A.shape[0], B.shape[0])
 
-    def __call__(self, node):
-        if isinstance(node, S.Sum):
-            return self(node.k1) + self(node.k2)
-        if isinstance(node, S.Product):
-            return self(node.k1) * self(node.k2)
-        if isinstance(node, S.Power):
-            return self(node.k) ** node.exponent
-        if isinstance(node, S.Scalar):
-            value = node.number(self.theta)
-            if not node.white:
-                return value
-            if self.paired:
-                same = torch.ones(self.shape, dtype=self.dtype, device=self.A.device)
-            else:
-                same = _identity(*self.shape, self.offset, self.A.device).to(self.dtype)
-            return value.to(self.dtype) * same
-        return self.leaf(node)
+    def scalar(self, node):
+        value = node.number(self.theta)
+        if not node.white:
+            return value
+        if self.paired:
+            same = torch.ones(self.shape, dtype=self.dtype, device=self.A.device)
+        else:
+            same = N.same_point_mask(*self.shape, self.offset, self.A.device).to(self.dtype)
+        return value.to(self.dtype) * same
 
     def leaf(self, leaf):
         spec = leaf.spec
@@ -186,11 +101,10 @@ class _Block:
             a = P.centre_and_scale(A, None, scale, dtype)
             if self.paired:
                 s = torch.zeros(self.shape, dtype=dtype, device=A.device)
-            else:
+            else:  # L1 always from direct differences
                 b = P.centre_and_scale(B, None, scale, dtype)
-                s = (_squared_distances(a, b, self.offset, self.direct)
-                     if spec.pairwise == "sqeuclidean"
-                     else _l1_distances(a, b))
+                s = N.pairwise_quantity(a, b, spec.pairwise, diagonal_offset=self.offset,
+                                        direct=self.direct or spec.pairwise == "manhattan")
         elif spec.pairwise == "dot":
             m = self.op.center.reshape(-1)
             a = P.centre_and_scale(A, None, scale, dtype)
@@ -200,13 +114,13 @@ class _Block:
             else:
                 b = P.centre_and_scale(B, None, scale, dtype)
                 off_b = B @ m + 0.5 * (m @ m)
-                s = a @ b.T + (off_a[:, None] + off_b[None, :]).to(dtype)
+                s = N.pairwise_quantity(a, b, "dot") + (off_a[:, None] + off_b[None, :]).to(dtype)
         else:  # cosine: rows of the uncentred data, normalised in float64
             a, nonzero = P.normalize_rows(A + self.op.center)
             if self.paired:
                 return nonzero.to(dtype)
             b = P.normalize_rows(B + self.op.center)[0]
-            s = a.to(dtype) @ b.to(dtype).T
+            s = N.pairwise_quantity(a.to(dtype), b.to(dtype), "dot")
         p = [torch.as_tensor(v, dtype=torch.float64, device=A.device) for v in prm]
         return row.torch(s, *p, numbers.get("degree", 0), row.kind(numbers))
 
@@ -220,7 +134,7 @@ def centred_on_device(X, device):
     return (X64 - center).to(device), center.to(device)
 
 
-class CovarianceOperator:
+class CovarianceOperator(Operator):
     """Products with K_theta = k_theta(X, X) + (noise + jitter) I, chunk by chunk.
 
     Parameters
@@ -250,11 +164,10 @@ class CovarianceOperator:
 
     def __init__(self, X, structure, jitter, device, dtype, block_elements=None, rows=None,
                  data=None, contraction_dtype=None):
-        self.device = torch.device(device)
+        super().__init__(structure, device)
         if data is None:
             data = centred_on_device(X, self.device)
         self.X64, self.center = data
-        self.structure = structure
         self.jitter = float(jitter)
         self.dtype = dtype
         self.contraction_dtype = contraction_dtype or dtype
@@ -298,11 +211,6 @@ class CovarianceOperator:
         """``fn(*args)``, computed by every process alike (an error on one is raised on all)."""
         return fn(*args)
 
-    def row_chunks(self, step):
-        """``(lo, hi)`` row chunks of at most ``step`` rows covering ``self.rows``."""
-        first, last = self.rows
-        return [(lo, min(lo + step, last)) for lo in range(first, last, step)]
-
     def chunk_rows(self, n_cols):
         """Rows per chunk so that one chunk holds at most ``block_elements`` values."""
         return max(1, self.block_elements // max(1, n_cols))
@@ -324,24 +232,15 @@ class CovarianceOperator:
         eps |a|^2: for blocks that need not be exact, as the preconditioner's).
         """
         dtype = dtype or self.dtype
-        root = self.structure.root
-        shape = (A.shape[0], B.shape[0])
-        if root is None:
-            return torch.zeros(shape, dtype=dtype, device=A.device)
-        value = _Block(self, A, B, params["theta"], dtype, diagonal_offset, False, direct)(root)
-        if value.shape != shape:  # a tree of constants only
-            value = value.to(dtype) + torch.zeros(shape, dtype=dtype, device=A.device)
-        return value.to(dtype)
+        leaves = _Leaves(self, A, B, params["theta"], dtype, diagonal_offset, False, direct)
+        return self.values(leaves.shape, dtype, leaves.leaf, leaves.scalar)
 
-    def kernel_diagonal(self, Z, params, dtype=torch.float64):
+    def diag(self, Z, params, dtype=torch.float64):
         """k(z_i, z_i) of the kernel part for centred float64 rows Z, shape (m,): scikit-learn's
         ``kernel.diag`` less ``params["noise"]`` (a WhiteKernel left in the kernel part counts:
         z_i is the same point as itself)."""
-        root = self.structure.root
-        if root is None:
-            return torch.zeros(Z.shape[0], dtype=dtype, device=Z.device)
-        value = _Block(self, Z, Z, params["theta"], dtype, None, True)(root)
-        return (value.to(dtype) + torch.zeros(Z.shape[0], dtype=dtype, device=Z.device))
+        leaves = _Leaves(self, Z, Z, params["theta"], dtype, None, True)
+        return self.values(leaves.shape, dtype, leaves.leaf, leaves.scalar)
 
     def _same_theta(self, theta):
         """Whether ``theta`` is the setting of the held dense K: the same tensor object (every
@@ -370,7 +269,7 @@ class CovarianceOperator:
                     K = fused_tree.kernel_part_gram(self, tree, params, dtype)
                 else:
                     K = torch.empty((last - first, self.n), dtype=dtype, device=self.device)
-                    for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
+                    for lo, hi in self.row_chunks(self.chunk_rows(self.n), self.rows):
                         K[lo - first:hi - first] = self.block(
                             self.X64[lo:hi], self.X64, params, diagonal_offset=lo, dtype=dtype)
                 self._dense_noise = float(params["noise"] + self.jitter)
@@ -386,8 +285,8 @@ class CovarianceOperator:
     def _dense_product(self, K, V):
         """The rows ``self.rows`` of (K + noise I) @ V for the held rows K of the kernel part.
         With all rows, K^T @ V: K is symmetric (exactly from the Triton Gram and direct
-        differences, to rounding otherwise), and cuBLAS's transposed layout is faster (n = 2e4,
-        17 float32 columns, H100: 0.76 ms against 1.00 ms)."""
+        differences, to rounding otherwise), and cuBLAS's transposed layout is faster
+        (docs/benchmarks.md, "Figures behind choices in the code")."""
         first, last = self.rows
         whole = (first, last) == (0, self.n)
         return torch.addmm(V[first:last], K.T if whole else K, V, beta=self._dense_noise)
@@ -404,9 +303,9 @@ class CovarianceOperator:
 
     def exact_matmul(self, V, params):
         """K_theta @ V in float64 arithmetic for float64 V (no autograd): one GEMM with the
-        held float64 K where :attr:`dense_exact` (n = 2e4, 17 columns, H100: 1.6 ms to form it
-        + 1.2 ms per product, against 5.2 ms per product from X), else
-        :meth:`kernel_rows_matmul` and the noise term."""
+        held float64 K where :attr:`dense_exact` (forming it once costs about one product from X,
+        and each product then a quarter of one: docs/benchmarks.md, "Operator and contraction
+        design figures"), else :meth:`kernel_rows_matmul` and the noise term."""
         def rows():  # this process's rows (self.rows)
             first, last = self.rows
             with torch.no_grad():
@@ -426,18 +325,14 @@ class CovarianceOperator:
         tree = fused_tree.fused_tree(self)
         if tree is not None and V.shape[1] <= TRITON_MATMUL_MAX_COLUMNS:
             return fused_tree.kernel_part_matmul(self, tree, params, V, V.dtype)
-        first, last = self.rows
-        out = torch.empty((last - first,) + tuple(V.shape[1:]), dtype=V.dtype, device=V.device)
         with torch.no_grad():
             if tree is not None:  # wide V: Triton Gram row blocks of GEMM size, then GEMMs
-                for lo, hi in self.row_chunks(max(1, WIDE_BLOCK_ELEMENTS // self.n)):
-                    out[lo - first:hi - first] = fused_tree.kernel_part_block(
-                        self, tree, params, lo, hi, V.dtype) @ V
-                return out
-            for lo, hi in self.row_chunks(self.chunk_rows(self.n)):
-                out[lo - first:hi - first] = self.block(self.X64[lo:hi], self.X64, params,
-                                                        diagonal_offset=lo, dtype=V.dtype) @ V
-        return out
+                return self.chunked_matmul(self.rows, max(1, WIDE_BLOCK_ELEMENTS // self.n), V, (
+                    lambda lo, hi: fused_tree.kernel_part_block(self, tree, params, lo, hi,
+                                                                V.dtype)))
+            return self.chunked_matmul(self.rows, self.chunk_rows(self.n), V, (
+                lambda lo, hi: self.block(self.X64[lo:hi], self.X64, params, diagonal_offset=lo,
+                                          dtype=V.dtype)))
 
     def cross_matmul(self, Z, V, params):
         """k(Z, X) @ V (kernel part) for centred float64 test rows Z and V of shape (n, k), in
@@ -447,13 +342,10 @@ class CovarianceOperator:
 
         def share():
             with torch.no_grad():
-                out = torch.empty(Z.shape[0], V.shape[1], dtype=V.dtype, device=V.device)
-                step = self.chunk_rows(last - first)
-                for lo in range(0, Z.shape[0], step):
-                    hi = min(lo + step, Z.shape[0])
-                    out[lo:hi] = (self.block(Z[lo:hi], self.X64[first:last], params,
-                                             dtype=V.dtype) @ V[first:last])
-            return out
+                return self.chunked_matmul((0, Z.shape[0]), self.chunk_rows(last - first),
+                                           V[first:last], lambda lo, hi: self.block(
+                                               Z[lo:hi], self.X64[first:last], params,
+                                               dtype=V.dtype))
 
         return self.reduce(share).to(V.dtype)
 
@@ -461,6 +353,38 @@ class CovarianceOperator:
         """k(X, Z) (kernel part), shape (n, m), for centred float64 test rows Z (no autograd)."""
         with torch.no_grad():
             return self.block(self.X64, Z, params, dtype=dtype)
+
+    def contract(self, theta, A, B, kernel_part=None, dtype=None):
+        r"""The scalar sum_j a_j^T K_theta b_j, differentiable with respect to ``theta``.
+
+        .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j,\quad
+                  K_\theta = k_\theta(X, X) + (\text{noise} + \text{jitter}) I
+
+        Parameters
+        ----------
+        theta : torch.Tensor of shape (n_theta,), float64
+            Log-hyperparameters laid out as ``kernel.theta``.
+        A, B : torch.Tensor of shape (n, t)
+            Constant columns (detached here, then rounded to ``dtype``).
+        kernel_part : callable, optional
+            ``kernel_part(theta, A, B)``: sum_j a_j^T k_theta(X, X) b_j, differentiable in theta;
+            default autograd through row blocks (:class:`_Bilinear`; the fused Triton pass:
+            :func:`kernelkit.operators.fused.bilinear`).
+        dtype : torch.dtype, optional
+            The dtype of the columns for ``kernel_part``; default the operator's.
+
+        Returns
+        -------
+        torch.Tensor, 0-d float64
+            Its gradient is sum_j a_j^T (dK/dtheta_i) b_j for every i (by default from one
+            backward pass that recomputes the kernel one row chunk at a time: memory chunk x n).
+        """
+        dtype = dtype or self.dtype
+        A, B = A.detach().to(dtype), B.detach().to(dtype)
+        part = (kernel_part or (lambda t, A, B: _Bilinear.apply(t, self, A, B)))(theta, A, B)
+        params = self.structure.params(theta)
+        diag = (A.to(torch.float64) * B.to(torch.float64)).sum()
+        return part + (params["noise"] + self.jitter) * diag
 
 
 class _Bilinear(torch.autograd.Function):
@@ -475,7 +399,7 @@ class _Bilinear(torch.autograd.Function):
             if op.dense:
                 return (A[first:last] * (op.kernel_matrix(params) @ B)).sum(dtype=torch.float64)
             total = torch.zeros((), dtype=torch.float64, device=A.device)
-            for lo, hi in op.row_chunks(op.chunk_rows(op.n)):
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n), op.rows):
                 Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo)
                 total += (A[lo:hi] * (Kb @ B)).sum(dtype=torch.float64)
             return total
@@ -505,7 +429,7 @@ def theta_gradient(op, theta, contract, dtype=None):
         grad = torch.zeros_like(theta)
         with torch.enable_grad():
             leaf = theta.detach().requires_grad_(True)
-            for lo, hi in op.row_chunks(op.chunk_rows(op.n * op.X64.shape[1])):
+            for lo, hi in op.row_chunks(op.chunk_rows(op.n * op.X64.shape[1]), op.rows):
                 params = op.structure.params(leaf)
                 Kb = op.block(op.X64[lo:hi], op.X64, params, diagonal_offset=lo, dtype=dtype)
                 value = contract(lo, hi, Kb)
@@ -520,27 +444,6 @@ def theta_gradient(op, theta, contract, dtype=None):
 
 
 def bilinear(op, theta, A, B):
-    r"""The scalar sum_j a_j^T K_theta b_j, differentiable with respect to ``theta``.
-
-    .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j,\quad
-              K_\theta = k_\theta(X, X) + (\text{noise} + \text{jitter}) I
-
-    Parameters
-    ----------
-    op : CovarianceOperator
-    theta : torch.Tensor of shape (n_theta,), float64
-        Log-hyperparameters laid out as ``kernel.theta``.
-    A, B : torch.Tensor of shape (n, t)
-        Constant columns (detached), in the operator's dtype.
-
-    Returns
-    -------
-    torch.Tensor, 0-d float64
-        Its gradient is sum_j a_j^T (dK/dtheta_i) b_j for every i, from one backward pass that
-        recomputes the kernel one row chunk at a time (memory chunk x n).
-    """
-    A, B = A.detach().to(op.dtype), B.detach().to(op.dtype)
-    kernel_part = _Bilinear.apply(theta, op, A, B)
-    params = op.structure.params(theta)
-    diag = (A.to(torch.float64) * B.to(torch.float64)).sum()
-    return kernel_part + (params["noise"] + op.jitter) * diag
+    """:meth:`CovarianceOperator.contract` with the kernel part by autograd through row blocks,
+    on any tree and device: the reference the fused pass (:mod:`.fused`) is checked against."""
+    return op.contract(theta, A, B)

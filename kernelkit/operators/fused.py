@@ -1,11 +1,13 @@
 r"""The GP gradient's kernel contractions through the fused Triton pass, for the common trees.
 
-The BBMM gradient (:mod:`kernelkit.estimators.gp._lml`) needs, for every log-hyperparameter theta_i,
-sum_j a_j^T (dK/dtheta_i) b_j (and the value sum_j a_j^T K b_j) for the columns A = [alpha, -U/t],
-B = [alpha, W]. :func:`kernelkit.operators.covariance.bilinear` gets them by autograd through row blocks
-of the kernel tree, for any tree. For a kernel part that is
+The BBMM gradient (:mod:`kernelkit.estimators.gp._lml`) needs, for every log-hyperparameter
+theta_i, sum_j a_j^T (dK/dtheta_i) b_j (and the value sum_j a_j^T K b_j) for the columns
+A = [alpha, -U/t], B = [alpha, W]: the operator's ``contract``
+(:meth:`kernelkit.operators.covariance.CovarianceOperator.contract`), by autograd through row
+blocks of the kernel tree, for any tree. For a kernel part that is
 
-    [ConstantKernel *] one stationary leaf  (rbf, laplacian, matern, rational_quadratic; d <= 16)
+    [ConstantKernel *] one leaf with a fused contraction  (d <= 16; the leaves whose row of the
+    epilogue table names its fused_derivatives: kernelkit_gpu.pairwise.contract_fused.FUSED_KERNELS)
 
 with the WhiteKernels' noise beside it (``+ WhiteKernel``, or within: ``C * (RBF + WhiteKernel)``
 has the kernel part ``C * RBF``, :mod:`.kernel_tree`), :func:`bilinear` here gets the same
@@ -19,8 +21,8 @@ derivatives along the registry's log-parameters. They map to theta (scikit-learn
   1 / (2 l^2), power -2) dK/dlog l = -2 dK/dlog gamma, for laplacian (gamma = 1 / l) -1;
 - every factor: the leaf's contractions times the amplitude c (the product of the constants);
 - a free constant c_k = exp(power theta_k): dK/dtheta_k = power c kg;
-- the noise summands: (noise + jitter) sum_j a_j^T b_j, differentiated by autograd as in
-  :func:`~kernelkit.operators.covariance.bilinear`.
+- the noise summands: (noise + jitter) sum_j a_j^T b_j, differentiated by autograd in
+  ``contract``.
 
 The pass runs in the operator's ``contraction_dtype`` (the regressor's dtype="auto": float32
 operands, float64 sums, beside float64 CG products; at n = 1e6 a float64 pass took 69 s against
@@ -37,8 +39,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernelkit.operators import covariance
-from kernelkit.operators.fused_tree import _leaf_numbers, fused_tree, leaf_tree
+from kernelkit.operators.fused_tree import _leaf_numbers, fused_tree
 
 __all__ = ["bilinear", "landmark_columns"]
 
@@ -82,7 +83,7 @@ def _theta_terms(tree, theta, numbers, amplitude, res_grad, res_kg):
 
 class _RBFColumns(torch.autograd.Function):
     r"""The columns Y = c k_rbf(X, X[S]) of a ``[ConstantKernel *] rbf`` kernel part (float64,
-    the matrix-product form of the distances, as :meth:`~._operator.CovarianceOperator.block`
+    the matrix-product form of the distances, as :meth:`~.covariance.CovarianceOperator.block`
     with ``direct=False``), with the gradient of <G, Y> in closed form. With H = G o Y, r and q
     its row and column sums, and the features f of the centred X and Z = X[S],
 
@@ -126,8 +127,8 @@ class _RBFColumns(torch.autograd.Function):
 def landmark_columns(op, params, landmarks):
     """k(X, X[landmarks]) (kernel part, float64, differentiable in ``params["theta"]``): for a
     ``[ConstantKernel *] rbf`` kernel part with its gradient in closed form
-    (:class:`_RBFColumns`), else :meth:`~._operator.CovarianceOperator.block` with autograd."""
-    tree = leaf_tree(op)
+    (:class:`_RBFColumns`), else :meth:`~.covariance.CovarianceOperator.block` with autograd."""
+    tree = op.scaled_leaf()
     theta = params["theta"]
     if tree is None or tree.leaf.spec.name != "rbf" or not theta.requires_grad:
         X = op.X64
@@ -151,7 +152,8 @@ class _FusedBilinear(torch.autograd.Function):
 
 
 def bilinear(op, theta, A, B):
-    r""":func:`kernelkit.operators.covariance.bilinear` with the kernel part from the fused pass.
+    r"""The operator's ``contract`` (:meth:`~.covariance.CovarianceOperator.contract`) with the
+    kernel part from the fused pass where :func:`fused_tree` covers the tree.
 
     .. math:: s(\theta) = \sum_j a_j^\top K_\theta b_j
 
@@ -171,9 +173,6 @@ def bilinear(op, theta, A, B):
     """
     tree = fused_tree(op)
     if tree is None:
-        return covariance.bilinear(op, theta, A, B)
-    A, B = A.detach().to(op.contraction_dtype), B.detach().to(op.contraction_dtype)
-    kernel_part = _FusedBilinear.apply(theta, op, tree, A, B)
-    params = op.structure.params(theta)
-    diag = (A.to(torch.float64) * B.to(torch.float64)).sum()
-    return kernel_part + (params["noise"] + op.jitter) * diag
+        return op.contract(theta, A, B)
+    return op.contract(theta, A, B, lambda t, A, B: _FusedBilinear.apply(t, op, tree, A, B),
+                       op.contraction_dtype)

@@ -1,17 +1,21 @@
 """Kernel products for the solvers, on the CPU (float64 reference) or the GPU (Triton).
 
-One :class:`KernelOperator` knows a registry kernel, its resolved parameters and where it runs.
-It offers the three things the solvers need:
+One :class:`KernelOperator` is the operator family's member (:mod:`.base`) for KernelRidge and
+the Falkon system: a kernel tree at its fixed parameter values (a registry kernel by name is
+the one-leaf tree; a scikit-learn kernel built with ``+``, ``*`` and ``**`` the general case),
+where it runs, and the operand forms of the solvers. Each leaf is the registry's own
+computation: on the CPU its float64 reference
+(``kernelkit_math.registry.get_kernel(name).value_fn``), on the GPU the Triton Gram
+(:func:`kernelkit_gpu.gram`); the tree combines them. It offers:
 
-- :meth:`KernelOperator.product`: K(A, B) @ V without storing K. On the GPU this is
-  :func:`kernelkit_gpu.kernel_matvec` (matrix-free, in the operands' dtype: float32 products in
-  "accurate" mode for :meth:`KernelOperator.data`); on the
-  CPU, row blocks of the float64 registry reference
-  (``kernelkit_math.registry.get_kernel(name).value_fn``) times V.
-- :meth:`KernelOperator.row_blocks`: K(A[lo:hi], B) one row block at a time, as float64 tensors
-  (:func:`kernelkit_gpu.gram` in the operands' dtype on the GPU, then widened), never more than
-  :attr:`KernelOperator.block_bytes` at once.
-- :meth:`KernelOperator.block`: one whole float64 block K(A, B).
+- :meth:`KernelOperator.matmul`: K(A, B) @ V without storing K. On the GPU, for one registry
+  leaf (times constants), :func:`kernelkit_gpu.kernel_matvec` (matrix-free, in the operands'
+  dtype: float32 products in "accurate" mode for :meth:`KernelOperator.data`); otherwise row
+  blocks times V (float32 blocks times float64 V with float64 sums,
+  :func:`kernelkit_gpu.mixed_gemv.gemv_float64`, on the GPU).
+- :meth:`KernelOperator.row_blocks`: K(A[lo:hi], B) one row block at a time, never more than
+  :attr:`KernelOperator.block_bytes` at once (:meth:`~.base.Operator.row_chunks`).
+- :meth:`KernelOperator.block`: one whole block K(A, B), and :meth:`KernelOperator.diag`.
 
 Operands (:meth:`KernelOperator.data`) are float64 NumPy arrays on the CPU and float32 torch
 tensors on the GPU; vectors and results are float64 torch tensors on :attr:`KernelOperator.device`.
@@ -19,16 +23,22 @@ tensors on the GPU; vectors and results are float64 torch tensors on :attr:`Kern
 those are computed in float64 arithmetic (the Triton kernels take float64 input too), for the
 solvers' true residuals and dense fallbacks. :attr:`KernelOperator.eps` is the relative
 precision of the kernel values of :meth:`KernelOperator.data` operands.
+
+:class:`PrecomputedOperator` is the same for a kernel given as its matrix (KernelRidge's
+``kernel="precomputed"``): operands are row indices into it.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
-from kernelkit_math.registry import get_kernel
+from kernelkit.operators import kernel_tree
+from kernelkit.operators.base import Operator, triton_block, triton_matmul
 
-__all__ = ["KernelOperator", "CPU_BLOCK_BYTES", "TRITON_ON_CPU"]
+__all__ = ["KernelOperator", "PrecomputedOperator", "CPU_BLOCK_BYTES", "TRITON_ON_CPU"]
 
 #: Kernel-block memory on the CPU (float64 blocks and the registry's temporaries).
 CPU_BLOCK_BYTES = 256 * 2**20
@@ -37,15 +47,20 @@ CPU_BLOCK_BYTES = 256 * 2**20
 TRITON_ON_CPU = False
 
 
-class KernelOperator:
-    """Products with K(A, B) of one registry kernel on one device.
+class KernelOperator(Operator):
+    """Products with K(A, B) of a kernel at its fixed parameter values, on one device.
 
     Parameters
     ----------
-    kernel : str
-        Registry name.
-    params : dict
-        Resolved registry parameters (:meth:`kernelkit_math.registry.KernelSpec.resolve`).
+    kernel : str or KernelStructure
+        A registry name (with ``params``: the one-leaf tree,
+        :func:`~kernelkit.operators.kernel_tree.registry_kernel`), or a parsed kernel
+        (:func:`~kernelkit.operators.kernel_tree.parse_kernel`) whose kernel part is used
+        (:func:`~kernelkit.operators.kernel_tree.kernel_part`: WhiteKernels are 0, as in
+        scikit-learn's k(X, Y)), at the kernel's own parameter values.
+    params : dict, optional
+        Resolved registry parameters of a kernel given by name
+        (:meth:`kernelkit_math.registry.KernelSpec.resolve`).
     where : {"cpu", "cuda"}
         Where the products run; "cuda" uses the Triton kernels (as does "cpu" when
         :data:`TRITON_ON_CPU` is set).
@@ -54,10 +69,10 @@ class KernelOperator:
         :data:`CPU_BLOCK_BYTES`.
     """
 
-    def __init__(self, kernel, params, where, block_bytes=None):
-        self.spec = get_kernel(kernel)
-        self.params = dict(params)
-        self.device = torch.device(where)
+    def __init__(self, kernel, params=None, where="cpu", block_bytes=None):
+        structure = (kernel_tree.registry_kernel(kernel, params) if isinstance(kernel, str)
+                     else kernel_tree.kernel_part(kernel))
+        super().__init__(structure, where)
         self.triton = where == "cuda" or TRITON_ON_CPU
         self.block_bytes = CPU_BLOCK_BYTES if block_bytes is None else int(block_bytes)
 
@@ -104,38 +119,91 @@ class KernelOperator:
         """Rows of a block K(A[lo:hi], B) with ``n_cols`` columns that fit in ``block_bytes``."""
         return max(1, self.block_bytes // (max(1, n_cols) * self.bytes_per_value))
 
+    def _dtype(self, A):
+        """The dtype of the kernel values of operand ``A``."""
+        return A.dtype if self.triton else torch.float64
+
+    def _leaf(self, leaf, A, B):
+        """K(A, B) of one registry leaf at its parameter values, as :meth:`block`."""
+        numbers = leaf.fixed_numbers(A.shape[1])
+        if self.triton:
+            return triton_block(A, B, leaf.spec.name, numbers)  # validated once, at fit
+        return torch.from_numpy(leaf.spec.value_fn(A, B, **numbers)).to(self.device)
+
     def block(self, A, B=None):
         """K(A, B) (B None: K(A, A), exactly symmetric) as a tensor in the operands' precision:
         float32 for :meth:`data` operands on the GPU, float64 for :meth:`exact_data` ones."""
-        if self.triton:
-            import kernelkit_gpu
+        shape = (A.shape[0], A.shape[0] if B is None else B.shape[0])
+        return self.values(shape, self._dtype(A), lambda leaf: self._leaf(leaf, A, B),
+                           lambda constant: constant.value)
 
-            with kernelkit_gpu.assume_finite():  # validated once, at fit
-                return kernelkit_gpu.gram(A, B, kernel=self.spec.name, **self.params)
-        return torch.from_numpy(self.spec.value_fn(A, B, **self.params)).to(self.device)
+    def diag(self, A):
+        """k(a_i, a_i) for the rows of operand ``A``, a float64 tensor of shape (len(A),) (the
+        registry's float64 diagonals of the float64 rows)."""
+        rows = A.detach().cpu().double().numpy() if torch.is_tensor(A) else A
+
+        def leaf(node):
+            numbers = node.fixed_numbers(rows.shape[1])
+            return torch.from_numpy(node.spec.diag_fn(rows, **numbers)).to(self.device)
+
+        return self.values((A.shape[0],), torch.float64, leaf, lambda constant: constant.value)
 
     def row_blocks(self, A, B):
         """Yield ``(lo, hi, K(A[lo:hi], B))`` over the rows of A (blocks as :meth:`block`)."""
-        n = A.shape[0]
-        step = self.rows_per_block(B.shape[0])
-        for lo in range(0, n, step):
-            hi = min(n, lo + step)
+        for lo, hi in self.row_chunks(self.rows_per_block(B.shape[0]), (0, A.shape[0])):
             yield lo, hi, self.block(A[lo:hi], B)
 
-    def product(self, A, B, V):
+    def matmul(self, A, B, V):
         """K(A, B) @ V for V of shape (len(B), k); float64 result of shape (len(A), k).
 
-        On the GPU, V is rounded to the operands' dtype (float32 for :meth:`data`, none for
-        :meth:`exact_data`).
+        On the GPU, the Triton K @ V for one registry leaf times constants, V rounded to the
+        operands' dtype (float32 for :meth:`data`, none for :meth:`exact_data`); otherwise row
+        blocks times V (float64 sums).
         """
-        if self.triton:
-            import kernelkit_gpu
+        scaled = self.scaled_leaf() if self.triton else None
+        if scaled is not None:
+            amplitude = math.prod(c.value for c in scaled.constants)
+            numbers = scaled.leaf.fixed_numbers(A.shape[1])
+            return triton_matmul(A, B, V.to(A.dtype), scaled.leaf.spec.name, numbers,
+                                 amplitude).to(torch.float64)
+        times = torch.matmul
+        if self._dtype(A) != torch.float64:  # float32 blocks: float64 products and sums
+            from kernelkit_gpu.mixed_gemv import gemv_float64 as times
+        return self.chunked_matmul((0, A.shape[0]), self.rows_per_block(B.shape[0]), V,
+                                   lambda lo, hi: self.block(A[lo:hi], B), times)
 
-            with kernelkit_gpu.assume_finite():  # no device sync per product in CG loops
-                out = kernelkit_gpu.kernel_matvec(A, B, V.to(A.dtype), self.spec.name,
-                                                  **self.params)
-            return out.to(torch.float64)
-        out = torch.empty((A.shape[0], V.shape[1]), dtype=torch.float64, device=self.device)
-        for lo, hi, G in self.row_blocks(A, B):
-            out[lo:hi] = G @ V
-        return out
+
+class PrecomputedOperator(KernelOperator):
+    """:class:`KernelOperator` of a kernel given as its matrix ``K`` (KernelRidge's
+    ``kernel="precomputed"``; K(train, train) at fit, K(test, train) at predict): operands are
+    row indices, of K's rows for A and of its columns for B, and every value is K's own, in
+    float64 on the CPU.
+
+    Parameters
+    ----------
+    K : ndarray of shape (n_rows, n_columns)
+        The kernel matrix (float64; not copied, not modified).
+    block_bytes : int, optional
+        As :class:`KernelOperator`.
+    """
+
+    def __init__(self, K, block_bytes=None):
+        super().__init__(kernel_tree.KernelStructure("precomputed", None, None, 0, None),
+                         where="cpu", block_bytes=block_bytes)
+        self.triton = False
+        self.matrix = K
+
+    def data(self, X):
+        """The operand of the rows of ``X`` (K itself at fit, K(test, train) at predict): their
+        indices."""
+        return np.arange(X.shape[0])
+
+    exact_data = data
+
+    def block(self, A, B=None):
+        """K[A][:, B] (B None: K[A][:, A]) as a float64 tensor."""
+        return torch.from_numpy(self.matrix[np.ix_(A, A if B is None else B)])
+
+    def diag(self, A):
+        """K[a_i, a_i] as a float64 tensor."""
+        return torch.from_numpy(self.matrix[A, A])

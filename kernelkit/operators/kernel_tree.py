@@ -1,6 +1,8 @@
-"""Which kernels the Gaussian-process regressor accepts, as a tree it can evaluate.
+"""Which kernels the estimators accept, as a tree the operators evaluate.
 
-Any kernel written with scikit-learn's kernel algebra, built from:
+KernelRidge and the Gaussian-process regressor take the same kernels: a registry kernel by name
+(:func:`registry_kernel`: the one-leaf tree), or any kernel written with scikit-learn's kernel
+algebra, built from:
 
 - ``Sum`` and ``Product`` of any supported kernels, and ``Exponentiation`` (a fixed exponent);
 - ``ConstantKernel`` and ``WhiteKernel`` anywhere (alone, as a factor or as a summand);
@@ -12,7 +14,7 @@ Any kernel written with scikit-learn's kernel algebra, built from:
 - the periodic kernel (``ExpSineSquared``) on one feature, where it is positive semi-definite
   (the registry marks it not PSD because with several features it need not be).
 
-A new PSD registry kernel therefore reaches the regressor with no edit here: its class's
+A new PSD registry kernel therefore reaches both estimators with no edit here: its class's
 parameter map (:class:`kernelkit.kernels._RegistryKernel`) gives the registry parameters, the
 registry's epilogue table its formula. Anything else raises TypeError naming the kernel.
 
@@ -49,7 +51,7 @@ from sklearn.gaussian_process import kernels as skk
 from kernelkit import kernels as kkk
 from kernelkit_math.registry import REGISTRY
 
-__all__ = ["KernelStructure", "parse_kernel", "SUPPORTED"]
+__all__ = ["KernelStructure", "parse_kernel", "registry_kernel", "kernel_part", "SUPPORTED"]
 
 #: Registry kernels that are PSD on one feature only (the registry's ``psd`` flag is False).
 _PSD_ON_ONE_FEATURE = ("periodic",)
@@ -69,7 +71,7 @@ SUPPORTED = (
 
 def _unsupported(kernel, why):
     return TypeError(
-        f"kernel {kernel!r} is not supported by kernelkit.GaussianProcessRegressor ({why}); "
+        f"kernel {kernel!r} is not supported by kernelkit's estimators ({why}); "
         f"supported: {SUPPORTED}"
     )
 
@@ -405,3 +407,33 @@ def parse_kernel(kernel, n_features=None):
     if varying is not None or not _has_white(root):  # WhiteKernels, if any, in the kernel part
         return KernelStructure(kernel, root, None, n_theta, varying)
     return KernelStructure(kernel, _strip(root), root, n_theta, None)
+
+
+class _NamedKernel:
+    """A registry kernel given by name and resolved registry parameters: what a :class:`Leaf`
+    reads of a kernel class (:class:`kernelkit.kernels._RegistryKernel`), every parameter fixed."""
+
+    _param_map = ()
+
+    def __init__(self, name, params):
+        self._registry_name, self._params = name, dict(params)
+
+    def _registry_params(self, n_features):
+        return self._params
+
+
+def registry_kernel(name, params):
+    """The one-leaf tree of the registry kernel ``name`` at the resolved registry ``params``
+    (:meth:`kernelkit_math.registry.KernelSpec.resolve`; no hyperparameter free, ``n_theta``
+    0): a kernel given by name, as KernelRidge's ``kernel="rbf"``, ``gamma=...``."""
+    return KernelStructure(name, Leaf(_NamedKernel(name, params), ()), None, 0, None)
+
+
+def kernel_part(structure):
+    """``structure`` with every WhiteKernel set to 0: scikit-learn's ``kernel(X, Y)`` for Y
+    given, which is what its KernelRidge computes, at fit too (``pairwise_kernels`` passes
+    Y = X), so a WhiteKernel adds nothing there. Its ``root`` is None where that is 0."""
+    if structure.noise_source is None and structure.varying_noise is None:
+        return structure
+    return dataclasses.replace(structure, root=_strip(structure.root), noise_source=None,
+                               varying_noise=None)

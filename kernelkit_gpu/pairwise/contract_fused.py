@@ -17,26 +17,17 @@ cancellation at offset 1e5), K = the kernel's epilogue (:func:`kernelkit_gpu.epi
 G = U_a W_b^T on tensor cores (tf32x3 for float32, IEEE for float64), then
 P = phi(s) o G with phi the derivative factor below, and per feature k the row sums of
 P o (x~_ak - x~_bk)^2 (|.| for the L1 distance), again by direct differences. K o G gives the
-contraction for a multiplicative amplitude (ConstantKernel) and, for rational quadratic, psi o G
-the one for alpha. Each tile's row sums (BLOCK_N terms, in the operands' dtype) are added
-into float64 per-row accumulators, and the per-row sums in float64 across rows: at n = 1e6 float32
-accumulators across the 31 250 column tiles put errors of up to 550 on gradient entries of ~100
-(H200, the GP of benchmarks/gp.py at its fitted theta, 2026-11-26m).
+contraction for a multiplicative amplitude (ConstantKernel) and, for a kernel with a second
+fused hyperparameter (rational quadratic's alpha), psi o G the one for it. Each tile's row sums
+(BLOCK_N terms, in the operands' dtype) are added into float64 per-row accumulators, and the
+per-row sums in float64 across rows: at n = 1e6 float32 accumulators across the 31 250 column
+tiles put errors of up to 550 on gradient entries of ~100 (the GP of benchmarks/gp.py at its
+fitted theta; docs/benchmarks.md, "Figures behind choices in the code").
 
-Derivative factors (x~ = x * sqrt(gamma) for rbf, x * gamma for laplacian, x / length_scale
-otherwise; Delta_k = x~_ak - x~_bk; r = sqrt(s)):
-
-=====================  =======================  ==========================================
-kernel                 dK / dlog theta_k         phi
-=====================  =======================  ==========================================
-rbf (gamma)            phi Delta_k^2             -K
-laplacian (gamma)      phi |Delta_k|             -K
-matern 0.5 (l)         phi Delta_k^2             K / r  (0 at r = 0)
-matern 1.5 (l)         phi Delta_k^2             3 K / (1 + t),  t = sqrt(3) r
-matern 2.5 (l)         phi Delta_k^2             (5/3) (1 + t) K / (1 + t + t^2/3), t = sqrt(5) r
-rational quadratic (l) phi Delta_k^2             K / (1 + q),  q = s / (2 alpha)
-rational quadratic     psi = alpha K (q / (1 + q) - log1p(q))  (dK / dlog alpha)
-=====================  =======================  ==========================================
+The kernels covered, and their factors phi and psi, come from the epilogue table: a kernel whose
+row of :data:`kernelkit_gpu.epilogues.EPILOGUES` names its ``fused_derivatives`` has a branch in
+:func:`kernelkit_gpu.epilogues._log_derivative` (and :func:`~kernelkit_gpu.epilogues.
+_extra_log_derivative`), whose docstring tabulates them.
 
 A scalar (isotropic) parameter's derivative is the sum of its per-feature columns.
 """
@@ -53,30 +44,26 @@ from kernelkit_gpu import prepare as P
 from kernelkit_gpu._launch import tl, triton
 from kernelkit_gpu.pairwise.contract_naive import (Contractions, check_contraction_args,
                                                   kernel_contractions_naive)
-from kernelkit_math.registry import get_kernel
+from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc
 
 __all__ = ["Contractions", "kernel_contractions", "contract_fwd", "FUSED_KERNELS"]
 
-#: Registry kernels with a Triton contraction (others: the torch twin).
-FUSED_KERNELS = ("rbf", "laplacian", "matern", "rational_quadratic")
+#: Registry kernels with a Triton contraction (others: the torch twin): those whose row of
+#: :data:`kernelkit_gpu.epilogues.EPILOGUES` has ``fused_derivatives``.
+FUSED_KERNELS = tuple(name for name, row in E.EPILOGUES.items() if row.fused_derivatives)
 #: Columns of U / W (and of V) per launch; wider inputs take several launches.
 MAX_BLOCK_T = 64
 #: tl.dot precision of G = U W^T and K @ V for float32 input: "tf32x3" (tensor cores, about
-#: float32 accuracy) or "ieee" (FMA-path dots). Measured on an H200 (Triton 3.6, rbf ARD,
-#: d = 8, t = r = 11, float32, helper run 2026-11-26, not from the benchmark JSON):
-#: n = 20 000: tf32x3 8.97 ms, ieee 45.6 ms; n = 200 000: tf32x3 503 ms, ieee 4592 ms; errors
-#: of grad vs float64 1.6e-6 (tf32x3) and 1.5e-6 (ieee) relative to max |c_j| at n = 200 000.
+#: float32 accuracy) or "ieee" (FMA-path dots): tf32x3 was 5-9x faster at the same gradient
+#: error (docs/benchmarks.md, "Figures behind choices in the code");
 #: benchmarks/gp_contractions.py times both.
 DOT_PREC_F32 = "tf32x3"
 
 
 def _configs(acc, block_t):
-    """Launch configuration for accumulation dtype ``acc`` and ``block_t`` columns of U and W.
-    float32: 32 x 64 tiles (H100, rbf ARD, n = 2e4, d = 8, t = 17: 4.1 ms, against 7.6 ms
-    for 64 x 64 and 6.1-14.6 ms for the other shapes tried, `_dev` sweep 2026-11-26f), 64 x 32
-    where t <= 16 (H100, n = 2e5, t = 16: 163 ms against 259 ms for 32 x 64 and 176-341 ms for
-    9 other shapes; t = 17 there: 32 x 64 280 ms, 64 x 32 326 ms; `_dev/ctr.py` 2026-11-26k);
-    float64 keeps 64 x 64 (not swept)."""
+    """Launch configuration for accumulation dtype ``acc`` and ``block_t`` columns of U and W:
+    float32 32 x 64 tiles, 64 x 32 where t <= 16, float64 64 x 64 (the float32 shapes the
+    fastest of those swept: docs/benchmarks.md, "Figures behind choices in the code")."""
     if _launch.INTERPRET:
         return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
     if acc == torch.float32 and block_t <= 16:
@@ -84,35 +71,6 @@ def _configs(acc, block_t):
     if acc == torch.float32:
         return {"BLOCK_M": 32, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
-
-
-@triton.jit
-def _factor(k, s, p0, p1, KIND: tl.constexpr):
-    """phi(s) of the module docstring from K and the scaled distance s (plan.prm p0, p1)."""
-    if KIND == E.K_RBF or KIND == E.K_LAPLACIAN:
-        f = -k
-    elif KIND == E.K_MATERN05:
-        pos = s > 0.0
-        f = tl.where(pos, k / tl.sqrt(tl.where(pos, s, 1.0)), 0.0)
-    elif KIND == E.K_MATERN15:
-        t = tl.sqrt(p0 * s)
-        f = 3.0 * k / (1.0 + t)
-    elif KIND == E.K_MATERN25:
-        t = tl.sqrt(p0 * s)
-        f = (5.0 / 3.0) * (1.0 + t) * k / (1.0 + t + t * t / 3.0)
-    else:  # rational quadratic: p0 = 1 / (2 alpha)
-        f = k / (1.0 + p0 * s)
-    return f
-
-
-@triton.jit
-def _alpha_factor(k, s, p0, p1):
-    """psi = dK / dlog alpha of the rational quadratic kernel (p0 = 1 / (2 alpha), p1 = alpha)."""
-    q = p0 * s
-    w = 1.0 + q
-    # log1p(q) to full precision: log(w) q / (w - 1), q itself where w rounds to 1
-    lg = tl.where(w == 1.0, q, tl.log(w) * q / tl.where(w == 1.0, 1.0, w - 1.0))
-    return p1 * k * (q / w - lg)
 
 
 @triton.jit(do_not_specialize=["ROW0", "ROW_END", "N", "T", "R"])
@@ -123,11 +81,11 @@ def _contract_kernel(
     stride_pm, stride_kvm, stride_kvr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr, DK: tl.constexpr, KIND: tl.constexpr, L1: tl.constexpr,
-    ALPHA: tl.constexpr, HAS_V: tl.constexpr, DOT_PREC: tl.constexpr,
+    EXTRA: tl.constexpr, HAS_V: tl.constexpr, DOT_PREC: tl.constexpr,
 ):
     """For the rows ROW0 <= i < ROW_END of K(X, X) (a process's share; 0 and N for all):
     part[i - ROW0, :DK] = per-feature row sums of phi o G o Delta^2; part[i - ROW0, DK] = row
-    sums of K o G; part[i - ROW0, DK + 1] (ALPHA) = row sums of psi o G; kv[i - ROW0] = K @ v
+    sums of K o G; part[i - ROW0, DK + 1] (EXTRA) = row sums of psi o G; kv[i - ROW0] = K @ v
     (HAS_V).
 
     x is feature-major, (DK, N) with unit stride along rows. Every column tile is masked (loads
@@ -160,7 +118,7 @@ def _contract_kernel(
         mask_n = offs_n < N
         cols = offs_n.to(tl.int64)
         # the distance tile in the FMA-dot layout (:func:`kernelkit_gpu.epilogues._layout_anchor`):
-        # measured on an H200, 1.36x (n = 2e4) and 1.77x (n = 2e5) faster than one from tl.zeros
+        # measured 1.36x (n = 2e4) and 1.77x (n = 2e5) faster than one from tl.zeros
         s = E._layout_anchor(BLOCK_M, BLOCK_N, ACC)
         for k in tl.static_range(DK):
             a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
@@ -175,9 +133,10 @@ def _contract_kernel(
                      mask=mask_n[:, None] & mask_t[None, :], other=0.0).to(ACC)
         g = tl.dot(ua, tl.trans(wb), input_precision=DOT_PREC, out_dtype=ACC)
         acc_kg += tl.sum(kval * g, axis=1).to(tl.float64)
-        pg = _factor(kval, s, p0, p1, KIND) * g
-        if ALPHA:
-            acc_a += tl.sum(_alpha_factor(kval, s, p0, p1) * g, axis=1).to(tl.float64)
+        pg = E._log_derivative(kval, s, p0, p1, p2, KIND) * g
+        if EXTRA:
+            acc_a += tl.sum(E._extra_log_derivative(kval, s, p0, p1, p2, KIND) * g,
+                            axis=1).to(tl.float64)
         tile_d = tl.zeros((BLOCK_M, BLOCK_D), ACC)
         for k in tl.static_range(DK):
             a = tl.load(x_ptr + k * stride_xk + rows, mask=mask_m, other=0.0)
@@ -199,14 +158,14 @@ def _contract_kernel(
     tl.store(part_ptr + out_rows[:, None] * stride_pm + offs_d[None, :], acc_d,
              mask=mask_m[:, None] & (offs_d[None, :] < DK))
     tl.store(part_ptr + out_rows * stride_pm + DK, acc_kg, mask=mask_m)
-    if ALPHA:
+    if EXTRA:
         tl.store(part_ptr + out_rows * stride_pm + DK + 1, acc_a, mask=mask_m)
     if HAS_V:
         tl.store(kv_ptr + out_rows[:, None] * stride_kvm + offs_r[None, :] * stride_kvr, acc_kv,
                  mask=mask_m[:, None] & mask_r[None, :])
 
 
-def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
+def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, extra, rows=None):
     """Launch one pass: ``xt`` (D, n) prepared feature-major operand, ``u``/``w`` (n, t <= 64),
     ``v`` (n, r <= 64) or None, ``prm`` the epilogue numbers, ``part`` (m, D + 2) float64 and
     ``kv`` (m, r) in the operands' dtype: outputs for the m rows ``rows = (first, last)`` of K
@@ -228,7 +187,7 @@ def contract_fwd(xt, u, w, v, prm, part, kv, kind, l1, alpha, rows=None):
         xt.stride(0), u.stride(0), u.stride(1), w.stride(0), w.stride(1), v.stride(0),
         v.stride(1), part.stride(0), kv.stride(0), kv.stride(1),
         BLOCK_T=block_t, BLOCK_R=_launch.block_size(max(r, 1)),
-        BLOCK_D=_launch.block_size(d, lo=1), DK=d, KIND=kind, L1=l1, ALPHA=alpha,
+        BLOCK_D=_launch.block_size(d, lo=1), DK=d, KIND=kind, L1=l1, EXTRA=extra,
         HAS_V=r > 0, DOT_PREC=dot_prec, **cfg,
     )
 
@@ -252,6 +211,7 @@ def _fused_ok(plan, x):
             and (x.device.type == "cuda" or (x.device.type == "cpu" and _launch.INTERPRET)))
 
 
+@fill_doc(fused=kernel_list_doc(FUSED_KERNELS))
 def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     r"""Derivative contractions sum_i u_i^T (dK / dlog theta_j) w_i, and K @ v, in one pass.
 
@@ -267,8 +227,8 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     u, w : torch.Tensor, shape (n,) or (n, t)
         Probe and solve vectors (the same shape), any floating dtype, finite.
     kernel : str
-        A registry kernel name. rbf, laplacian, matern and rational_quadratic with d <= 16 run
-        the Triton kernel (CUDA, or the CPU under ``TRITON_INTERPRET=1``); every other case runs
+        A registry kernel name. {fused} (:data:`FUSED_KERNELS`) with d <= 16 run the Triton
+        kernel (CUDA, or the CPU under ``TRITON_INTERPRET=1``); every other case runs
         the plain-PyTorch twin
         :func:`kernelkit_gpu.pairwise.contract_naive.kernel_contractions_naive` (row blocks and
         autograd: O(n^2 d) work per hyperparameter, block-sized memory).
@@ -301,12 +261,8 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     -----
     Each pair costs two passes of direct differences over the d features (distance, then the
     per-feature derivative), one exp, a t-long tensor-core dot for G and an r-long one for K V.
-    Float32 sums run in float32 within a tile and in float64 across tiles and rows. Measured
-    on an H200 before the float64 tile sums (Triton 3.6; rbf ARD, d = 8, t = r = 11, uniform
-    data; helper check of 2026-11-26, not yet benchmark JSON):
-    max_j |c_j - c_j(float64)| / max_j |c_j| = 3.9e-7 at n = 2e4 and 1.6e-6 at n = 2e5 (K @ v:
-    7.7e-7, 2.9e-6), against 5.2e-6 for dense float32 torch autograd at
-    n = 2e4; time 8.97 ms (n = 2e4; dense autograd 15.3 ms) and 503 ms (n = 2e5).
+    Float32 sums run in float32 within a tile and in float64 across tiles and rows. Errors
+    and times measured on a GPU: docs/benchmarks.md, "Figures behind choices in the code".
     To turn gamma derivatives into length-scale ones: dK / dlog l = -2 dK / dlog gamma (rbf).
 
     Examples
@@ -338,14 +294,14 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
     resolved = spec.explicit(d, plan.params)
     row = E.EPILOGUES[plan.name]
     # always per-feature scales: broadcast a scalar parameter, then sum its columns
-    key = "gamma" if plan.name in ("rbf", "laplacian") else "length_scale"
+    key = row.fused_derivatives[0]
     per_feature = np.ndim(resolved[key]) > 0
     prm, scale = row.pack(dict(resolved, **{key: np.broadcast_to(
         np.asarray(resolved[key], dtype=np.float64), (d,)).copy()}))
     xt = P.centre_and_scale(x, P.column_mean(x), torch.as_tensor(scale, device=x.device), acc)
     xt = xt.T.contiguous()
     prm_t = torch.tensor([float(p) for p in prm], dtype=acc, device=x.device)
-    alpha = plan.name == "rational_quadratic"
+    extra = len(row.fused_derivatives) > 1  # a second, scalar hyperparameter (RQ's alpha)
     m = last - first
     part = _launch.alloc((m, d + 2), torch.float64, x.device)
     part_sum = torch.zeros(d + 2, dtype=torch.float64, device=x.device)
@@ -360,12 +316,12 @@ def kernel_contractions(x, u, w, kernel="rbf", *, v=None, rows=None, **params):
         vc = None if c0 >= r else v2[:, c0:c0 + step].to(acc)
         kvc = None if vc is None else kv[:, c0:c0 + step]
         contract_fwd(xt, uc, wc, vc, prm_t, part, kvc, plan.kind,
-                     plan.pairwise == E.PW_MANHATTAN.value, alpha, rows=(first, last))
-        if not alpha:
+                     plan.pairwise == E.PW_MANHATTAN.value, extra, rows=(first, last))
+        if not extra:
             part[:, d + 1] = 0
         part_sum += part.sum(dim=0, dtype=torch.float64)
     grad = part_sum[:d] if per_feature else part_sum[:d].sum().reshape(1)
-    if alpha:
+    if extra:
         grad = torch.cat([grad, part_sum[d + 1:]])
     if kv is not None and squeeze:
         kv = kv[:, 0]

@@ -3,9 +3,13 @@
 Same signatures, any device (CPU included, no Triton), float64-capable, chunked over rows so that
 no more than about 2^27 kernel values exist at once. Differentiable with torch.autograd when
 ``out`` is not given. They serve as CPU fallback, gradient-check partner and eager baseline: the
-squared distances use the eager formula (row norms + ``addmm`` on centred data, clamped at 0), so
-near-duplicate points keep only float32 accuracy in d² (the Triton kernels recompute those pairs
-by direct differences). Float16 / bfloat16 input is computed in float32.
+squared distances use the eager formula (|x|^2 + |y|^2 - 2 x.y of centred data in one GEMM,
+clamped at 0), so near-duplicate points keep only float32 accuracy in d² (the Triton kernels
+recompute those pairs by direct differences). Float16 / bfloat16 input is computed in float32.
+
+:func:`pairwise_quantity` is the one torch form of the pairwise quantities (dot products,
+squared and L1 distances, from direct differences or the expansion): these twins and the Gaussian
+process's kernel-tree blocks (:mod:`kernelkit.operators.covariance`) compute them with it.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ from kernelkit_gpu import checks
 from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import prepare as P
 
-__all__ = ["gram_naive", "kernel_matvec_naive"]
+__all__ = ["gram_naive", "kernel_matvec_naive", "pairwise_quantity", "squared_distances",
+           "same_point_mask"]
 
 #: Kernel values materialised per chunk of rows.
 CHUNK_ELEMENTS = 1 << 27
+#: The registry's names of the plans' pairwise quantities.
+_PAIRWISE = {E.PW_DOT.value: "dot", E.PW_SQEUCLIDEAN.value: "sqeuclidean",
+             E.PW_MANHATTAN.value: "manhattan"}
 
 
 @contextlib.contextmanager
@@ -42,6 +50,116 @@ def epilogue_torch(s, plan):
     """The kernel value from the pairwise quantity: the torch twin in the kernel's row of
     :data:`kernelkit_gpu.epilogues.EPILOGUES`."""
     return E.EPILOGUES[plan.name].torch(s, *plan.prm, plan.deg, plan.kind)
+
+
+def same_point_mask(m, n, diagonal_offset, device):
+    """Boolean (m, n) mask of the pairs (i, offset + i): the same point of K(X[lo:hi], X) with
+    ``diagonal_offset = lo`` (none where the offset is None)."""
+    mask = torch.zeros((m, n), dtype=torch.bool, device=device)
+    if diagonal_offset is not None:
+        rows = torch.arange(m, device=device)
+        keep = rows + diagonal_offset < n
+        mask[rows[keep], rows[keep] + diagonal_offset] = True
+    return mask
+
+
+def _feature_sum(a, b, absolute):
+    """sum_k (a_k - b_k)^2, or sum_k |a_k - b_k| with ``absolute``: one feature at a time, out
+    of place, so differentiable by either mode of automatic differentiation (torch.cdist has no
+    forward mode)."""
+    s = torch.zeros((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
+    for k in range(a.shape[1]):
+        t = a[:, k, None] - b[None, :, k]
+        s = s + (t.abs() if absolute else t * t)
+    return s
+
+
+def _direct_squared_distances(a, b):
+    """||a_i - b_j||^2 from direct differences (no autograd; 0 for equal rows, symmetric for
+    a = b). On the CPU torch.cdist without the matrix-product form, squared (one pass, a few
+    eps from the summed squares: 3-5x faster than the loop, 4000 x 1024 x 8); on CUDA, where
+    that kernel is slow (float64, 2e4 x 1024 x 8: 30 ms), two in-place passes per feature
+    (2.1 ms)."""
+    if a.device.type == "cpu":
+        return torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist").square_()
+    s = torch.zeros((a.shape[0], b.shape[0]), dtype=a.dtype, device=a.device)
+    t = torch.empty_like(s)
+    for k in range(a.shape[1]):
+        torch.sub(a[:, k, None], b[None, :, k], out=t)
+        s.addcmul_(t, t)
+    return s
+
+
+class _SquaredDistances64(torch.autograd.Function):
+    r"""Float64 direct squared distances whose backward is two GEMMs and two row sums,
+
+    .. math:: \partial/\partial a_i = 2 (a_i \textstyle\sum_j g_{ij} - \sum_j g_{ij} b_j)
+
+    (and likewise for b), instead of autograd through one n x m difference per feature (d
+    saved temporaries and d backward passes). The expansion loses about eps64 (|a| + |b|) /
+    |a - b| relative per term, harmless in float64; float32 keeps the per-feature autograd."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return _direct_squared_distances(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:
+            grad_a = 2.0 * (a * g.sum(1, keepdim=True) - g @ b)
+        if ctx.needs_input_grad[1]:
+            grad_b = 2.0 * (b * g.sum(0)[:, None] - g.T @ a)
+        return grad_a, grad_b
+
+
+def squared_distances(a, b, diagonal_offset=None, direct=True, forward_ad=False):
+    """||a_i - b_j||^2 of prepared operands (shape (len(a), len(b)), in their dtype).
+
+    ``direct`` (and up to :data:`kernelkit_gpu.prepare.DIRECT_MAX_D` features): from direct
+    differences, exact for the operands whatever their offset and spread (without autograd
+    :func:`_direct_squared_distances`; float64 under reverse-mode autograd
+    :class:`_SquaredDistances64`; otherwise, and always with ``forward_ad``, at any width, the
+    per-feature sums). Else the expansion |a|^2 + |b|^2 - 2 a.b as one GEMM of the augmented rows
+    [a, |a|^2, 1] . [-2 b, 1, |b|^2] (no n x m broadcast sums forward or reductions backward),
+    clamped at 0, absolute rounding about eps |a|^2; the pairs (i, ``diagonal_offset`` + i), the
+    same point, are set to 0.
+    """
+    if forward_ad:
+        return _feature_sum(a, b, False)
+    if direct and a.shape[1] <= P.DIRECT_MAX_D:
+        if not (a.requires_grad or b.requires_grad):
+            return _direct_squared_distances(a, b)
+        if a.dtype == torch.float64:
+            return _SquaredDistances64.apply(a, b)
+        return _feature_sum(a, b, False)
+    a2, b2 = (a * a).sum(1, keepdim=True), (b * b).sum(1, keepdim=True)
+    s = (torch.cat([a, a2, torch.ones_like(a2)], 1)
+         @ torch.cat([-2.0 * b, torch.ones_like(b2), b2], 1).T).clamp_min(0.0)
+    if diagonal_offset is not None:
+        s = s.masked_fill(same_point_mask(a.shape[0], b.shape[0], diagonal_offset, a.device),
+                          0.0)
+    return s
+
+
+def pairwise_quantity(a, b, pairwise, *, direct=True, diagonal_offset=None, forward_ad=False):
+    """The quantity a kernel is a function of, for prepared operands a, b: ``"dot"`` (a.b; the
+    cosine kernel's on normalised rows), ``"sqeuclidean"`` (:func:`squared_distances`, the
+    other arguments as there) or ``"manhattan"`` (|a - b|_1: per-feature sums when ``direct``,
+    else torch.cdist).
+
+    The one torch form of every pairwise quantity: the twins here and the Gaussian process's
+    kernel-tree blocks (:mod:`kernelkit.operators.covariance`) both call it.
+    """
+    if pairwise == "dot":
+        return a @ b.T
+    if pairwise == "sqeuclidean":
+        return squared_distances(a, b, diagonal_offset, direct, forward_ad)
+    if direct or forward_ad:
+        return _feature_sum(a, b, True)
+    return torch.cdist(a, b, p=1.0)
 
 
 class _Prepared:
@@ -74,27 +192,13 @@ class _Prepared:
                 check.mark(names[1], P.out_of_range(y, acc))
             check.start_read()
             check.raise_if_not_finite()
-        if plan.pairwise == E.PW_SQEUCLIDEAN.value:
-            self.nx = (x * x).sum(dim=1)
-            self.ny = self.nx if symmetric else (y * y).sum(dim=1)
         if plan.pairwise == E.PW_DOT.value and self.diag_dot is None:
             self.diag_dot = (x * x).sum(dim=1)
         self.x, self.y, self.plan = x, y, plan
 
     def pairwise(self, lo, hi):
-        xi = self.x[lo:hi]
-        pw = self.plan.pairwise
-        if pw == E.PW_DOT.value:
-            return xi @ self.y.T
-        if self.direct:
-            diffs = (xi[:, k, None] - self.y[None, :, k] for k in range(xi.shape[1]))
-            if pw == E.PW_SQEUCLIDEAN.value:
-                return sum(t * t for t in diffs)
-            return sum(t.abs() for t in diffs)
-        if pw == E.PW_SQEUCLIDEAN.value:
-            base = self.nx[lo:hi, None] + self.ny[None, :]
-            return torch.clamp_min(torch.addmm(base, xi, self.y.T, alpha=-2.0), 0.0)
-        return torch.cdist(xi, self.y, p=1.0)
+        return pairwise_quantity(self.x[lo:hi], self.y, _PAIRWISE[self.plan.pairwise],
+                                 direct=self.direct, forward_ad=self.direct)
 
     def block(self, lo, hi):
         return epilogue_torch(self.pairwise(lo, hi), self.plan)

@@ -67,8 +67,8 @@ __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "estimate_residual", "log_mar
 AUTO_RANK = 1024
 #: Past n = (AUTO_RANK / AUTO_RANK_PER_ROOT_N)^2 = 262 144 the rank grows like sqrt(n), so the
 #: preconditioner's O(n k^2) build keeps a fixed share of one O(n^2) product. At n = 1e6 near the
-#: fitted hyperparameters (H100, float32 products, cg_tol 1e-3) one evaluation took 30 CG steps
-#: (136 s) at rank 1024 and 10 (70 s) at rank 2048 (``_dev`` 2026-11-26h).
+#: fitted hyperparameters (GPU, float32 products, cg_tol 1e-3) one evaluation took 30 CG steps
+#: (136 s) at rank 1024 and 10 (70 s) at rank 2048.
 AUTO_RANK_PER_ROOT_N = 2
 #: Elements of one n x k float64 factor (the preconditioner holds a few) under "auto" on the
 #: CPU: 2 GiB.
@@ -76,9 +76,9 @@ AUTO_FACTOR_ELEMENTS = 2**28
 #: On a GPU the last bound is instead what AUTO_GPU_SHARE of the free memory holds at
 #: PRECONDITIONER_COPIES[form] n x k float64 matrices: the peak of one evaluation with its
 #: gradient, all of its memory, in the preconditioner's Cholesky form (4.1 measured at n = 1e6,
-#: k = 1024 and 2048 on an H100: 33.5 and 67 GB, 2026-11-26h/i) and in its eigen form, which
+#: k = 1024 and 2048 on a GPU: 33.5 and 67 GB) and in its eigen form, which
 #: takes autograd through the factor (7.1 at k = 1334: 75.8 GB; k = 1975 ran out of memory on an
-#: 80 GB H100). The rank is sized for the Cholesky form; an evaluation that may fall into the
+#: 80 GB GPU). The rank is sized for the Cholesky form; an evaluation that may fall into the
 #: eigen form (:func:`preconditioner`) uses ``Draws.eigen_landmarks``, a subset sized for it.
 PRECONDITIONER_COPIES = {"cholesky": 4.5, "eigen": 7.0}
 AUTO_GPU_SHARE = 0.9
@@ -187,21 +187,21 @@ def preconditioner(op, params, probes):
     ||B||_F^2, which is at most that trace plus k times the Nyström shift nu = eps ||Y||_F, far
     below it: the factor 2 is the margin).
 
-    Landmarks drawn uniformly replace the greedy pivoted Cholesky used before 2026-11-26: as
+    Landmarks drawn uniformly replace the greedy pivoted Cholesky used before them: as
     many CG iterations on the benchmark's GP (39 against 44 at rank 300, 14 against 15 at
-    rank 1000), no sequential pivot loop (which cost 78 ms at rank 100 on an H200), and P
+    rank 1000), no sequential pivot loop (which cost 78 ms at rank 100 on a GPU), and P
     changes smoothly with theta.
     """
     landmarks = probes.landmarks
     shift = (params["noise"] + op.jitter).to(torch.float64)
     if probes.eigen_landmarks is not None:
         with torch.no_grad():
-            trace = op.kernel_diagonal(op.data[0], params).sum()
+            trace = op.diag(op.data[0], params).sum()
             if float(trace) > 0.5 * WOODBURY_MAX_RATIO * float(shift):
                 landmarks = probes.eigen_landmarks
     # P need only be one consistent SPD matrix: distances in the matrix-product form (float64,
     # absolute rounding eps |x|^2 of centred data), one GEMM instead of two passes per feature
-    # (n = 2e4, k = 1024, d = 8 on an H100: the block's forward and backward took 3.7 ms); for
+    # (n = 2e4, k = 1024, d = 8 on a GPU: the block's forward and backward took 3.7 ms); for
     # [C *] rbf kernel parts their gradient in closed form
     Y = fused.landmark_columns(op, params, landmarks)
     return nystrom_preconditioner(Y, landmarks, shift)
@@ -308,7 +308,7 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
         B = torch.cat([alpha64[:, None], w], dim=1)
         # the K_i terms: fused Triton contractions for the common trees on CUDA, else autograd,
         # queued first: the preconditioner's terms -1/2 log det P + 1/(2t) sum_j w_j^T P w_j
-        # are k x k steps that would leave the GPU idle (n = 2e4, H200: 1.5 ms) before them
+        # are k x k steps that would leave the GPU idle (n = 2e4: 1.5 ms) before them
         contraction = fused.bilinear(op, theta_t, A, B)
         surrogate = pre.terms(w) + 0.5 * contraction
     quadrature = lanczos_quadrature(result.lanczos, range(1, t + 1)) if t else None

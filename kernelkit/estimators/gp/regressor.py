@@ -52,7 +52,7 @@ VARIANCE_BATCH_ELEMENTS = 2**27
 #: simulation) 1024 landmarks certified every test point at cg_tol = 1e-3 with bounds up to
 #: 9.3e-4 of the prior variance; the error falls steeply with k (about 70x from 1024 to 2048
 #: landmarks at n = 1e4 and 2e4, CPU simulation at the n = 1e6 fit's theta) and grows about
-#: like n^1.7. At n = 1e5 on an H200 every one of 1e4 test points was certified with 2048
+#: like n^1.7. At n = 1e5 on a GPU every one of 1e4 test points was certified with 2048
 #: landmarks (largest error 1.7e-4), and 62 were not with 1342 (largest 4.2e-4; those went to
 #: CG: 2 s more).
 VARIANCE_RANK = 2048
@@ -60,14 +60,14 @@ VARIANCE_COPIES = 3.5
 
 #: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
 #: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
-#: H100) one evaluation at the kernel's initial hyperparameters took 124 CG steps (489 s), one
+#: GPU) one evaluation at the kernel's initial hyperparameters took 124 CG steps (489 s), one
 #: near the fitted ones 10 (70 s): far from the optimum the kernel is rougher than the
 #: preconditioner's landmarks can follow.
 PRETRAIN_DIVISOR = 8
 PRETRAIN_MIN_SIZE = 2**14
 #: The full-data run's first trial step from a pretrained start (2-norm in theta; L-BFGS-B's own
 #: is the whole gradient within finite bounds: far from the start, where one evaluation can cost
-#: hundreds of CG steps at large n; 136 at n = 125 000). n = 1e6 (H100, two default fits): a
+#: hundreds of CG steps at large n; 136 at n = 125 000). n = 1e6 (GPU, two default fits): a
 #: first trial of 0.1 lost 1025 and 1605 nats, and the line searches accepted points at 0.0078
 #: (+10 nats) and 0.0052 (+13; the next iterate at 0.025, +41) after two more evaluations.
 PRETRAINED_STEP = 0.01
@@ -226,7 +226,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         contractions then run in float32 with float64 sums (float64 ones took 69 s instead of
         4.2 s at n = 1e6). Float32 products cost less each but bias the log-determinant
         estimate, whose Lanczos run sees their rounding as spread in the small eigenvalues: at
-        the noise fitted at n = 1e6 (H200, ``benchmarks/gp.py`` data, docs/decisions.md) the estimate was
+        the noise fitted at n = 1e6 (GPU, ``benchmarks/gp.py`` data, docs/decisions.md) the estimate was
         +333 nats above the float64 one at n = 1e6 and +1650 at n = 1e5, and they took more
         CG steps (6 + refinement against 3 at n = 1e6, 32 against 4 at n = 1e5). The kernel
         blocks are formed from data centred on their float64 mean and scaled in float64, then
@@ -239,7 +239,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     n_probes : int, default=15
         Iterative path: probe vectors for the log-determinant and trace estimates. They share
         every K @ V product with y, so the default makes 16 columns, one tensor-core tile:
-        17 columns took 1.8x as long per product (H100, n = 1e6).
+        17 columns took 1.8x as long per product (GPU, n = 1e6).
     max_cg_iter : int, default=1000
         Iterative path: most CG iterations per solve (a ConvergenceWarning says when they were
         not enough).
@@ -259,7 +259,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         when an iteration raises the estimate by less than its standard error (from the
         probes' spread; 0 where the preconditioner is exact), or when ``STALL_EVALUATIONS``
         (5) evaluations in a row do not beat the best by that much, keeping the best point.
-        With SciPy's tolerances alone a default fit at n = 2e4 (H200) took 15 iterations and
+        With SciPy's tolerances alone a default fit at n = 2e4 (GPU) took 15 iterations and
         ~100 evaluations, most in line searches that the stochastic gradient made fail, for
         4.5 nats and a test NLPD of -0.8777 against -0.8775 after 10 iterations (15.3 s
         against 1.5 s). The exact path keeps SciPy's tolerances, as scikit-learn.
@@ -269,7 +269,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         pretrained when the rule applies to them), and the optimiser on all n points starts
         from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
         pretraining below); None never pretrains. Large fits need it: far from the optimum
-        the kernel is rougher than the preconditioner follows (n = 1e6, H100: one evaluation
+        the kernel is rougher than the preconditioner follows (n = 1e6, GPU: one evaluation
         took 124 CG steps at the kernel's initial hyperparameters, 10 near the optimum).
 
     Attributes
@@ -686,7 +686,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             return self._lbfgs(obj_func, initial_theta, bounds, None, step)
         # iterative path: stop once an iteration gains less than the estimate's standard error,
         # or STALL_EVALUATIONS evaluations in a row do not beat the best by that much (line
-        # searches that the estimate's noise makes fail; at n = 2e4 on an H200 L-BFGS-B spent
+        # searches that the estimate's noise makes fail; at n = 2e4 on a GPU L-BFGS-B spent
         # 30 of 45 evaluations at one point)
         previous = [np.inf]
         best = {"f": np.inf, "x": np.asarray(initial_theta, dtype=float), "stale": 0}
@@ -861,7 +861,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         scale2 = y_std**2
         if return_std:
             with torch.no_grad():
-                prior = (op.kernel_diagonal(Z, params) + params["noise"]).cpu().numpy()
+                prior = (op.diag(Z, params) + params["noise"]).cpu().numpy()
             var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
             return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
         with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
@@ -960,7 +960,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 quads.append(quad)
                 bounds.append(bound)
             quad, bound = torch.cat(quads), torch.cat(bounds)
-            prior = op.kernel_diagonal(Z, params) + params["noise"]
+            prior = op.diag(Z, params) + params["noise"]
             uncertified = bound > settings.cg_tol * prior.clamp_min(torch.finfo(torch.float64).tiny)
             if keep:
                 if bool(uncertified.any()):

@@ -1,0 +1,97 @@
+"""KernelRidge's parameter and input checks: numbers, alpha, the kernel as a kernel tree, sparse
+input. NumPy, SciPy and scikit-learn only (no torch)."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse
+from sklearn.gaussian_process.kernels import Kernel
+
+from kernelkit.operators import kernel_tree
+from kernelkit_math.registry import get_kernel
+
+__all__ = ["check_alpha", "check_number", "kernel_structure", "dense"]
+
+#: scikit-learn's names for kernels the registry spells differently.
+ALIASES = {"poly": "polynomial"}
+
+
+def check_alpha(alpha):
+    """``alpha`` as a float64 array of shape (1,) or (n_alphas,), every value finite and >= 0."""
+    try:
+        values = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise TypeError(f"alpha must be a real number >= 0 or an array of them (one per target); "
+                        f"got {alpha!r}") from None
+    if values.ndim != 1 or values.size == 0:
+        raise ValueError(f"alpha must be a real number >= 0 or a 1-D array of them (one per "
+                         f"target); got shape {values.shape}")
+    if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
+        raise ValueError(f"alpha must be a real number >= 0 or an array of them; got {alpha!r}")
+    return values
+
+
+def check_number(value, name, *, low, integer=False):
+    """``value`` as a float (or int) > ``low``; TypeError / ValueError naming ``name``."""
+    kind = "an integer" if integer else "a real number"
+    ok_type = isinstance(value, numbers.Integral if integer else numbers.Real)
+    if isinstance(value, bool) or not ok_type:
+        raise TypeError(f"{name} must be {kind} > {low:g}; got {value!r}")
+    if not np.isfinite(value) or value <= low:
+        raise ValueError(f"{name} must be {kind} > {low:g}; got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def kernel_structure(kernel, n_features, *, gamma, degree, coef0, kernel_params):
+    """KernelRidge's ``kernel`` parameter (with ``gamma``, ``degree``, ``coef0`` and
+    ``kernel_params`` for a name) as a kernel tree (:mod:`kernelkit.operators.kernel_tree`: a
+    registry name is the one-leaf tree, a kernel object is parsed as the GP parses it), or None
+    for "precomputed".
+
+    Raises
+    ------
+    TypeError
+        For a kernel that is neither a string nor a kernel object (a callable), or a kernel
+        object outside what the estimators take (the message lists what they take).
+    ValueError
+        For an unknown name, a named kernel that is not positive semi-definite,
+        ``kernel_params`` with a kernel object, or a parameter out of range.
+    """
+    if isinstance(kernel, Kernel):
+        if kernel_params:
+            raise ValueError("kernel_params is for kernels given by name; set the parameters on "
+                             f"the kernel object {kernel!r} instead")
+        return kernel_tree.parse_kernel(kernel, n_features)
+    if not isinstance(kernel, str):
+        raise TypeError(
+            "kernel must be a registry name such as 'rbf', 'precomputed', or a kernel object "
+            "such as kernelkit.RBF() or sklearn's 2.0 * RBF() + Matern() (the products run on "
+            f"the registry's formulas, so a Python function cannot be used); got {kernel!r}. "
+            f"Kernel objects: {kernel_tree.SUPPORTED}")
+    if kernel == "precomputed":
+        return None
+    name = ALIASES.get(kernel, kernel)
+    try:
+        spec = get_kernel(name)
+    except ValueError as exc:
+        raise ValueError(f"kernel: {exc}") from None
+    given = {"gamma": gamma, "degree": degree, "coef0": coef0}
+    params = {p: v for p, v in given.items() if p in spec.param_names}
+    if kernel_params is not None:
+        if not isinstance(kernel_params, dict):
+            raise TypeError(f"kernel_params must be a dict or None; got {kernel_params!r}")
+        params.update(kernel_params)
+    params = spec.resolve(n_features, **params)
+    if not spec.psd:
+        raise ValueError(
+            f"kernel {name!r} is not positive semi-definite, so K + alpha I may be indefinite "
+            "and conjugate gradients can fail; use a positive semi-definite kernel")
+    return kernel_tree.registry_kernel(name, params)
+
+
+def dense(X):
+    """A SciPy sparse ``X`` as a dense array (the kernel products need dense rows); anything
+    else as it is."""
+    return X.toarray() if scipy.sparse.issparse(X) else X
