@@ -308,8 +308,7 @@ def _row_norms(x, acc):
 
 #: Tensor-core operands get a row length that is a multiple of this many elements (zero
 #: columns appended): Triton then knows the row stride is 16-aligned and loads the tiles
-#: vectorised. H200, K(X, Z) @ v with N = 1e6, M = 5e4: 0.64 s at D = 20 and 28 unpadded,
-#: 0.20 s padded to 32 (2026-11-26e).
+#: vectorised (about 3x faster at D = 20 and 28; docs/benchmarks.md).
 ROW_ALIGN = 16
 
 

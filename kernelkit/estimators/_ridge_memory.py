@@ -71,12 +71,10 @@ def persistent_bytes(*, n, d, k, m, solver, triton, n_alphas=1):
     return parts
 
 
-#: ``n_components="auto"`` never takes more landmarks than this. On the GPU (H100, n = 1e6,
-#: d = 20, friedman1, default tol, 2026-11-26e) M = 5e3 / 1e4 / 13 816 / 2e4 took 1.6 / 5.8 /
-#: 14.9 / 32 s at test RMSE 1.1995 / 1.1931 / 1.1922 / 1.1919: the CG steps grow with M
-#: (32 / 67 / 117 / 210; float32 products resolve the small eigen-directions of a larger
-#: system less well, so refinement restarts more often), and past 1e4 the time grows much
-#: faster than the accuracy.
+#: ``n_components="auto"`` never takes more landmarks than this. On the GPU the CG steps grow
+#: with M (float32 products resolve the small eigen-directions of a larger system less well, so
+#: refinement restarts more often), and past 1e4 the time grows much faster than the accuracy
+#: (docs/benchmarks.md, figures behind choices in the code).
 AUTO_M_MAX = {"cuda": 10_000, "cpu": 4_000}
 #: Share of the memory left after the data and CG vectors that the landmark arrays may take.
 AUTO_MEMORY_SHARE = 0.25

@@ -45,9 +45,8 @@ REFINE_GAIN = 0.5
 #: start and was still above it at step 100, so "no fall since the last check" cannot be the
 #: test.) Where the products cannot resolve A (a GP trial point with almost no noise,
 #: cond(A) ~ 1e9 on float32 products) the solve had run to max_cg_iter with a true residual of
-#: 4 (1000 steps, 29 s at n = 1e5 on an H200). KernelRidge at n = 1e6 (H200, float32
-#: products, tol 1e-6): the first run's recurrence fell to 3e-6 by step ~70 while the true
-#: residual stayed at 1.2e-2 from step ~20.
+#: 4; in KernelRidge at n = 1e6 (float32 products, tol 1e-6) the first run's recurrence fell to
+#: 3e-6 by step ~70 while the true residual stayed at 1.2e-2 from step ~20 (docs/benchmarks.md).
 CHECK_EVERY = 100
 DRIFT_CHECK = 1e-3
 DRIFT = 10.0
@@ -57,7 +56,7 @@ ENERGY_SLACK = 1e-8
 #: The host reads the device's "any column left" flag one step late (no wait per step) only
 #: below this many rows: there a step's ~30 small kernels cost as much as the product, while
 #: above it a wait per step costs < 1% of the product and the step read late (a whole product,
-#: dropped) ~5% of a solve (H100: K @ V of 16 columns ~2 s at n = 1e6, ~5 ms at 5e4).
+#: dropped) ~5% of a solve (figures in docs/benchmarks.md).
 LAG_MAX_ROWS = 50_000
 
 
@@ -179,8 +178,8 @@ def _pcg(matvec, B, precond, tol, max_iter, callback, scale, record=None, check=
     p = z.clone()
     if not bool(active.any()):
         return x, [], False, None
-    # Each step queues few kernels (n = 2e4, 17 columns on an H100: the bookkeeping on the
-    # (k,) vectors had been ~40 of the step's ~60 launches): a column that is not active
+    # Each step queues few kernels (at n = 2e4 the bookkeeping on the (k,) vectors had been
+    # ~40 of a step's ~60 launches): a column that is not active
     # has p = 0, and the divisions below may give inf / nan there, which torch.where drops.
     while len(rels) < max_iter:
         Ap = matvec(p)
@@ -308,8 +307,8 @@ def conjugate_gradient(matvec, B, *, precond=None, tol, max_iter, exact_matvec=N
     R = B
     rel = torch.where(bnorm > 0, torch.ones_like(bnorm), torch.zeros_like(bnorm))
     # residuals[-1] is float(rel.max()) at the top of every pass: each pass reads the device
-    # once, for the largest true residual of its iterate (n = 2e4 GP, H200: each read leaves
-    # the GPU idle while the host queues the next kernels)
+    # once, for the largest true residual of its iterate (each read leaves the GPU idle while
+    # the host queues the next kernels)
     residuals = [float(rel.max())]
     breakdown = False
     record = {"alphas": [], "betas": [], "active": []} if lanczos else None

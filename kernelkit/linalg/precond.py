@@ -30,8 +30,8 @@ shift mu lies below ||B||^2 (:data:`WOODBURY_MAX_RATIO`):
       \log\det P = (n - k) \log \mu + \log\det C.
 
   It costs two n x k x k products (B^T B, and F from an explicit L^{-1}: cond(L) <= 1e5
-  here), a k x k Cholesky and triangular inverse, and each solve two skinny GEMMs (k = 1024,
-  n = 2e4 on an H100: the QR and eigenproblem below took 39 ms with their backward). Its solve loses
+  here), a k x k Cholesky and triangular inverse, and each solve two skinny GEMMs (cheaper than
+  the eigen form's QR and eigenproblem; figures in docs/benchmarks.md). Its solve loses
   about eps ||B||^2 / mu relative (the subtraction cancels where B's singular values are large),
   so it is used only where that is at most 2e-6: mu >= ||B||_F^2 / 1e10, and a scalar mu;
 - the eigen form, for smaller shifts and per-column ones (3. and 4. above): P = U Lambda U^T
@@ -74,10 +74,9 @@ EPS64 = float(np.finfo(np.float64).eps)
 #: loses at most about eps64 x this ratio = 2e-6 relative (module docstring), in the directions
 #: of B's largest singular values, where P^{-1} is smallest. CG only needs a fixed symmetric
 #: positive definite P close to the intended one (its residuals come from A); the GP's log
-#: det P is exact from L. Raised from 1e8 (2e-8) on 2026-11-26i: a GP fitted at n = 1e6
-#: (amplitude 4.6, noise 0.01, ratio 4.6e8) fell into the eigen form, whose peak at rank 1334
-#: was 75.8 GB on an 80 GB H100; the Cholesky form at rank 2048 peaked at 67 GB and needed 6
-#: CG steps against 12 (``_dev/call1.py``).
+#: det P is exact from L. Raised from 1e8: a GP fitted at n = 1e6 (ratio 4.6e8) fell into the
+#: eigen form, whose memory peak at rank 1334 exceeded the Cholesky form's at rank 2048, which
+#: needed half the CG steps (docs/benchmarks.md, figures behind choices in the code).
 WOODBURY_MAX_RATIO = 1e10
 
 
@@ -157,8 +156,8 @@ def _nystrom_parts(Y, G, rows, jitter=0.0):
     """:func:`nystrom_factor`'s ``(B, unshift)`` and the lower Cholesky factor C of G + nu I."""
     nu0 = max(float(jitter), EPS64 * float(torch.linalg.matrix_norm(Y.detach())))
     C, nu = cholesky_jitter(0.5 * (G + G.T), nu0)
-    # Y C^-T as a right-side solve: no transposed copies (n = 2e4, k = 1024 on an H100:
-    # 1.7 ms against 2.5 ms for the left-side solve of Y^T)
+    # Y C^-T as a right-side solve: no transposed copies (faster than the left-side solve of
+    # Y^T; docs/benchmarks.md)
     if rows is None:
         return torch.linalg.solve_triangular(C.T, Y, upper=True, left=False), 0.0, C
     cols = torch.arange(Y.shape[1], device=Y.device)
@@ -184,8 +183,8 @@ def nystrom_preconditioner(Y, rows, shift):
 
     In the Cholesky form the factorisations run without autograd and :meth:`~LowRankPreconditioner.terms`
     has its gradient in closed form (:class:`_WoodburyTerms`: one n x k x k GEMM, where autograd
-    through the triangular solve, both Cholesky factorisations and B^T B took about 5 ms of
-    GPU time at n = 2e4, k = 1024 on an H100); in the eigen form B is rebuilt with autograd."""
+    through the triangular solve, both Cholesky factorisations and B^T B cost several times
+    more; docs/benchmarks.md); in the eigen form B is rebuilt with autograd."""
     grad = Y.requires_grad or (torch.is_tensor(shift) and shift.requires_grad)
     with torch.no_grad():
         Yd = Y.detach()
@@ -208,8 +207,7 @@ def nystrom_preconditioner(Y, rows, shift):
 
 class _Gram(torch.autograd.Function):
     """B^T B with the backward of one GEMM, B (G + G^T), where autograd of ``B.T @ B`` runs two
-    (B appears twice): an n x k x k product saved (n = 2e4, k = 1024: about 0.6 ms on an
-    H100, from the profile of the GP evaluation)."""
+    (B appears twice): an n x k x k product saved."""
 
     @staticmethod
     def forward(ctx, B):
@@ -267,14 +265,14 @@ class LowRankPreconditioner:
             with torch.no_grad():  # F = B L^-T: P^-1 v = (v - F F^T v) / mu, two GEMMs
                 self._chol = L.detach()
                 # by a GEMM with L^-1 (cond(L) <= 1e5 here, so 1e-11 relative), in place of a
-                # triangular solve with n right-hand sides (1.7 ms at n = 2e4, k = 1024, H100)
+                # triangular solve with n right-hand sides (slower; docs/benchmarks.md)
                 eye = torch.eye(k, dtype=L.dtype, device=L.device)
                 self._Linv = torch.linalg.solve_triangular(self._chol, eye, upper=False)
                 self._F = B.detach() @ self._Linv.T
         elif k:
             Q, R = torch.linalg.qr(B)
-            # R R^T = W Sigma^2 W^T: a symmetric eigenproblem instead of the SVD of R (k = 1024
-            # on an H200: 11 ms against 81 ms); only the eigenvalues carry gradients (stable
+            # R R^T = W Sigma^2 W^T: a symmetric eigenproblem instead of the SVD of R (7x faster
+            # at k = 1024, docs/benchmarks.md); only the eigenvalues carry gradients (stable
             # for repeated ones), and U = Q W stays orthonormal to rounding
             sigma2, W = torch.linalg.eigh(R @ R.T)
             self.sigma2 = sigma2.clamp_min(0.0)

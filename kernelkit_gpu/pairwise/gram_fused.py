@@ -379,8 +379,8 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
 
     Measured error of each precision mode: relative Frobenius error
     :math:`\|K - K_{ref}\|_F / \|K_{ref}\|_F` of float32 input against the float64 reference,
-    N = 4096, on an H100 with triton 3.6 (``benchmarks/gram_variants.py`` and
-    ``benchmarks/gram.py``; ``benchmarks/results/gram-tuning-notes.md`` section 11, docs/decisions.md):
+    N = 4096 (``benchmarks/gram_variants.py`` and ``benchmarks/gram.py``;
+    ``benchmarks/results/gram-tuning-notes.md`` section 11; devices in docs/benchmarks.md):
 
     =========  ==========================================  ==========  ===========
     precision  data (rbf)                                  D = 64      D = 512
@@ -388,7 +388,7 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     accurate   N(0, 1); offset by 1000; near-duplicates    1.5e-7      3.4e-7
     fast       N(0, 1)                                     2.0e-4      6.8e-5
     fast       offset by 1000 (spread 0.05)                1.6e-5
-    fast       linear / polynomial, N(0, 1) (H200)         7.6e-4      7.3e-4
+    fast       linear / polynomial, N(0, 1)                7.6e-4      7.3e-4
     =========  ==========================================  ==========  ===========
 
     Dot-product kernels of float32 / float64 data are centred too, x on the column mean
@@ -396,7 +396,7 @@ def gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params):
     x·y = x̃·ỹ + b_x + b_y with per-row offsets :math:`b_x = \tilde x \cdot \bar y + \bar x
     \cdot \bar y / 2` (b_y likewise) formed in float64, so the tensor cores only accumulate the
     small centred products (before this, polynomial at D = 512 on data offset by 1000 erred by
-    5.6e-6 in accurate mode, eager IEEE float32 by 9.1e-7; now 8.1e-8, H200), and accumulate each
+    5.6e-6 in accurate mode, eager IEEE float32 by 9.1e-7; now 8.1e-8), and accumulate each
     16-feature slice in a fresh register tile added with IEEE float32 adds (the tensor cores'
     truncating accumulation over 512 features had linear at 3.3e-6 on N(0, 1) data; now 1.4e-7).
     The tests assert <= 1e-6 in accurate mode for every kernel on standard-normal data, on the GPU

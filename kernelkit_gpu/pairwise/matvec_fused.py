@@ -26,14 +26,8 @@ __all__ = ["kernel_matvec", "matvec_fwd"]
 MAX_BLOCK_R = 64
 #: Column tiles summed on the tensor cores before their sum joins the accumulator, which is
 #: float64 for float32 (and 16-bit) operands (:func:`_matvec_kernel`): the tensor cores truncate
-#: where they add. H100, rbf, D = 8, 17 columns, M = 1e6, GP covariance at a fitted theta
-#: (noise 0.01, amplitude 4.6), relative error of the float32 product against float64 (random
-#: V / V = y): one accumulation on the tensor cores 7.1e-6 (2026-11-26h, another theta); groups
-#: of 64 tiles summed in float32 1.4e-6 / 3.4e-7, time 3.61 s; groups summed in float64, 1 / 4 /
-#: 16 / 64 tiles: 5.8e-7 / 6.2e-7 / 7.3e-7 / 1.0e-6 (1.1e-7 for V = y), 5.02 / 4.15 / 3.72 /
-#: 3.62 s (``_dev/call1.py`` 2026-11-26i). With float32 group sums CG stalled at true relative
-#: residuals 1.7e-2 on that system (cond ~ 1e8; tol 1e-3); with float64 ones it converged in 12
-#: steps.
+#: where they add (errors, times and the CG stall that float32 group sums caused at M = 1e6:
+#: docs/benchmarks.md, figures behind choices in the code).
 GROUP_TILES = 16
 
 
@@ -68,15 +62,10 @@ def _block_configs():
 
 def _default_config(ops, vec, block_r=MAX_BLOCK_R):
     """The config launched without the autotuner: the first, except for several columns of V
-    with direct-difference operands (D <= 16), which take 256 x 32 tiles (H100, rbf, D = 8,
-    N = M = 2e5, 17 columns, "accurate": 135 ms against 200 ms for the first config; the
-    tf32x3 product with V dominates there; `_dev` sweep 2026-11-26f), with 4 warps where a
-    program's chunk of V has at most 16 columns (H100, D = 8, N = M = 4e5, 16 columns: 333 ms
-    against 435 ms with 8 warps and 341-1272 ms for the other 14 shapes of 128 / 256 x 32 / 64
-    tiles, 4 / 8 warps, 2 / 3 stages; `_dev/mvk.py` 2026-11-26k). float64 operands take
-    128 x 32 tiles with 4 warps (H100, D = 8, N = M = 2e5, 16 columns: 184 ms against 204 ms
-    for 256 x 32 with 8 warps, 365 ms with 4, and 188-439 ms for 7 other shapes;
-    `_dev/mv64.py` 2026-11-26k)."""
+    with direct-difference operands (D <= 16), which take 256 x 32 tiles (the tf32x3 product
+    with V dominates there), with 4 warps where a program's chunk of V has at most 16 columns.
+    float64 operands take 128 x 32 tiles with 4 warps. The sweeps behind these choices are in
+    docs/benchmarks.md (figures behind choices in the code)."""
     if vec:
         return _vec_configs()[0]
     configs = _block_configs()
@@ -293,8 +282,8 @@ def kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate
         As in :func:`kernelkit_gpu.gram`: the pairwise quantities come from the same centred
         data and the same 3xTF32 (accurate; here Triton's tf32x3) or plain TF32 (fast)
         tensor-core dot products, whose measured Gram errors are in :func:`kernelkit_gpu.gram`'s
-        Notes (relative Frobenius on an H100: accurate 1.5e-7 at D = 64 to 3.4e-7 at D = 512;
-        fast 2.0e-4 / 6.8e-5 on N(0, 1) data). It also selects tf32x3 (accurate) or tf32 (fast)
+        Notes (relative Frobenius: accurate 1.5e-7 at D = 64 to 3.4e-7 at D = 512; fast
+        2.0e-4 / 6.8e-5 on N(0, 1) data; docs/benchmarks.md). It also selects tf32x3 (accurate) or tf32 (fast)
         for the K @ V tensor-core products when R > 1. The matrix-free product has no GPU error
         measurement of its own yet; the tests bound each float32 element by
         (1e-6 + 4 M u) (|K| |V|) + 1e-6 (u = 2^-24; plus a conditioning term for the
