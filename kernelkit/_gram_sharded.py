@@ -14,7 +14,7 @@ have at most ceil(n / world) rows, so that every rank gets some, and the rows ar
 all-gathered, so every rank returns the whole matrix.
 
 To a file, rank 0 creates and sizes the temporary file beside ``out`` (the free space check and
-allocation of :func:`kernelkit._util.io.open_npy_memmap_atomic`), every rank opens it and writes its
+allocation of :func:`kernelkit._util.atomic.open_npy_memmap_atomic`), every rank opens it and writes its
 rows, and after a collective check that every rank finished, rank 0 renames it into place. An
 error on any rank removes the temporary file and raises on every rank. The file must be on a
 file system every rank sees (the one shared-storage assumption).
@@ -99,7 +99,7 @@ def gram(B, X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None
 
 def _to_file(path, shape, dtype, fill, rank):
     """Rank 0 creates the temporary file, every rank fills its rows, rank 0 renames it."""
-    from kernelkit._util.io import open_npy_memmap_atomic
+    from kernelkit._util.atomic import open_npy_memmap_atomic
     from kernelkit_gpu import distributed as D
 
     stack = contextlib.ExitStack()

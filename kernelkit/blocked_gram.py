@@ -18,7 +18,7 @@ import numpy as np
 
 from kernelkit import distributed
 from kernelkit._util.device import resolve_device
-from kernelkit._util.io import check_npy_path, open_npy_memmap_atomic
+from kernelkit._util.atomic import check_npy_path, open_npy_memmap_atomic
 from kernelkit._util.validation import check_pair, result_dtype
 from kernelkit_math.registry import get_kernel, kernel_names
 

@@ -221,10 +221,10 @@ def test_gram_refuses_to_overwrite_an_input(tmp_path, capsys, monkeypatch, how):
 
 
 def test_gram_too_little_disk_space_exit_2(files, capsys, monkeypatch):
-    from kernelkit._util import io as _io
+    from kernelkit._util import atomic
 
     d, _, _ = files
-    monkeypatch.setattr(_io, "free_bytes", lambda directory: 1000)
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 1000)
     code, _, err = run_main(["gram", d / "X.npy", "--out", d / "K.npy"], capsys)
     assert_clean_error(code, err, "[Errno 28]", "not enough free disk space", "K.npy",
                        "1000 bytes")

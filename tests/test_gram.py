@@ -1,4 +1,4 @@
-"""kernelkit.gram (block-wise Gram matrices, kernelkit/blocked_gram.py) and kernelkit._util.io (file reading, atomic writes)."""
+"""kernelkit.gram (block-wise Gram matrices, kernelkit/blocked_gram.py) and kernelkit._util.io / atomic (file reading, atomic writes)."""
 
 import contextlib
 import errno
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernelkit._util import io
+from kernelkit._util import atomic, io
 from kernelkit import blocked_gram as gram_module
 from kernelkit.blocked_gram import default_block_size, gram
 from kernelkit_math import get_kernel
@@ -465,7 +465,7 @@ def test_load_npy_header_checks_pass_complete_files(tmp_path):
 
 def test_save_npy_atomic_roundtrip_and_failure(tmp_path, monkeypatch):
     target = tmp_path / "a.npy"
-    assert io.save_npy_atomic(target, np.arange(5.0)) == str(target)
+    assert atomic.save_npy_atomic(target, np.arange(5.0)) == str(target)
     np.testing.assert_array_equal(np.load(target), np.arange(5.0))
 
     def broken_save(*args, **kwargs):
@@ -473,19 +473,19 @@ def test_save_npy_atomic_roundtrip_and_failure(tmp_path, monkeypatch):
 
     monkeypatch.setattr(io.np, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        io.save_npy_atomic(tmp_path / "b.npy", np.ones(3))
+        atomic.save_npy_atomic(tmp_path / "b.npy", np.ones(3))
     assert sorted(os.listdir(tmp_path)) == ["a.npy"]
 
 
 def test_open_npy_memmap_atomic(tmp_path):
     target = tmp_path / "m.npy"
-    with io.open_npy_memmap_atomic(target, (3, 2), np.float32) as mm:
+    with atomic.open_npy_memmap_atomic(target, (3, 2), np.float32) as mm:
         mm[:] = 7
         assert not target.exists(), "nothing may appear under the final name before success"
     K = np.load(target)
     assert K.dtype == np.float32 and K.shape == (3, 2) and (K == 7).all()
     with pytest.raises(ZeroDivisionError):
-        with io.open_npy_memmap_atomic(tmp_path / "n.npy", (2, 2)) as mm:
+        with atomic.open_npy_memmap_atomic(tmp_path / "n.npy", (2, 2)) as mm:
             mm[0] = 1
             1 / 0
     assert sorted(os.listdir(tmp_path)) == ["m.npy"]
@@ -562,9 +562,9 @@ def test_out_refuses_a_target_that_is_not_a_regular_file(rng, tmp_path, kind):
         with pytest.raises(ValueError, match=rf"out .*{name}.* is {kind}.* not a regular file"):
             gram(data(rng, 4), kernel="rbf", out=tmp_path / name)
         with pytest.raises(ValueError, match="not a regular file"):
-            io.save_npy_atomic(tmp_path / name, np.ones(2))
+            atomic.save_npy_atomic(tmp_path / name, np.ones(2))
         with pytest.raises(ValueError, match="not a regular file"):
-            io.write_text_atomic(tmp_path / name, "text")
+            atomic.write_text_atomic(tmp_path / name, "text")
     assert sorted(os.listdir(tmp_path)) == ["link.npy", "node.npy"]
     assert not stat.S_ISREG(os.stat(node).st_mode)
 
@@ -588,7 +588,7 @@ def test_out_directories_are_removed_when_the_write_fails(rng, tmp_path, monkeyp
         gram(data(rng, 5), kernel="rbf", out=tmp_path / "a" / "b" / "c" / "K.npy")
     assert os.listdir(tmp_path) == ["a"] and os.listdir(tmp_path / "a") == [], \
         "only the directories the write created are removed"
-    monkeypatch.setattr(io, "free_bytes", lambda directory: 0)
+    monkeypatch.setattr(atomic, "free_bytes", lambda directory: 0)
     with pytest.raises(OSError, match="not enough free disk space"):
         gram(data(rng, 5), kernel="rbf", out=tmp_path / "new" / "K.npy")
     assert os.listdir(tmp_path) == ["a"]
@@ -619,7 +619,7 @@ def test_out_too_little_disk_space_is_a_clear_oserror(rng, tmp_path, monkeypatch
         seen.append(directory)
         return 10_000
 
-    monkeypatch.setattr(io, "free_bytes", probe)
+    monkeypatch.setattr(atomic, "free_bytes", probe)
     target = tmp_path / "K.npy"
     with pytest.raises(OSError) as info:
         gram(data(rng, 300), kernel="rbf", out=target)
@@ -700,12 +700,12 @@ def test_signal_mid_write_removes_the_temporary_file(tmp_path, signum):
 
 
 def _handlers():
-    return {s: signal.getsignal(s) for s in io.TERMINATING_SIGNALS}
+    return {s: signal.getsignal(s) for s in atomic.TERMINATING_SIGNALS}
 
 
 def test_signal_handlers_are_set_during_the_write_and_restored(rng, tmp_path, monkeypatch):
     before = _handlers()
-    assert {signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(io.TERMINATING_SIGNALS)
+    assert {signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT} <= set(atomic.TERMINATING_SIGNALS)
     assert before[signal.SIGINT] is signal.default_int_handler
     defaults = [s for s, h in before.items() if h is signal.SIG_DFL]
     assert signal.SIGHUP in defaults and signal.SIGQUIT in defaults

@@ -270,7 +270,7 @@ def _write_outputs(report, args, plots=True):
     remove the files of an earlier run first.
 
     Returns (files written, names of earlier files removed and not written again)."""
-    from kernelkit._util.io import write_text_atomic
+    from kernelkit._util.atomic import write_text_atomic
     from kernelkit.attention.comparison.report import CompareReport
 
     out = Path(args.out)

@@ -180,7 +180,8 @@ def cmd_gram(args):
 
 
 def _gram_job(args, quiet=False):
-    from kernelkit._util.io import check_npy_path, load_matrix
+    from kernelkit._util.io import load_matrix
+    from kernelkit._util.atomic import check_npy_path
     from kernelkit._util.validation import result_dtype
     from kernelkit.blocked_gram import gram
 

@@ -65,7 +65,7 @@ def _out_dir(out_dir):
 
 
 def _save(fig, out_dir, stem, formats):
-    from kernelkit._util.io import atomic_path
+    from kernelkit._util.atomic import atomic_path
 
     paths = []
     for fmt in formats:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kernelkit._util.io import write_text_atomic
+from kernelkit._util.atomic import write_text_atomic
 
 __all__ = ["CompareReport", "ROW_KEYS"]
 
@@ -151,7 +151,7 @@ class CompareReport:
     def save_heatmaps(self, path):
         """Write the weight maps to a compressed ``.npz`` (one array per method spec, plus
         ``index``), atomically; ``numpy.load(path)`` reads them back."""
-        from kernelkit._util.io import atomic_path
+        from kernelkit._util.atomic import atomic_path
 
         arrays = {key: np.asarray(value) for key, value in self.heatmaps.items()}
         with atomic_path(os.fspath(path)) as tmp:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelkit._util.io import write_text_atomic
+from kernelkit._util.atomic import write_text_atomic
 from kernelkit.attention.comparison import memory
 from kernelkit.attention.comparison.report import _encode
 from kernelkit_math.attention import resolve_is_causal
