@@ -1,7 +1,7 @@
 """Where the scikit-learn-facing kernels pick the CPU or the GPU for K(X, Y) and its gradient.
 
-Used by :mod:`kernelkit.pairwise` (the functions) and :mod:`kernelkit.kernels` (the kernel
-classes: values and log-hyperparameter gradients), and by nothing else. The other entry points
+Used by :mod:`kernelkit.pairwise` (the functions) and :mod:`kernelkit._kernel_base` (the base
+of the kernel classes: values and log-hyperparameter gradients), and by nothing else. The other entry points
 choose their own path: :func:`kernelkit.blocked_gram.gram` computes row blocks, the solvers and
 the Gaussian process have their kernel operators, the attention functions dispatch in
 :mod:`kernelkit.attention._dispatch`.

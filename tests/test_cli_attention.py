@@ -520,13 +520,13 @@ def test_compare_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypat
 def test_sweep_says_up_front_when_it_takes_minutes(tmp_path, capsys, monkeypatch):
     import importlib
 
-    from kernelkit.attention.comparison import sweeps
+    from kernelkit.attention.comparison import sweep_plan
 
     # the estimate is of the plain-PyTorch CPU path: 3 calls (warm-up, 1 timed, memory) of
     # softmax at B·H·T²·D = 16² x 8, priced at 10 min in all
     monkeypatch.setattr(importlib.import_module("kernelkit_gpu._launch"), "INTERPRET", False)
-    monkeypatch.setattr(sweeps, "CPU_SECONDS", {"quadratic": 600 / (3 * 16**2 * 8),
-                                                "features": 0.0})
+    monkeypatch.setattr(sweep_plan, "CPU_SECONDS", {"quadratic": 600 / (3 * 16**2 * 8),
+                                                    "features": 0.0})
     code, _, err = run_main(["attention", "sweep", "--method", "softmax", "--lengths", "16",
                              "--dim", 8, "--heads", 1, "--repeat", 1, "--device", "cpu",
                              "--no-plot", "--out", tmp_path], capsys)

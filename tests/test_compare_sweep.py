@@ -439,27 +439,27 @@ def test_ctrl_c_keeps_the_runs_finished_before_it(monkeypatch):
 
 
 def test_sweep_seconds_counts_the_runs_the_memory_plan_lets_run(monkeypatch):
-    from kernelkit.attention.comparison import sweeps
+    from kernelkit.attention.comparison import sweep_plan
 
     launch = importlib.import_module("kernelkit_gpu._launch")
     monkeypatch.setattr(launch, "INTERPRET", False)  # the plain-PyTorch path the model is for
     memory = importlib.import_module("kernelkit.attention.comparison.memory")
     monkeypatch.setattr(memory, "available_memory", lambda: 2**40)
-    monkeypatch.setattr(sweeps, "CPU_SECONDS", {"quadratic": 1e-9, "features": 1e-8})
+    monkeypatch.setattr(sweep_plan, "CPU_SECONDS", {"quadratic": 1e-9, "features": 1e-8})
     args = dict(heads=2, d=16, device="cpu", repeat=3)
     # 5 calls per run (warm-up, 3 timed, memory); softmax B·H·T²·D, elu+1 B·H·T·(M + D)·D
     softmax = 5 * 1e-9 * 2 * 16 * (256**2 + 512**2)
     elu = 5 * 1e-8 * 2 * (16 + 16) * 16 * (256 + 512)
-    assert sweeps.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
+    assert sweep_plan.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
         softmax + elu, rel=1e-12)
-    assert sweeps.sweep_seconds(["softmax"], [256], backward=True, **args) == pytest.approx(
-        sweeps.BACKWARD_COST * 5 * 1e-9 * 2 * 16 * 256**2, rel=1e-12)
+    assert sweep_plan.sweep_seconds(["softmax"], [256], backward=True, **args) == pytest.approx(
+        sweep_plan.BACKWARD_COST * 5 * 1e-9 * 2 * 16 * 256**2, rel=1e-12)
     # softmax needs 3 (1, 2, 512, 512) float32 arrays = 6 MiB at T = 512: skipped there
     monkeypatch.setattr(memory, "available_memory", lambda: 4 * 2**20)
-    assert sweeps.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
+    assert sweep_plan.sweep_seconds(["softmax", "elu+1"], [256, 512], **args) == pytest.approx(
         5 * 1e-9 * 2 * 16 * 256**2 + elu, rel=1e-12)
     # no estimate under the Triton interpreter; bad arguments as sweep()
     monkeypatch.setattr(launch, "INTERPRET", True)
-    assert sweeps.sweep_seconds(["softmax"], [256], **args) is None
+    assert sweep_plan.sweep_seconds(["softmax"], [256], **args) is None
     with pytest.raises(ValueError, match="'softmax' more than once"):
-        sweeps.sweep_seconds(["softmax", "softmax"], [256], **args)
+        sweep_plan.sweep_seconds(["softmax", "softmax"], [256], **args)

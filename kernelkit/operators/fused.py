@@ -17,7 +17,7 @@ forming K or dK): ``kg`` = sum_j a_j^T K_leaf b_j and ``grad`` = the contraction
 derivatives along the registry's log-parameters. They map to theta (scikit-learn's log layout) as
 
 - leaf parameter: the kernel class maps theta to the registry parameter p = coef exp(power theta)
-  (:data:`kernelkit.kernels._ParamMap`), so dK/dtheta = power dK/dlog p; for rbf (gamma =
+  (:data:`kernelkit._kernel_base._ParamMap`), so dK/dtheta = power dK/dlog p; for rbf (gamma =
   1 / (2 l^2), power -2) dK/dlog l = -2 dK/dlog gamma, for laplacian (gamma = 1 / l) -1;
 - every factor: the leaf's contractions times the amplitude c (the product of the constants);
 - a free constant c_k = exp(power theta_k): dK/dtheta_k = power c kg;

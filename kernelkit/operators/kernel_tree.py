@@ -15,7 +15,7 @@ algebra, built from:
   (the registry marks it not PSD because with several features it need not be).
 
 A new PSD registry kernel therefore reaches both estimators with no edit here: its class's
-parameter map (:class:`kernelkit.kernels._RegistryKernel`) gives the registry parameters, the
+parameter map (:class:`kernelkit._kernel_base._RegistryKernel`) gives the registry parameters, the
 registry's epilogue table its formula. Anything else raises TypeError naming the kernel.
 
 :func:`parse_kernel` returns a :class:`KernelStructure`: the tree of nodes plus the layout of
@@ -411,7 +411,7 @@ def parse_kernel(kernel, n_features=None):
 
 class _NamedKernel:
     """A registry kernel given by name and resolved registry parameters: what a :class:`Leaf`
-    reads of a kernel class (:class:`kernelkit.kernels._RegistryKernel`), every parameter fixed."""
+    reads of a kernel class (:class:`kernelkit._kernel_base._RegistryKernel`), every parameter fixed."""
 
     _param_map = ()
 

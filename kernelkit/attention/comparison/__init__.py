@@ -5,8 +5,10 @@ plots), re-exported as :func:`kernelkit.attention.compare` and :func:`kernelkit.
   against float64 softmax on your q, k, v (or synthetic ones from
   :func:`kernelkit.attention.comparison.qkv.synthetic_qkv`), with context (uniform baseline,
   entropy, peakiness, SVD floor) and time / peak memory, as a :class:`CompareReport`;
-- :func:`sweep`: time and peak memory against sequence length, and the crossover length where a
-  method becomes faster than softmax;
+- :func:`sweep` (:mod:`~kernelkit.attention.comparison.sweeps`; its plan and time estimate in
+  :mod:`~kernelkit.attention.comparison.sweep_plan`, its :class:`SweepReport` in
+  :mod:`~kernelkit.attention.comparison.sweep_report`): time and peak memory against sequence
+  length, and the crossover length where a method becomes faster than softmax;
 - :func:`parse_method` / :func:`method_names`: the method specs (``"favor+:256"``,
   ``"kernel:rbf"``, ``"nystrom:64"``...);
 - :func:`measure`: median time and peak memory of one call on the CPU or a GPU;
