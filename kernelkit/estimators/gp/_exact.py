@@ -26,8 +26,8 @@ import torch
 
 from kernelkit.operators.covariance import theta_gradient
 
-__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "lml_from_factor",
-           "cholesky", "reduced"]
+__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_fit", "exact_lml",
+           "lml_from_factor", "cholesky", "reduced"]
 
 #: Default largest n of the exact path, by device type: where exact is not much slower than the
 #: iterative estimate, whose LML error at default settings is tens of nats there. CPU (2 cores,
@@ -128,6 +128,16 @@ def cholesky(op, params, alpha, kernel=None):
             f"definite matrix. Try gradually increasing the 'alpha' parameter of your "
             f"GaussianProcessRegressor estimator.")
     return L
+
+
+def exact_fit(op, theta, Y, alpha, kernel=None):
+    """The fit at ``theta``: ``(lml, A, L)`` with L the lower Cholesky factor of K
+    (:func:`cholesky`), A = K^{-1} Y and lml = log p(Y) from that factor (the value of
+    :func:`exact_lml`, K formed once)."""
+    params = op.structure.params(torch.as_tensor(theta, device=op.device))
+    L = cholesky(op, params, alpha, kernel)
+    A = torch.cholesky_solve(Y, L)
+    return lml_from_factor(L, Y, A), A, L
 
 
 def reduced(op, params, L, Z):

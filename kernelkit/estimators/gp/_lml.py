@@ -57,7 +57,8 @@ from kernelkit.linalg.precond import WOODBURY_MAX_RATIO, nystrom_preconditioner
 from kernelkit.linalg.slq import lanczos_quadrature
 
 __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "estimate_residual", "log_marginal_likelihood",
-           "make_probes", "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
+           "make_probes", "preconditioner", "resolve_rank", "solve", "solve_targets",
+           "uniform_landmarks"]
 
 #: ``preconditioner_rank="auto"``: min(n, max(AUTO_RANK, AUTO_RANK_PER_ROOT_N sqrt(n)),
 #: AUTO_FACTOR_ELEMENTS // n) landmarks. The rank sets the CG iterations: on the benchmark's GP
@@ -341,3 +342,15 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     if not eval_gradient:
         return lml, alpha
     return lml, numbers[2 + t:], alpha
+
+
+def solve_targets(op, theta, Y, probes, settings):
+    """The fit at ``theta``: ``(lml, A)``, the estimate of log p(Y) summed over the t columns of
+    Y (shape (n, t); one :func:`log_marginal_likelihood` per column, the same probes) and
+    A = K^{-1} Y, shape (n, t), in the operator's dtype."""
+    lml, columns = 0.0, []
+    for k in range(Y.shape[1]):
+        value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
+        lml += value
+        columns.append(column)
+    return lml, torch.stack(columns, dim=1)
