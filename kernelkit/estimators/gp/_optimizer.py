@@ -129,10 +129,9 @@ def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n
     first trial step is then :data:`PRETRAINED_STEP`, and there are no restarts) or from
     ``initial_theta``, and ``n_restarts`` more from uniform draws of ``rng`` within ``bounds``
     (rank 0's under a process group). The other arguments: :func:`optimize`."""
-    sharded = distributed.active()
-    if sharded:
-        from kernelkit.estimators.gp import _sharded
+    from kernelkit.estimators.gp import _sharded
 
+    if distributed.active():
         lml_at = _sharded.rank0_objective(lml_at)
 
     def obj_func(theta, eval_gradient=True):
@@ -151,7 +150,7 @@ def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n
                              "requires that all bounds are finite.")
         for _ in range(n_restarts):
             start = rng.uniform(bounds[:, 0], bounds[:, 1])
-            start = _sharded.from_rank0(start) if sharded else start
+            start = _sharded.from_rank0(start)
             runs.append(optimize(obj_func, start, bounds, optimizer=optimizer,
                                  max_iter=max_iter, estimate=estimate))
     return min(runs, key=lambda run: run[1])[0]
@@ -215,12 +214,9 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
 def standard_error(estimate):
     """``estimate.spread``, rank 0's under torch.distributed (so that every rank stops at the
     same point)."""
-    spread = estimate.spread
-    if distributed.active():
-        from kernelkit.estimators.gp import _sharded
+    from kernelkit.estimators.gp import _sharded
 
-        spread = float(_sharded.from_rank0([spread])[0])
-    return spread
+    return float(_sharded.from_rank0([estimate.spread])[0])
 
 
 def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):

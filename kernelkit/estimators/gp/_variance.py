@@ -1,32 +1,40 @@
-"""Predictive variances of :class:`~kernelkit.GaussianProcessRegressor`: the diagonal, or all,
-of K(X*, X) K^{-1} K(X, X*) for test rows X*.
+"""Predictive variances and covariances of :class:`~kernelkit.GaussianProcessRegressor`
+(:func:`predictive`): the prior's less the diagonal, or all, of K(X*, X) K^{-1} K(X, X*) for
+test rows X*.
 
-- Exact path: from the Cholesky factor of K (:func:`exact_columns`).
-- Iterative path: from a Galerkin cache built at the end of ``fit`` (:func:`build_cache`,
-  :class:`kernelkit.linalg.galerkin.SubspaceCache`) where its certified error bound is at most
-  ``cg_tol`` times the prior variance; by batched CG for the other test points
-  (:func:`cached_columns`, :func:`solve_columns`).
+- Exact path: from the Cholesky factor of K, one triangular solve per batch of test points
+  (:func:`exact_columns`).
+- Iterative path: from a cache built at the end of ``fit`` (:func:`build_cache`): the Galerkin
+  projection of K^{-1} onto the span of the kernel's columns at uniformly drawn landmarks
+  (:class:`kernelkit.linalg.galerkin.SubspaceCache`, from float64 products). Each test point
+  gets a certified bound on its error (||r||^2 / (noise + alpha) for the Galerkin residual r);
+  where it exceeds ``cg_tol`` times the prior variance, that point's column K(X, x*) is solved
+  by batched CG instead (:func:`cached_columns`, :func:`solve_columns`). So every variance is
+  within ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix
+  by CG unless every point is certified). Rough kernels (Matern 0.5) or tiny noise send more
+  points to CG.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from kernelkit import distributed
-from kernelkit.estimators.gp import _lml
+from kernelkit.estimators.gp import _lml, _sharded
 from kernelkit.estimators.gp._exact import reduced
 from kernelkit.linalg.galerkin import SubspaceCache
 
 __all__ = ["VARIANCE_BATCH_ELEMENTS", "VARIANCE_COPIES", "VARIANCE_RANK", "build_cache",
-           "cached_columns", "exact_columns", "lower_bound", "solve_columns", "variance_rank"]
+           "cached_columns", "exact_columns", "lower_bound", "predictive", "solve_columns",
+           "variance_rank"]
 
 #: Test points per batch of predictive variances: n * batch <= this many values.
 VARIANCE_BATCH_ELEMENTS = 2**27
 #: Iterative path's predictive-variance cache, built at the end of ``fit``: min(n,
 #: VARIANCE_RANK) landmarks (at least an integer ``preconditioner_rank``), fewer where n x k
-#: float64 values exceed 2^28 (on the CPU) or VARIANCE_COPIES n x k float64
-#: matrices exceed 0.9 of a GPU's free memory (:func:`kernelkit.estimators.gp._lml.factor_columns`): the
-#: cache holds two (U and K U; 32 GB at n = 1e6, k = 2048) and its build peaks at the QR's
+#: float64 values exceed 2^28 (on the CPU) or VARIANCE_COPIES n x k float64 matrices exceed 0.9
+#: of a GPU's free memory (:func:`kernelkit.estimators.gp._lml.factor_columns`): the cache holds
+#: two (U and K U; 32 GB at n = 1e6, k = 2048) and its build peaks at the QR's
 #: three. Its build costs k float64 products with K. At n = 2e4 (d = 8, fitted ARD RBF, CPU
 #: simulation) 1024 landmarks certified every test point at cg_tol = 1e-3 with bounds up to
 #: 9.3e-4 of the prior variance; the error falls steeply with k (about 70x from 1024 to 2048
@@ -41,8 +49,8 @@ VARIANCE_COPIES = 3.5
 def variance_rank(n, device, preconditioner_rank):
     """Landmarks of the predictive-variance cache for n training points on ``device``:
     min(n, :data:`VARIANCE_RANK`, what :data:`VARIANCE_COPIES` n x k float64 matrices may take
-    (:func:`kernelkit.estimators.gp._lml.factor_columns`)), at least an integer ``preconditioner_rank``
-    (capped at n)."""
+    (:func:`kernelkit.estimators.gp._lml.factor_columns`)), at least an integer
+    ``preconditioner_rank`` (capped at n)."""
     k = max(1, min(n, VARIANCE_RANK, _lml.factor_columns(n, device, VARIANCE_COPIES)))
     if preconditioner_rank != "auto":
         k = max(k, _lml.resolve_rank(preconditioner_rank, n))
@@ -59,11 +67,8 @@ def build_cache(op, params, lambda_min, preconditioner_rank, seed):
     """The cache of one fit: the Galerkin projection of K^{-1} onto the span of the kernel's
     columns at :func:`variance_rank` landmarks drawn uniformly from ``seed``, with K U from
     float64 products; ``lambda_min``: :func:`lower_bound` (> 0)."""
-    k = variance_rank(op.n, op.device, preconditioner_rank)
-    if distributed.active():  # the free memory may differ: rank 0's
-        from kernelkit.estimators.gp import _sharded
-
-        k = int(_sharded.from_rank0([k])[0])
+    # the free memory may differ between the ranks of a process group: rank 0's
+    k = int(_sharded.from_rank0([variance_rank(op.n, op.device, preconditioner_rank)])[0])
 
     def basis():  # orthonormal columns spanning k(X, X[landmarks])
         landmarks = _lml.uniform_landmarks(op.n, k, seed, op.device)
@@ -75,6 +80,31 @@ def build_cache(op, params, lambda_min, preconditioner_rank, seed):
         # float64 products: the bound assumes K U to round-off of K, which float32
         # products (error ~ u ||K||, ||K|| ~ n) would not give at large n
         return SubspaceCache(U, op.exact_matmul(U, params), lambda_min)
+
+
+def predictive(op, params, Z, settings, cov=False, L=None, cache=None, probes=None):
+    """The predictive variances (shape (m,); round-off below 0 clipped) or, with ``cov``,
+    covariance (m, m) at centred test rows Z, WhiteKernel noise included, in the units of the
+    normalised targets. K(X*, X) K^{-1} K(X, X*) comes from the Cholesky factor ``L`` (the
+    exact path), else from ``cache`` where it is certified and by batched CG for the other
+    points (all of them where ``cache`` is None) with the fit's draws ``probes()`` (called only
+    where CG runs)."""
+    def by_cg(Z, keep):
+        return solve_columns(op, params, Z, settings, probes(), keep)
+
+    if L is not None:
+        solved = exact_columns(op, params, L, Z, cov)
+    elif cache is None:
+        solved = by_cg(Z, cov)
+    else:
+        solved = cached_columns(op, params, Z, cache, settings.cg_tol, by_cg, cov)
+    if not cov:
+        with torch.no_grad():
+            prior = (op.diag(Z, params) + params["noise"]).cpu().numpy()
+        return np.maximum(prior - solved, 0.0)
+    with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
+        K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
+    return K_zz + float(params["noise"]) * np.eye(Z.shape[0]) - solved
 
 
 def exact_columns(op, params, L, Z, keep):

@@ -1,37 +1,22 @@
-r"""Gaussian-process regression: exact (dense float64 Cholesky) for small n, matrix-free
-(BBMM-style) for large n, on the GPU or the CPU.
+"""scikit-learn's ``GaussianProcessRegressor`` interface (:class:`GaussianProcessRegressor`). The
+numbers are computed beside it: the exact path in :mod:`._exact`, the iterative path's log
+marginal likelihood in :mod:`._lml`, the optimiser in :mod:`._optimizer`, the predictive
+variances in :mod:`._variance`, the device set-up in :mod:`._device`, the checks in :mod:`._checks`.
 
-The estimator mirrors :class:`sklearn.gaussian_process.GaussianProcessRegressor`. Up to
-``exact_max_n`` training points (:data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` by default) it computes
-what scikit-learn computes, with a float64 Cholesky factor on the fit device (:mod:`._exact`).
-Above it, it never factorises K and never builds the (n, n, n_theta) gradient tensor:
-
-- K^{-1} y by preconditioned conjugate gradients (:mod:`kernelkit.linalg.cg`), exact to
-  ``cg_tol``;
-- log det K by stochastic Lanczos quadrature on the CG coefficients of ``n_probes`` probe vectors,
-  corrected by the exact log determinant of a Nyström preconditioner on ``preconditioner_rank``
-  landmarks (:mod:`kernelkit.linalg.precond`);
-- the hyperparameter gradient by Hutchinson trace estimation, all terms from one chunked autograd
-  backward (:mod:`._lml`, :mod:`kernelkit.operators.covariance`).
-
-There, K itself is held densely (one matrix product per CG iteration) when it fits in half the
-free GPU memory (1 GiB on the CPU), else never formed: memory O(n (n_probes + rank) + chunk x n),
-time O(n^2 d) per CG iteration (:mod:`kernelkit.operators.covariance`).
 Importing this module loads NumPy, SciPy and scikit-learn only; torch loads on the first ``fit``.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.exceptions import NotFittedError
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import validate_data
 
 from kernelkit import distributed
-from kernelkit._util.device import resolve_device
-from kernelkit.estimators.gp._checks import check_alpha, check_int, check_params
+from kernelkit.estimators.gp._checks import check_int, fit_inputs, lml_inputs, predict_inputs
 from kernelkit.kernels import RBF
 from kernelkit.operators.kernel_tree import parse_kernel
 
@@ -47,8 +32,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     ``ConstantKernel`` and ``WhiteKernel`` anywhere, ``DotProduct``) over the positive
     semi-definite kernels of the kernelkit registry, as kernelkit's classes or scikit-learn's
     classes of the same kernels (``RBF``, ``Matern`` with nu in {0.5, 1.5, 2.5},
-    ``RationalQuadratic``, ``ExpSineSquared`` on one feature); :mod:`kernelkit.operators.kernel_tree`
-    lists them:
+    ``RationalQuadratic``, ``ExpSineSquared`` on one feature);
+    :mod:`kernelkit.operators.kernel_tree` lists them:
 
     .. math::
 
@@ -61,13 +46,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Per-sample ``alpha`` is supported here only.
 
     **Iterative path** (n > ``exact_max_n``): preconditioned conjugate gradients and stochastic
-    trace estimation (BBMM, Gardner et al. 2018), O(n) memory besides a chunk of kernel rows.
-    ``y^T K^{-1} y`` and the predictive mean are exact to ``cg_tol``; ``log det K`` and the
-    gradient are unbiased stochastic estimates from ``n_probes`` probe vectors (standard
-    deviation shrinking like 1/sqrt(n_probes), and to zero as the preconditioner approaches K).
-    The probes are drawn once per fit from ``random_state``, so the objective is deterministic in
-    theta. The gradient there is Hutchinson's estimate of the exact gradient, not the derivative
-    of the stochastic log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
+    trace estimation (BBMM, Gardner et al. 2018; :mod:`kernelkit.estimators.gp._lml`), O(n)
+    memory besides a chunk of kernel rows. ``y^T K^{-1} y`` and the predictive mean are exact to
+    ``cg_tol``; ``log det K`` and the gradient are unbiased stochastic estimates from
+    ``n_probes`` probe vectors (standard deviation shrinking like 1/sqrt(n_probes), and to zero
+    as the preconditioner approaches K), drawn once per fit from ``random_state``, so the
+    objective is deterministic in theta. The gradient estimates the exact gradient, not the
+    derivative of the log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
     << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
 
     Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
@@ -76,9 +61,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     per-sample ``alpha`` raises ValueError on the iterative path, as does a WhiteKernel times a
     kernel whose k(x, x) varies (``DotProduct() * WhiteKernel()``: noise that differs from point
     to point; a WhiteKernel anywhere else is noise c I, e.g. ``C * (RBF + WhiteKernel)``).
-    scikit-learn's own
-    ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
-    registry (``benchmarks/sklearn_gpr_suite.py``).
+    scikit-learn's own ``test_gpr.py`` passes with this class substituted, except its test of a
+    kernel outside the registry (``benchmarks/sklearn_gpr_suite.py``). The figures behind the
+    defaults below: docs/benchmarks.md, "Figures behind choices in the code".
 
     Parameters
     ----------
@@ -112,23 +97,19 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     dtype : {"auto", "float32", "float64"}, default="auto"
         Iterative path: dtype of the kernel products in CG (its vectors and scalars are
         float64). "auto" is float64 products; on the GPU the gradient's fused Triton
-        contractions then run in float32 with float64 sums (float64 ones took 69 s instead of
-        4.2 s at n = 1e6). Float32 products cost less each but bias the log-determinant
-        estimate, whose Lanczos run sees their rounding as spread in the small eigenvalues: at
-        the noise fitted at n = 1e6 (GPU, ``benchmarks/gp.py`` data, docs/decisions.md) the estimate was
-        +333 nats above the float64 one at n = 1e6 and +1650 at n = 1e5, and they took more
-        CG steps (6 + refinement against 3 at n = 1e6, 32 against 4 at n = 1e5). The kernel
-        blocks are formed from data centred on their float64 mean and scaled in float64, then
-        rounded once (:mod:`kernelkit.operators.covariance`). The preconditioner, the tridiagonal
-        eigenproblems and the final sums are float64. The exact path is float64 throughout.
+        contractions then run in float32 with float64 sums. Float32 products cost less each
+        but bias the log-determinant estimate (its Lanczos run sees their rounding as spread
+        in the small eigenvalues: hundreds of nats at large n) and take more CG steps. The
+        rest is float64: the data (kernel blocks are rounded once,
+        :mod:`kernelkit.operators.covariance`), the preconditioner, the tridiagonal
+        eigenproblems, the sums, and the exact path throughout.
     exact_max_n : int or None, default=None
         Largest n for the exact path; None means
-        :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0 always
-        takes the iterative path.
+        :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0
+        always takes the iterative path.
     n_probes : int, default=15
         Iterative path: probe vectors for the log-determinant and trace estimates. They share
-        every K @ V product with y, so the default makes 16 columns, one tensor-core tile:
-        17 columns took 1.8x as long per product (GPU, n = 1e6).
+        every K @ V product with y, so the default makes 16 columns, one tensor-core tile.
     max_cg_iter : int, default=1000
         Iterative path: most CG iterations per solve (a ConvergenceWarning says when they were
         not enough).
@@ -140,26 +121,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
         (0: none). "auto" is min(n, max(1024, 2 sqrt(n)), 2**28 // n), on a GPU with the last
         bound raised to what 90% of its free memory holds
-        (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit): CG then takes 4-15
-        iterations on a smooth ARD RBF model at n = 1e4, where 100 landmarks took 62-94, and
-        10 near the optimum at n = 1e6 (rank 2048; 30 at rank 1024) (docs/decisions.md).
+        (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
         when an iteration raises the estimate by less than its standard error (from the
-        probes' spread; 0 where the preconditioner is exact), or when ``STALL_EVALUATIONS``
-        (5) evaluations in a row do not beat the best by that much, keeping the best point.
-        With SciPy's tolerances alone a default fit at n = 2e4 (GPU) took 15 iterations and
-        ~100 evaluations, most in line searches that the stochastic gradient made fail, for
-        4.5 nats and a test NLPD of -0.8777 against -0.8775 after 10 iterations (15.3 s
-        against 1.5 s). The exact path keeps SciPy's tolerances, as scikit-learn.
+        probes' spread; 0 where the preconditioner is exact), or when
+        :data:`~kernelkit.estimators.gp._optimizer.STALL_EVALUATIONS` (5) evaluations in a row
+        do not beat the best by that much, keeping the best point (with SciPy's tolerances
+        alone most evaluations went to line searches that the stochastic gradient made fail).
+        The exact path keeps SciPy's tolerances, as scikit-learn.
     pretrain_size : int, "auto" or None, default="auto"
         When it is below n, the hyperparameters are first fitted on this many training points
         drawn uniformly (from ``random_state``; the same settings and restarts, and in turn
         pretrained when the rule applies to them), and the optimiser on all n points starts
         from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
         pretraining below); None never pretrains. Large fits need it: far from the optimum
-        the kernel is rougher than the preconditioner follows (n = 1e6, GPU: one evaluation
-        took 124 CG steps at the kernel's initial hyperparameters, 10 near the optimum).
+        the kernel is rougher than the preconditioner follows, and CG takes many more steps.
 
     Attributes
     ----------
@@ -189,23 +166,16 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Iterative path: predictive variances come from a cache built at the end of ``fit``
-    (:mod:`kernelkit.linalg.galerkin`; after unpickling, at the first variance request): the
-    Galerkin projection of K^{-1} onto the span of the kernel's columns at ``VARIANCE_RANK``
-    (2048; fewer where two n x k float64 matrices would not fit: 2^28 values on the CPU, the
-    free memory on a GPU) uniformly drawn landmarks, from float64 products. Each test point gets a
-    certified bound on the cache's error (||r||^2 / (noise + alpha) for the Galerkin residual
-    r); where it exceeds ``cg_tol`` times the prior variance, that
-    point's column K(X, x*) is solved by batched CG instead. So every variance is within
-    ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix by CG
-    unless every point is certified). Rough kernels (Matérn 0.5) or tiny noise send more
-    points to CG. Exact path: one triangular solve per batch of test points.
+    Iterative path: predictive variances come from a cache built at the end of ``fit`` (after
+    unpickling, at the first variance request), with a certified error bound per test point;
+    points whose bound exceeds ``cg_tol`` times their prior variance are solved by CG instead,
+    so every variance is within ``cg_tol`` times its prior variance of the exact one
+    (:mod:`kernelkit.estimators.gp._variance`). Exact path: one triangular solve per batch.
 
     Under an initialised ``torch.distributed`` process group of several ranks every rank calls
     ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
-    shards the rows of every K @ V and of the gradient's kernel terms over the ranks
-    (:mod:`kernelkit.operators.covariance_sharded`); the exact path runs on every rank alone and keeps rank
-    0's result. docs/distributed.md.
+    shards the rows of every K @ V and of the gradient's kernel terms over the ranks; the exact
+    path runs on every rank alone and keeps rank 0's result (docs/distributed.md).
 
     Examples
     --------
@@ -251,34 +221,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         tags.requires_fit = False  # predict and sample_y use the prior before fit
         return tags
 
-    # ----------------------------------------------------------------------------- helpers
-    def _torch_setup(self):
-        import torch
-
-        where = resolve_device(self.device)
-        name = "float64" if self.dtype == "auto" else self.dtype
-        return torch.device(where), getattr(torch, name)
-
-    def _operator(self, structure):
-        import torch
-
-        from kernelkit.operators.covariance import CovarianceOperator
-
-        device, dtype = self._torch_setup()
-        jitter = 0.0 if self._exact else self._alpha
-        if distributed.active() and not self._exact:  # rows sharded over the process group
-            from kernelkit.operators.covariance_sharded import ShardedCovarianceOperator as CovarianceOperator
-        # the device copy of X_train_ is kept from the fit's first operator (every later
-        # log_marginal_likelihood / predict call would copy it again)
-        held = getattr(self, "_device_data", None)
-        data = held[1] if held is not None and held[0] == device else None
-        # "auto": float64 products, float32 fused gradient contractions (float64 sums)
-        contraction = torch.float32 if self.dtype == "auto" and device.type == "cuda" else dtype
-        op = CovarianceOperator(self.X_train_, structure, jitter, device, dtype, data=data,
-                                contraction_dtype=contraction)
-        self._device_data = (device, op.data)
-        return op
-
     def __getstate__(self):
         """scikit-learn's state without the device caches (rebuilt on first use), so a
         pickled estimator loads on a machine without the fit's device."""
@@ -288,25 +230,27 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             state["_variance_cache"] = None
         return state
 
+    def _operator(self, structure):
+        """The covariance operator of X_train_ (:func:`._device.covariance_operator`), on the
+        device copy of X_train_ kept from the fit's first operator."""
+        from kernelkit.estimators.gp._device import covariance_operator
+
+        op, self._device_data = covariance_operator(
+            self.X_train_, structure, 0.0 if self._exact else self._alpha, self.device,
+            self.dtype, iterative=not self._exact, held=getattr(self, "_device_data", None))
+        return op
+
     def _probes(self, op, settings):
-        from kernelkit.estimators.gp._lml import make_probes, resolve_rank
+        """The fit's draws (:func:`~kernelkit.estimators.gp._lml.make_probes`). Their ranks
+        ("auto" depends on the free GPU memory) are resolved once per fit, so that every later
+        call draws the fit's landmarks and probes."""
+        from kernelkit.estimators.gp._lml import fit_ranks, make_probes
 
-        # "auto" depends on the free GPU memory: resolved once per fit, so that every later
-        # call draws the fit's landmarks and probes
         key = (settings.preconditioner_rank, op.n, str(op.device))
-        held = getattr(self, "_rank", None)
-        if held is None or held[0] != key:
-            # sized for the preconditioner's Cholesky form; an evaluation that may fall into
-            # its eigen form, which needs more memory, uses a subset of eigen_rank landmarks
-            rank = resolve_rank(settings.preconditioner_rank, op.n, op.device)
-            eigen_rank = resolve_rank(settings.preconditioner_rank, op.n, op.device, "eigen")
-            if distributed.active():  # every process the same landmarks: rank 0's counts
-                from kernelkit.estimators.gp import _sharded
-
-                rank, eigen_rank = (int(v) for v in _sharded.from_rank0([rank, eigen_rank]))
-            held = self._rank = (key, rank, eigen_rank)
-        return make_probes(op.n, held[1], settings.n_probes, self._probe_seed, op.device,
-                           eigen_rank=held[2])
+        if getattr(self, "_rank", None) is None or self._rank[0] != key:
+            self._rank = (key, *fit_ranks(settings.preconditioner_rank, op.n, op.device))
+        return make_probes(op.n, self._rank[1], settings.n_probes, self._probe_seed, op.device,
+                           eigen_rank=self._rank[2])
 
     def _targets(self, op):
         """y_train_ as an (n, t) float64 tensor on the operator's device."""
@@ -315,25 +259,35 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Y = torch.as_tensor(self.y_train_, dtype=torch.float64, device=op.device)
         return Y.reshape(op.n, -1)
 
-    def _alpha_tensor(self, op):
-        import torch
-
-        return torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
-
     def _lml_function(self, op, settings, optimizing=False):
         """theta, eval_gradient -> lml or (lml, grad) on this fit's path: the exact value, or
         the estimate (:class:`~kernelkit.estimators.gp._optimizer.StochasticObjective`;
         ``optimizing``: L-BFGS-B's objective)."""
+        import torch
+
         from kernelkit.estimators.gp._exact import exact_lml
         from kernelkit.estimators.gp._optimizer import StochasticObjective
 
         Y = self._targets(op)
         if self._exact:
-            alpha = self._alpha_tensor(op)
+            alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
             return lambda theta, eval_gradient: exact_lml(op, theta, Y, alpha, eval_gradient)
         return StochasticObjective(op, Y, self._probes(op, settings), settings, optimizing)
 
-    # ----------------------------------------------------------------------------- API
+    def _cache(self, op, params, settings):
+        """The predictive-variance cache of this fit (built at the end of ``fit``; after
+        unpickling, here at the first variance request), or None when K has no positive lower
+        bound on its eigenvalues (no noise, no alpha)."""
+        from kernelkit.estimators.gp._variance import build_cache, lower_bound
+
+        lambda_min = lower_bound(op, params)
+        if lambda_min <= 0:
+            return None
+        if getattr(self, "_variance_cache", None) is None:
+            self._variance_cache = build_cache(op, params, lambda_min,
+                                               settings.preconditioner_rank, self._probe_seed)
+        return self._variance_cache
+
     def fit(self, X, y):
         """Fit the Gaussian process: optimise the hyperparameters, then solve for ``alpha_``.
 
@@ -355,16 +309,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         variance cache (not for a pretraining subset, whose fit only gives a start)."""
         import torch
 
-        from kernelkit.estimators.gp import _optimizer
+        from kernelkit.estimators.gp import _optimizer, _sharded
         from kernelkit.estimators.gp._exact import exact_fit
         from kernelkit.estimators.gp._lml import solve_targets
 
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        settings, X, y, structure = distributed.checked(
-            "GaussianProcessRegressor.fit", self, self._fit_inputs, X=X, y=y)
-        sharded = distributed.active()  # a process group (kernelkit.operators.covariance_sharded)
-        if sharded:
-            from kernelkit.estimators.gp import _sharded
+        settings, X, y, self.kernel_, structure, self._alpha, self._exact = distributed.checked(
+            "GaussianProcessRegressor.fit", self, functools.partial(fit_inputs, self), X=X, y=y)
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
             std = np.std(y, axis=0)  # a (numerically) constant target is only centred
@@ -374,13 +325,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self._y_train_std = np.ones(y.shape[1:])
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
-        self._variance_cache = None  # the previous fit's predictive-variance cache
-        self._device_data = None  # the previous fit's training inputs on the device
-        self._rank = None  # the previous fit's preconditioner rank
+        # the previous fit's predictive-variance cache, device data and preconditioner rank
+        self._variance_cache = self._device_data = self._rank = None
         rng = check_random_state(self.random_state)
-        self._probe_seed = int(rng.randint(2**31 - 1))
-        if sharded:  # random_state=None: rank 0's draws
-            self._probe_seed = int(_sharded.from_rank0([self._probe_seed])[0])
+        # under a process group rank 0's draw (random_state=None differs between ranks)
+        self._probe_seed = int(_sharded.from_rank0([rng.randint(2**31 - 1)])[0])
 
         optimizing = self.optimizer is not None and self.kernel_.n_dims > 0
         # before this fit's operator: its "auto" rank then sees the memory the subset freed
@@ -394,56 +343,21 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                 max_iter=self.optimizer_max_iter, n_restarts=self.n_restarts_optimizer,
                 start=start, estimate=None if self._exact else objective)
             self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
-        Y = self._targets(op)
+        Y, theta = self._targets(op), self.kernel_.theta
         if self._exact:
-            lml, alpha, L = exact_fit(op, self.kernel_.theta, Y, self._alpha_tensor(op),
-                                      self.kernel_)
+            alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
+            lml, alpha, L = exact_fit(op, theta, Y, alpha, self.kernel_)
             self.L_ = L.cpu().numpy()
         else:
-            lml, alpha = solve_targets(op, self.kernel_.theta, Y, self._probes(op, settings),
-                                       settings)
+            lml, alpha = solve_targets(op, theta, Y, self._probes(op, settings), settings)
         self.log_marginal_likelihood_value_ = np.float64(lml)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
-        if sharded:
+        if distributed.active():  # rows sharded over a process group
             _sharded.share_fit(self)
         if not self._exact and variance_cache:  # predictions then take no solve
-            params = op.structure.params(torch.as_tensor(self.kernel_.theta, dtype=torch.float64,
-                                                         device=op.device))
-            self._cache(op, params, settings)
+            theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
+            self._cache(op, op.structure.params(theta), settings)
         return self
-
-    def _fit_inputs(self, X, y):
-        """The checked settings and data of :meth:`fit`: ``(settings, X, y, kernel structure)``;
-        sets ``kernel_``, ``n_features_in_``, ``_alpha`` and ``_exact``."""
-        from kernelkit.estimators.gp._exact import exact_max_n
-
-        settings = check_params(self)
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        parse_kernel(kernel)  # the kernel's type and structure, before anything else
-        self.kernel_ = clone(kernel)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
-                             reset=True)
-        structure = parse_kernel(self.kernel_, X.shape[1])
-        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
-        if self.n_targets is not None and n_targets_seen != self.n_targets:
-            raise ValueError(
-                f"The number of targets seen in `y` is different from the parameter "
-                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
-        n = X.shape[0]
-        self._alpha = check_alpha(self.alpha, n)
-        largest = exact_max_n(self.exact_max_n, self._torch_setup()[0])
-        self._exact = n <= largest
-        if not self._exact and np.ndim(self._alpha):
-            raise ValueError(
-                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n={largest}")
-        if not self._exact and structure.varying_noise is not None:
-            raise ValueError(
-                f"kernel: {structure.varying_noise!r} adds a WhiteKernel noise that varies from "
-                f"point to point, which the iterative path (n_samples={n} > exact_max_n="
-                f"{largest}) cannot precondition; write the noise as a summand "
-                f"(... + WhiteKernel()) or as a WhiteKernel times constants and kernels with "
-                f"k(x, x) = 1 (RBF, Matern...)")
-        return settings, X, y, structure
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """The log marginal likelihood of the training data at ``theta`` (iterative path: its
@@ -468,8 +382,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         theta, settings = distributed.checked(
-            "GaussianProcessRegressor.log_marginal_likelihood", self, self._lml_inputs,
-            theta=theta, eval_gradient=eval_gradient, clone_kernel=clone_kernel)
+            "GaussianProcessRegressor.log_marginal_likelihood", self,
+            functools.partial(lml_inputs, self), theta=theta, eval_gradient=eval_gradient,
+            clone_kernel=clone_kernel)
         if theta is None:
             return self.log_marginal_likelihood_value_
         op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
@@ -477,22 +392,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.kernel_.theta = theta
         out = self._lml_function(op, settings)(theta, eval_gradient)
         return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
-
-    def _lml_inputs(self, theta, eval_gradient, clone_kernel):
-        """The checked arguments of :meth:`log_marginal_likelihood`: ``(theta, settings)``, or
-        ``(None, None)`` for the stored value."""
-        if not hasattr(self, "X_train_"):  # the requires_fit=False tag turns check_is_fitted off
-            raise NotFittedError("This GaussianProcessRegressor instance is not fitted yet; call "
-                                 "'fit' before log_marginal_likelihood.")
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return None, None
-        theta = np.asarray(theta, dtype=np.float64)
-        if theta.shape != self.kernel_.theta.shape:
-            raise ValueError(f"theta must have shape {self.kernel_.theta.shape}; "
-                             f"got {theta.shape}")
-        return theta, check_params(self)
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance, at ``X``.
@@ -521,14 +420,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         import torch
 
+        from kernelkit.estimators.gp import _variance
+
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         X, settings = distributed.checked(
-            "GaussianProcessRegressor.predict", self, self._predict_inputs, X=X,
+            "GaussianProcessRegressor.predict", self, functools.partial(predict_inputs, self), X=X,
             return_std=return_std, return_cov=return_cov)
         if settings is None:  # not fitted
             return self._prior(X, return_std, return_cov)
-        structure = parse_kernel(self.kernel_, self.n_features_in_)
-        op = self._operator(structure)
+        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
         theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
         params = op.structure.params(theta)
         Z = op.centred(X)
@@ -539,25 +439,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         mean = self._drop_single_target(mean * y_std + np.reshape(self._y_train_mean, -1))
         if not (return_std or return_cov):
             return mean
-        solved = self._variance_columns(op, params, Z, settings, keep=return_cov)
-        scale2 = y_std**2
-        if return_std:
-            with torch.no_grad():
-                prior = (op.diag(Z, params) + params["noise"]).cpu().numpy()
-            var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
-            return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
-        with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
-            K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
-        cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
-        return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
-
-    def _predict_inputs(self, X, return_std, return_cov):
-        """The checked arguments of :meth:`predict`: ``(X, settings)``, settings None before
-        fit."""
-        if return_std and return_cov:
-            raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return X, (check_params(self) if hasattr(self, "X_train_") else None)
+        L = torch.as_tensor(self.L_, device=op.device) if self._exact else None
+        cache = None if self._exact else self._cache(op, params, settings)
+        var = _variance.predictive(op, params, Z, settings, return_cov, L, cache,
+                                   lambda: self._probes(op, settings))
+        var = self._drop_single_target(np.multiply.outer(var, y_std**2))
+        return mean, var if return_cov else np.sqrt(var)
 
     def _prior(self, X, return_std, return_cov):
         """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
@@ -576,41 +463,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def _drop_single_target(values):
         """Drop the trailing target axis when there is one target (as scikit-learn)."""
         return values[..., 0] if values.shape[-1] == 1 else values
-
-    def _variance_columns(self, op, params, Z, settings, keep):
-        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*) for centred test
-        rows Z (:mod:`kernelkit.estimators.gp._variance`): from ``L_`` (exact path), else from
-        the cache where it is certified and by CG elsewhere."""
-        import torch
-
-        from kernelkit.estimators.gp import _variance
-
-        if self._exact:
-            L = torch.as_tensor(self.L_, device=op.device)
-            return _variance.exact_columns(op, params, L, Z, keep)
-
-        def by_cg(Z, keep):
-            probes = self._probes(op, settings)
-            return _variance.solve_columns(op, params, Z, settings, probes, keep)
-
-        cache = self._cache(op, params, settings)
-        if cache is None:
-            return by_cg(Z, keep)
-        return _variance.cached_columns(op, params, Z, cache, settings.cg_tol, by_cg, keep)
-
-    def _cache(self, op, params, settings):
-        """The predictive-variance cache of this fit (built at the end of ``fit``; after
-        unpickling, here at the first variance request), or None when K has no positive lower
-        bound on its eigenvalues (no noise, no alpha)."""
-        from kernelkit.estimators.gp._variance import build_cache, lower_bound
-
-        lambda_min = lower_bound(op, params)
-        if lambda_min <= 0:
-            return None
-        if getattr(self, "_variance_cache", None) is None:
-            self._variance_cache = build_cache(op, params, lambda_min,
-                                               settings.preconditioner_rank, self._probe_seed)
-        return self._variance_cache
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw functions from the posterior Gaussian process, evaluated at ``X``.
