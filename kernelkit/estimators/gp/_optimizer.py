@@ -119,16 +119,18 @@ class StochasticObjective:
 
 
 def _rejected(theta, eval_gradient, value):
+    """The objective's answer for an estimate it does not trust: ``value``, a zero gradient."""
     return (value, np.zeros_like(theta)) if eval_gradient else value
 
 
 def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n_restarts,
                    start=None, estimate=None):
-    """The theta that maximises ``lml_at(theta, eval_gradient)`` (rank 0's value under a process
-    group) best among the optimiser's runs: one from ``start`` (a pretrained optimum: L-BFGS-B's
-    first trial step is then :data:`PRETRAINED_STEP`, and there are no restarts) or from
-    ``initial_theta``, and ``n_restarts`` more from uniform draws of ``rng`` within ``bounds``
-    (rank 0's under a process group). The other arguments: :func:`optimize`."""
+    """The best theta of the optimiser's runs on ``lml_at(theta, eval_gradient)`` -> lml or
+    (lml, grad), maximised (rank 0's value under a process group): one run from ``start`` (a
+    pretrained optimum: L-BFGS-B's first trial step is then :data:`PRETRAINED_STEP`, and there
+    are no restarts) or from ``initial_theta``, and ``n_restarts`` more from uniform draws of
+    ``rng`` within ``bounds`` (rank 0's under a process group). The other arguments:
+    :func:`optimize`."""
     from kernelkit.estimators.gp import _sharded
 
     if distributed.active():
@@ -149,8 +151,7 @@ def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n
             raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
                              "requires that all bounds are finite.")
         for _ in range(n_restarts):
-            start = rng.uniform(bounds[:, 0], bounds[:, 1])
-            start = _sharded.from_rank0(start)
+            start = _sharded.from_rank0(rng.uniform(bounds[:, 0], bounds[:, 1]))
             runs.append(optimize(obj_func, start, bounds, optimizer=optimizer,
                                  max_iter=max_iter, estimate=estimate))
     return min(runs, key=lambda run: run[1])[0]
