@@ -63,10 +63,10 @@ def lower_bound(op, params):
     return float(params["noise"]) + op.jitter
 
 
-def build_cache(op, params, lambda_min, preconditioner_rank, seed):
+def build_cache(op, params, preconditioner_rank, seed):
     """The cache of one fit: the Galerkin projection of K^{-1} onto the span of the kernel's
     columns at :func:`variance_rank` landmarks drawn uniformly from ``seed``, with K U from
-    float64 products; ``lambda_min``: :func:`lower_bound` (> 0)."""
+    float64 products and the certificate's :func:`lower_bound` (which must be > 0)."""
     # the free memory may differ between the ranks of a process group: rank 0's
     k = int(_sharded.from_rank0([variance_rank(op.n, op.device, preconditioner_rank)])[0])
 
@@ -79,7 +79,7 @@ def build_cache(op, params, lambda_min, preconditioner_rank, seed):
         U = op.agree(basis)
         # float64 products: the bound assumes K U to round-off of K, which float32
         # products (error ~ u ||K||, ||K|| ~ n) would not give at large n
-        return SubspaceCache(U, op.exact_matmul(U, params), lambda_min)
+        return SubspaceCache(U, op.exact_matmul(U, params), lower_bound(op, params))
 
 
 def predictive(op, params, Z, settings, cov=False, L=None, cache=None, probes=None):

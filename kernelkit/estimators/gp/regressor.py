@@ -167,10 +167,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Notes
     -----
     Iterative path: predictive variances come from a cache built at the end of ``fit`` (after
-    unpickling, at the first variance request), with a certified error bound per test point;
-    points whose bound exceeds ``cg_tol`` times their prior variance are solved by CG instead,
-    so every variance is within ``cg_tol`` times its prior variance of the exact one
-    (:mod:`kernelkit.estimators.gp._variance`). Exact path: one triangular solve per batch.
+    unpickling, at the first variance request) and certified point by point, or else by CG:
+    each is within ``cg_tol`` times its prior variance of the exact one
+    (:mod:`kernelkit.estimators.gp._variance`).
 
     Under an initialised ``torch.distributed`` process group of several ranks every rank calls
     ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
@@ -231,8 +230,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         return state
 
     def _operator(self, structure):
-        """The covariance operator of X_train_ (:func:`._device.covariance_operator`), on the
-        device copy of X_train_ kept from the fit's first operator."""
+        """The covariance operator of X_train_
+        (:func:`kernelkit.estimators.gp._device.covariance_operator`), on the device copy of
+        X_train_ kept from the fit's first operator."""
         from kernelkit.estimators.gp._device import covariance_operator
 
         op, self._device_data = covariance_operator(
@@ -280,12 +280,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         bound on its eigenvalues (no noise, no alpha)."""
         from kernelkit.estimators.gp._variance import build_cache, lower_bound
 
-        lambda_min = lower_bound(op, params)
-        if lambda_min <= 0:
+        if lower_bound(op, params) <= 0:
             return None
         if getattr(self, "_variance_cache", None) is None:
-            self._variance_cache = build_cache(op, params, lambda_min,
-                                               settings.preconditioner_rank, self._probe_seed)
+            self._variance_cache = build_cache(op, params, settings.preconditioner_rank,
+                                               self._probe_seed)
         return self._variance_cache
 
     def fit(self, X, y):
