@@ -1,6 +1,6 @@
 """The parameter and argument checks of :class:`~kernelkit.GaussianProcessRegressor`: a
-TypeError or ValueError that names the parameter and says what was expected. NumPy and
-scikit-learn only (no torch)."""
+TypeError or ValueError that names the parameter and says what was expected. Importing this
+module loads NumPy and scikit-learn only."""
 
 from __future__ import annotations
 
