@@ -71,6 +71,7 @@ def main(argv=None):
 
     import kernelkit
     from kernelkit.estimators.gp import _lml
+    from kernelkit.estimators.gp._checks import check_params
     from kernelkit.operators.kernel_tree import parse_kernel
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -83,7 +84,7 @@ def main(argv=None):
     gp = kernelkit.GaussianProcessRegressor(kernel, random_state=0, optimizer=None,
                                             device=args.device, dtype=args.dtype, exact_max_n=0)
     gp._fit(X, y, variance_cache=False)  # the fit's probes and landmarks, no variance cache
-    settings = gp._check_params()
+    settings = check_params(gp)
     op = gp._operator(parse_kernel(gp.kernel_, gp.n_features_in_))
     probes = gp._probes(op, settings)
     targets = gp._targets(op)[:, 0]

@@ -73,7 +73,7 @@ def main(argv=None):
     import torch
 
     import kernelkit
-    from kernelkit.estimators.gp import regressor
+    from kernelkit.estimators.gp import _optimizer
 
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
@@ -89,7 +89,7 @@ def main(argv=None):
         sync()
         return time.perf_counter() - t0[0]
 
-    spread, stall = regressor.GaussianProcessRegressor._spread, regressor.STALL_EVALUATIONS
+    spread, stall = _optimizer.standard_error, _optimizer.STALL_EVALUATIONS
     measuring = args.iterations is not None
 
     def on_full_data():
@@ -98,10 +98,10 @@ def main(argv=None):
     def after_evaluation(row):
         _write(record, args.out)
         # measurement mode: the full-data run's stopping rules off (read after each evaluation)
-        regressor.STALL_EVALUATIONS = 10**9 if measuring and on_full_data() else stall
+        _optimizer.STALL_EVALUATIONS = 10**9 if measuring and on_full_data() else stall
 
-    def traced_spread(self):
-        return 0.0 if measuring and on_full_data() else spread(self)
+    def traced_spread(estimate):
+        return 0.0 if measuring and on_full_data() else spread(estimate)
 
     minimize = scipy.optimize.minimize
 
@@ -123,8 +123,8 @@ def main(argv=None):
         record["runs"][-1].update(end=clock(), nit=int(result.nit), message=str(result.message))
         return result
 
-    regressor.GaussianProcessRegressor._spread = traced_spread
-    regressor.scipy.optimize.minimize = traced_minimize
+    _optimizer.standard_error = traced_spread
+    _optimizer.scipy.optimize.minimize = traced_minimize
     gp = kernelkit.GaussianProcessRegressor(kernel_for(args.d, kernelkit.RBF), random_state=0,
                                             device=args.device, exact_max_n=args.exact_max_n,
                                             pretrain_size=args.pretrain_size, dtype=args.dtype)

@@ -60,18 +60,18 @@ def run(n, args):
     import torch
 
     import kernelkit
-    from kernelkit.estimators.gp import regressor
+    from kernelkit.estimators.gp import _variance
 
     X, y, Xt, _ = make_data(n, args.n_test, 8)
     theta = THETAS[args.theta]
     cg_columns = []
-    original = regressor.GaussianProcessRegressor._solve_test_columns
+    original = _variance.solve_columns
 
-    def counted(self, op, params, Z, settings, keep):
+    def counted(op, params, Z, settings, probes, keep):
         cg_columns.append(int(Z.shape[0]))
-        return original(self, op, params, Z, settings, keep)
+        return original(op, params, Z, settings, probes, keep)
 
-    regressor.GaussianProcessRegressor._solve_test_columns = counted
+    _variance.solve_columns = counted
     try:
         gp = kernelkit.GaussianProcessRegressor(kernel(theta), optimizer=None, random_state=0)
         row = dict(n=n, n_test=args.n_test, theta=args.theta)
@@ -111,7 +111,7 @@ def run(n, args):
         torch.cuda.empty_cache()
         return row
     finally:
-        regressor.GaussianProcessRegressor._solve_test_columns = original
+        _variance.solve_columns = original
 
 
 def certified_bound(gp, Xt, std):

@@ -212,6 +212,7 @@ def _gp_linalg(data, rank, size):
     import torch
 
     from kernelkit.estimators.gp import _lml
+    from kernelkit.estimators.gp._checks import check_params
 
     original = _lml.preconditioner
 
@@ -228,7 +229,7 @@ def _gp_linalg(data, rank, size):
         except torch.linalg.LinAlgError as exc:  # the final LML at the fixed theta
             objective.append(str(exc))
         structure = _structure(model)
-        lml_at = model._lml_function(model._operator(structure), model._check_params())
+        lml_at = model._lml_function(model._operator(structure), check_params(model))
         return np.array([len(objective), lml_at(model.kernel_.theta, True)[0]])
     finally:
         _lml.preconditioner = original

@@ -188,7 +188,7 @@ def test_variance_batches_and_chunks_do_not_change_results(monkeypatch):
     gp = kk.GaussianProcessRegressor(kernel, optimizer=None, device="cpu", cg_tol=1e-10,
                                      exact_max_n=0)
     whole = gp.fit(X, y).predict(Xt, return_std=True)
-    monkeypatch.setattr("kernelkit.estimators.gp.regressor.VARIANCE_BATCH_ELEMENTS", 150 * 7)
+    monkeypatch.setattr("kernelkit.estimators.gp._variance.VARIANCE_BATCH_ELEMENTS", 150 * 7)
     monkeypatch.setattr(covariance, "BLOCK_ELEMENTS", 150 * 13)
     batched = gp.fit(X, y).predict(Xt, return_std=True)
     for a, b in zip(whole, batched):

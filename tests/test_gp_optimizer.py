@@ -8,6 +8,7 @@ the best so far with a zero gradient, so that the line search steps back, and it
 a rejection before any trusted value warns.
 """
 
+import types
 import warnings
 
 import numpy as np
@@ -17,7 +18,8 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.estimators.gp import _lml
+from kernelkit.estimators.gp import _lml, _optimizer
+from kernelkit.estimators.gp._checks import check_params
 from kernelkit.operators.kernel_tree import parse_kernel
 
 
@@ -31,7 +33,7 @@ def objective():
     op = gp._operator(parse_kernel(gp.kernel_, 2))
 
     def make():
-        return gp._lml_function(op, gp._check_params(), optimizing=True)
+        return gp._lml_function(op, check_params(gp), optimizing=True)
 
     return make, gp.kernel_.theta
 
@@ -143,21 +145,19 @@ def test_stalled_line_searches_stop_at_the_best_point():
     Without the stall rule L-BFGS-B took 16 evaluations and ended abnormally, returning a value
     of a point it did not return; with it, STALL_EVALUATIONS evaluations after the best one it
     returns that point and its value, without a warning."""
-    from kernelkit.estimators.gp import regressor
-
-    gp = kk.GaussianProcessRegressor(optimizer_max_iter=1000)
-    gp._exact = False
+    estimate = types.SimpleNamespace(spread=0.0)  # the objective's standard error
     start, seen = np.full(4, 2.0), []
 
     def obj_func(theta, eval_gradient=True):
-        gp._lml_spread = 0.1
+        estimate.spread = 0.1
         value = float(np.sum((theta - 3.0) ** 2)) + (0.0 if np.array_equal(theta, start) else 10.0)
         seen.append(value)
         return value, 2.0 * (theta - 3.0)
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        x, f = gp._optimize(obj_func, start.copy(), np.array([[-10.0, 10.0]] * 4))
+        x, f = _optimizer.optimize(obj_func, start.copy(), np.array([[-10.0, 10.0]] * 4),
+                                   optimizer="fmin_l_bfgs_b", max_iter=1000, estimate=estimate)
     np.testing.assert_array_equal(x, start)
     assert f == 4.0
-    assert len(seen) == 1 + regressor.STALL_EVALUATIONS
+    assert len(seen) == 1 + _optimizer.STALL_EVALUATIONS

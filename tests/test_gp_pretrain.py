@@ -17,7 +17,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.estimators.gp import regressor
+from kernelkit.estimators.gp import _optimizer, regressor
 
 KERNEL = C(1.0) * RBF([1.0, 1.0]) + W(0.05)
 
@@ -101,8 +101,7 @@ def test_the_full_fit_reaches_the_exact_optimum():
     (600, 200, 200), (600, 600, 0), (600, 900, 0), (10**6, None, 0)])
 def test_pretrain_rows(n, size, rows):
     """"auto": n // 8 once that is at least 2**14; an int below n as given; None never."""
-    gp = kk.GaussianProcessRegressor(pretrain_size=size)
-    assert gp._pretrain_rows(n) == rows
+    assert _optimizer.pretrain_rows(size, n) == rows
 
 
 def test_subset_warnings_are_dropped_and_the_full_runs_kept():
@@ -147,8 +146,8 @@ def test_lbfgs_first_trial_step(step, bound):
         seen.append(np.array(theta))
         return float(((theta - 3.0) ** 2).sum()), 2.0 * (theta - 3.0)
 
-    gp = kk.GaussianProcessRegressor(optimizer_max_iter=50)
-    theta, value = gp._lbfgs(quadratic, np.zeros(2), np.array([[-bound, bound]] * 2), None, step)
+    theta, value = _optimizer.lbfgs(quadratic, np.zeros(2), np.array([[-bound, bound]] * 2), 50,
+                                    None, step)
     scipy_first = 6.0 * np.sqrt(2.0) if np.isfinite(bound) else 1.0
     assert np.linalg.norm(seen[1] - seen[0]) == pytest.approx(step or scipy_first, rel=1e-12)
     assert sum(np.array_equal(t, seen[0]) for t in seen) == 1
@@ -158,13 +157,13 @@ def test_lbfgs_first_trial_step(step, bound):
 
 def test_the_pretrained_run_takes_small_first_steps(monkeypatch):
     steps = []
-    lbfgs = regressor.GaussianProcessRegressor._lbfgs
+    lbfgs = _optimizer.lbfgs
 
-    def recorded(self, obj_func, initial_theta, bounds, callback, step=None):
+    def recorded(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
         steps.append(step)
-        return lbfgs(self, obj_func, initial_theta, bounds, callback, step)
+        return lbfgs(obj_func, initial_theta, bounds, max_iter, callback, step)
 
-    monkeypatch.setattr(regressor.GaussianProcessRegressor, "_lbfgs", recorded)
+    monkeypatch.setattr(_optimizer, "lbfgs", recorded)
     X, y = _data(200)
     kk.GaussianProcessRegressor(KERNEL, pretrain_size=80, device="cpu", random_state=0).fit(X, y)
-    assert steps == [None, regressor.PRETRAINED_STEP]
+    assert steps == [None, _optimizer.PRETRAINED_STEP]

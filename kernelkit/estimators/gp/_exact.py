@@ -9,12 +9,12 @@ predictions, used up to :func:`exact_max_n` training points.
         = \tfrac12 \sum_{il} W_{il} \frac{\partial K_{il}}{\partial \theta_j},\quad
     W = A A^\top - t K^{-1},
 
-with K = L L^T = k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k
-of Y (scikit-learn's formulas). K and its derivatives come from the same kernel blocks as the
-iterative path (:meth:`kernelkit.operators.covariance.CovarianceOperator.block`), here in float64; the
-gradient is the exact derivative of the exact log marginal likelihood, contracted one row chunk
-at a time by autograd (:func:`kernelkit.operators.covariance.theta_gradient`), so no (n, n, n_theta)
-tensor exists. Memory: about three n x n float64 matrices.
+with K = L L^T = k(X, X) + noise I + diag(alpha), A = K^{-1} Y for the t columns y_k of Y
+(scikit-learn's formulas). K and its derivatives come from the same kernel blocks as the
+iterative path (:meth:`kernelkit.operators.covariance.CovarianceOperator.block`), here in
+float64; the gradient is the exact derivative of the exact log marginal likelihood, contracted
+one row chunk at a time by autograd (:func:`kernelkit.operators.covariance.theta_gradient`), so
+no (n, n, n_theta) tensor exists. Memory: about three n x n float64 matrices.
 """
 
 from __future__ import annotations
@@ -26,17 +26,14 @@ import torch
 
 from kernelkit.operators.covariance import theta_gradient
 
-__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_lml", "lml_from_factor",
-           "cholesky", "reduced"]
+__all__ = ["EXACT_MAX_N", "exact_max_n", "dense_covariance", "exact_fit", "exact_lml",
+           "lml_from_factor", "cholesky", "reduced"]
 
 #: Default largest n of the exact path, by device type: where exact is not much slower than the
-#: iterative estimate, whose LML error at default settings is tens of nats there. CPU (2 cores,
-#: d = 8, ARD RBF + noise, one LML + gradient, exact vs iterative, 2026-11-26,
-#: ``benchmarks/gp_exact_threshold.py --cpu``, results/gp-exact-threshold-cpu-2core-2026-11-26
-#: .json): n = 4000 1.6 vs 0.9 s (iterative LML off by 15 nats), 6000 5.4 vs 3.3 s (36),
-#: 8000 9.8 vs 5.4 s (35), 10 000 18.0 vs 10.0 s (29). GPU (H200, d = 8, 2026-11-25,
-#: ``benchmarks/gp_exact_threshold.py``, results/gp-exact-threshold-h200-2026-11-25.json):
-#: n = 5000 0.049 vs 0.096 s, 10 000 0.21 vs 0.19 s, 15 000 0.50 vs 0.33 s: the crossover.
+#: iterative estimate, whose LML error at default settings is tens of nats there (one LML +
+#: gradient at n = 10 000 on 2 CPU cores: 18.0 s against 10.0 s, 29 nats off; on a GPU n =
+#: 10 000 is about the crossover). ``benchmarks/gp_exact_threshold.py``; the figures:
+#: docs/benchmarks.md, "Figures behind choices in the code".
 EXACT_MAX_N = {"cpu": 10_000, "cuda": 10_000}
 
 
@@ -128,6 +125,16 @@ def cholesky(op, params, alpha, kernel=None):
             f"definite matrix. Try gradually increasing the 'alpha' parameter of your "
             f"GaussianProcessRegressor estimator.")
     return L
+
+
+def exact_fit(op, theta, Y, alpha, kernel=None):
+    """The fit at ``theta``: ``(lml, A, L)`` with L the lower Cholesky factor of K
+    (:func:`cholesky`), A = K^{-1} Y and lml = log p(Y) from that factor (the value of
+    :func:`exact_lml`, K formed once)."""
+    params = op.structure.params(torch.as_tensor(theta, device=op.device))
+    L = cholesky(op, params, alpha, kernel)
+    A = torch.cholesky_solve(Y, L)
+    return lml_from_factor(L, Y, A), A, L
 
 
 def reduced(op, params, L, Z):

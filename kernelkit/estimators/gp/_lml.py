@@ -51,19 +51,22 @@ import numpy as np
 import torch
 from sklearn.exceptions import ConvergenceWarning
 
+from kernelkit.estimators.gp import _sharded
 from kernelkit.operators import fused
 from kernelkit.linalg.cg import conjugate_gradient
 from kernelkit.linalg.precond import WOODBURY_MAX_RATIO, nystrom_preconditioner
 from kernelkit.linalg.slq import lanczos_quadrature
 
 __all__ = ["AUTO_RANK", "Draws", "SolverSettings", "estimate_residual", "log_marginal_likelihood",
-           "make_probes", "preconditioner", "resolve_rank", "solve", "uniform_landmarks"]
+           "fit_ranks", "make_probes", "preconditioner", "resolve_rank", "solve",
+           "solve_targets", "uniform_landmarks"]
 
 #: ``preconditioner_rank="auto"``: min(n, max(AUTO_RANK, AUTO_RANK_PER_ROOT_N sqrt(n)),
 #: AUTO_FACTOR_ELEMENTS // n) landmarks. The rank sets the CG iterations: on the benchmark's GP
-#: (n = 1e4, d = 8, ARD RBF + noise, float32 products, cg_tol 1e-3; docs/decisions.md) 100 landmarks took
-#: 94 / 62 iterations at the initial / fitted hyperparameters, 300 took 44 / 17 and 1000 took
-#: 15 / 4; the factor's QR costs O(n k^2) and its k x k eigenproblem O(k^3) once per evaluation.
+#: (n = 1e4, d = 8, ARD RBF + noise, float32 products, cg_tol 1e-3; docs/decisions.md) 100
+#: landmarks took 94 / 62 iterations at the initial / fitted hyperparameters, 300 took 44 / 17
+#: and 1000 took 15 / 4; the factor's QR costs O(n k^2) and its k x k eigenproblem O(k^3) once
+#: per evaluation.
 AUTO_RANK = 1024
 #: Past n = (AUTO_RANK / AUTO_RANK_PER_ROOT_N)^2 = 262 144 the rank grows like sqrt(n), so the
 #: preconditioner's O(n k^2) build keeps a fixed share of one O(n^2) product. At n = 1e6 near the
@@ -105,6 +108,15 @@ def resolve_rank(rank, n, device=None, form="cholesky"):
         return min(int(rank), n)
     wanted = max(AUTO_RANK, int(AUTO_RANK_PER_ROOT_N * math.sqrt(n)))
     return max(1, min(n, wanted, factor_columns(n, device, PRECONDITIONER_COPIES[form])))
+
+
+def fit_ranks(rank, n, device):
+    """The landmark counts of a fit's draws, ``(rank, eigen_rank)``: :func:`resolve_rank` for
+    the preconditioner's Cholesky form, which the rank is sized for, and for its eigen form,
+    which needs more memory (:class:`Draws`); rank 0's under a process group, so that every
+    process draws the same landmarks."""
+    ranks = [resolve_rank(rank, n, device), resolve_rank(rank, n, device, "eigen")]
+    return tuple(int(v) for v in _sharded.from_rank0(ranks))
 
 
 def factor_columns(n, device, copies):
@@ -341,3 +353,15 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     if not eval_gradient:
         return lml, alpha
     return lml, numbers[2 + t:], alpha
+
+
+def solve_targets(op, theta, Y, probes, settings):
+    """The fit at ``theta``: ``(lml, A)``, the estimate of log p(Y) summed over the t columns of
+    Y (shape (n, t); one :func:`log_marginal_likelihood` per column, the same probes) and
+    A = K^{-1} Y, shape (n, t), in the operator's dtype."""
+    lml, columns = 0.0, []
+    for k in range(Y.shape[1]):
+        value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
+        lml += value
+        columns.append(column)
+    return lml, torch.stack(columns, dim=1)

@@ -9,14 +9,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from kernelkit import distributed
+
 __all__ = ["from_rank0", "rank0_objective", "share_fit"]
 
 
 def from_rank0(values):
-    """Rank 0's float64 ``values`` (flattened; exact for integers below 2**53) on every rank."""
+    """Rank 0's float64 ``values`` (flattened; exact for integers below 2**53) on every rank of a
+    process group; without one, this process's."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not distributed.active():
+        return values
     from kernelkit_gpu import distributed as D
 
-    t = torch.as_tensor(np.asarray(values, dtype=np.float64).reshape(-1))
+    t = torch.as_tensor(values)
     return D.broadcast(t).numpy() if t.numel() else t.numpy()
 
 

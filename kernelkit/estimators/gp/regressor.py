@@ -1,152 +1,26 @@
-r"""Gaussian-process regression: exact (dense float64 Cholesky) for small n, matrix-free
-(BBMM-style) for large n, on the GPU or the CPU.
+"""scikit-learn's ``GaussianProcessRegressor`` interface (:class:`GaussianProcessRegressor`). The
+numbers are computed beside it: the exact path in :mod:`._exact`, the iterative path's log
+marginal likelihood in :mod:`._lml`, the optimiser in :mod:`._optimizer`, the predictive
+variances in :mod:`._variance`, the device set-up in :mod:`._device`, the checks in :mod:`._checks`.
 
-The estimator mirrors :class:`sklearn.gaussian_process.GaussianProcessRegressor`. Up to
-``exact_max_n`` training points (:data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` by default) it computes
-what scikit-learn computes, with a float64 Cholesky factor on the fit device (:mod:`._exact`).
-Above it, it never factorises K and never builds the (n, n, n_theta) gradient tensor:
-
-- K^{-1} y by preconditioned conjugate gradients (:mod:`kernelkit.linalg.cg`), exact to
-  ``cg_tol``;
-- log det K by stochastic Lanczos quadrature on the CG coefficients of ``n_probes`` probe vectors,
-  corrected by the exact log determinant of a Nyström preconditioner on ``preconditioner_rank``
-  landmarks (:mod:`kernelkit.linalg.precond`);
-- the hyperparameter gradient by Hutchinson trace estimation, all terms from one chunked autograd
-  backward (:mod:`._lml`, :mod:`kernelkit.operators.covariance`).
-
-There, K itself is held densely (one matrix product per CG iteration) when it fits in half the
-free GPU memory (1 GiB on the CPU), else never formed: memory O(n (n_probes + rank) + chunk x n),
-time O(n^2 d) per CG iteration (:mod:`kernelkit.operators.covariance`).
 Importing this module loads NumPy, SciPy and scikit-learn only; torch loads on the first ``fit``.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import warnings
+import functools
 
 import numpy as np
-import scipy.optimize
-from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import validate_data
 
 from kernelkit import distributed
-from kernelkit._util.device import resolve_device
-from kernelkit.operators.kernel_tree import parse_kernel
+from kernelkit.estimators.gp._checks import check_int, fit_inputs, lml_inputs, predict_inputs
 from kernelkit.kernels import RBF
+from kernelkit.operators.kernel_tree import parse_kernel
 
 __all__ = ["GaussianProcessRegressor"]
-
-#: Test points per batch of predictive variances: n * batch <= this many values.
-VARIANCE_BATCH_ELEMENTS = 2**27
-#: Iterative path's predictive-variance cache, built at the end of ``fit``: min(n,
-#: VARIANCE_RANK) landmarks (at least an integer ``preconditioner_rank``), fewer where n x k
-#: float64 values exceed 2^28 (on the CPU) or VARIANCE_COPIES n x k float64
-#: matrices exceed 0.9 of a GPU's free memory (:func:`kernelkit.estimators.gp._lml.factor_columns`): the
-#: cache holds two (U and K U; 32 GB at n = 1e6, k = 2048) and its build peaks at the QR's
-#: three. Its build costs k float64 products with K. At n = 2e4 (d = 8, fitted ARD RBF, CPU
-#: simulation) 1024 landmarks certified every test point at cg_tol = 1e-3 with bounds up to
-#: 9.3e-4 of the prior variance; the error falls steeply with k (about 70x from 1024 to 2048
-#: landmarks at n = 1e4 and 2e4, CPU simulation at the n = 1e6 fit's theta) and grows about
-#: like n^1.7. At n = 1e5 on a GPU every one of 1e4 test points was certified with 2048
-#: landmarks (largest error 1.7e-4), and 62 were not with 1342 (largest 4.2e-4; those went to
-#: CG: 2 s more).
-VARIANCE_RANK = 2048
-VARIANCE_COPIES = 3.5
-
-#: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
-#: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
-#: GPU) one evaluation at the kernel's initial hyperparameters took 124 CG steps (489 s), one
-#: near the fitted ones 10 (70 s): far from the optimum the kernel is rougher than the
-#: preconditioner's landmarks can follow.
-PRETRAIN_DIVISOR = 8
-PRETRAIN_MIN_SIZE = 2**14
-#: The full-data run's first trial step from a pretrained start (2-norm in theta; L-BFGS-B's own
-#: is the whole gradient within finite bounds: far from the start, where one evaluation can cost
-#: hundreds of CG steps at large n; 136 at n = 125 000). n = 1e6 (GPU, two default fits): a
-#: first trial of 0.1 lost 1025 and 1605 nats, and the line searches accepted points at 0.0078
-#: (+10 nats) and 0.0052 (+13; the next iterate at 0.025, +41) after two more evaluations.
-PRETRAINED_STEP = 0.01
-
-_DTYPES = ("auto", "float32", "float64")
-#: Iterative path: L-BFGS-B stops after this many evaluations in a row that do not beat the best
-#: value by the estimate's standard error.
-STALL_EVALUATIONS = 5
-
-
-class _Stalled(Exception):
-    """Raised through L-BFGS-B to stop it (the iterative path's stall rule)."""
-
-
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}; got {value!r}")
-    return int(value)
-
-
-def variance_rank(n, device, preconditioner_rank):
-    """Landmarks of the predictive-variance cache for n training points on ``device``:
-    min(n, :data:`VARIANCE_RANK`, what :data:`VARIANCE_COPIES` n x k float64 matrices may take
-    (:func:`kernelkit.estimators.gp._lml.factor_columns`)), at least an integer ``preconditioner_rank``
-    (capped at n)."""
-    from kernelkit.estimators.gp._lml import factor_columns, resolve_rank
-
-    k = max(1, min(n, VARIANCE_RANK, factor_columns(n, device, VARIANCE_COPIES)))
-    if preconditioner_rank != "auto":
-        k = max(k, resolve_rank(preconditioner_rank, n))
-    return k
-
-
-def _check_rank(value):
-    """``preconditioner_rank``: "auto" or an int >= 0."""
-    if isinstance(value, str):
-        if value != "auto":
-            raise ValueError(f'preconditioner_rank must be "auto" or an integer >= 0; got '
-                             f'{value!r}')
-        return value
-    return _check_int("preconditioner_rank", value, 0)
-
-
-def _check_pretrain_size(value):
-    """``pretrain_size``: "auto", None or an int >= 1."""
-    if value is None or (isinstance(value, str) and value == "auto"):
-        return value
-    if isinstance(value, str):
-        raise ValueError(f'pretrain_size must be "auto", None or an integer >= 1; got {value!r}')
-    return _check_int("pretrain_size", value, 1)
-
-
-def _check_positive(name, value, allow_zero=False):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number; got {value!r}")
-    if not np.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0; "
-                         f"got {value!r}")
-    return float(value)
-
-
-def _check_alpha(alpha, n):
-    """``alpha`` as a float, or as a float64 array of shape (n,) (one of shape (1,) is a scalar)."""
-    if np.ndim(alpha) == 0:
-        return _check_positive("alpha", alpha, allow_zero=True)
-    values = np.asarray(alpha)
-    if values.dtype.kind not in "iuf":
-        raise TypeError(f"alpha must be a real number or an array of them; got {alpha!r}")
-    values = values.astype(np.float64)
-    if values.shape == (1,):
-        return _check_positive("alpha", float(values[0]), allow_zero=True)
-    if values.shape != (n,):
-        raise ValueError(f"alpha must be a scalar or an array with same number of entries as y "
-                         f"(one per sample); got shape {values.shape} for {n} samples")
-    if not (np.all(np.isfinite(values)) and np.all(values >= 0)):
-        raise ValueError("alpha must be finite and >= 0")
-    return values
 
 
 class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
@@ -158,8 +32,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     ``ConstantKernel`` and ``WhiteKernel`` anywhere, ``DotProduct``) over the positive
     semi-definite kernels of the kernelkit registry, as kernelkit's classes or scikit-learn's
     classes of the same kernels (``RBF``, ``Matern`` with nu in {0.5, 1.5, 2.5},
-    ``RationalQuadratic``, ``ExpSineSquared`` on one feature); :mod:`kernelkit.operators.kernel_tree`
-    lists them:
+    ``RationalQuadratic``, ``ExpSineSquared`` on one feature);
+    :mod:`kernelkit.operators.kernel_tree` lists them:
 
     .. math::
 
@@ -172,13 +46,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Per-sample ``alpha`` is supported here only.
 
     **Iterative path** (n > ``exact_max_n``): preconditioned conjugate gradients and stochastic
-    trace estimation (BBMM, Gardner et al. 2018), O(n) memory besides a chunk of kernel rows.
-    ``y^T K^{-1} y`` and the predictive mean are exact to ``cg_tol``; ``log det K`` and the
-    gradient are unbiased stochastic estimates from ``n_probes`` probe vectors (standard
-    deviation shrinking like 1/sqrt(n_probes), and to zero as the preconditioner approaches K).
-    The probes are drawn once per fit from ``random_state``, so the objective is deterministic in
-    theta. The gradient there is Hutchinson's estimate of the exact gradient, not the derivative
-    of the stochastic log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
+    trace estimation (BBMM, Gardner et al. 2018; :mod:`kernelkit.estimators.gp._lml`), O(n)
+    memory besides a chunk of kernel rows. ``y^T K^{-1} y`` and the predictive mean are exact to
+    ``cg_tol``; ``log det K`` and the gradient are unbiased stochastic estimates from
+    ``n_probes`` probe vectors (standard deviation shrinking like 1/sqrt(n_probes), and to zero
+    as the preconditioner approaches K), drawn once per fit from ``random_state``, so the
+    objective is deterministic in theta. The gradient estimates the exact gradient, not the
+    derivative of the log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
     << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
 
     Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
@@ -187,9 +61,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     per-sample ``alpha`` raises ValueError on the iterative path, as does a WhiteKernel times a
     kernel whose k(x, x) varies (``DotProduct() * WhiteKernel()``: noise that differs from point
     to point; a WhiteKernel anywhere else is noise c I, e.g. ``C * (RBF + WhiteKernel)``).
-    scikit-learn's own
-    ``test_gpr.py`` passes with this class substituted, except its test of a kernel outside the
-    registry (``benchmarks/sklearn_gpr_suite.py``).
+    scikit-learn's own ``test_gpr.py`` passes with this class substituted, except its test of a
+    kernel outside the registry (``benchmarks/sklearn_gpr_suite.py``). The figures behind the
+    defaults below: docs/benchmarks.md, "Figures behind choices in the code".
 
     Parameters
     ----------
@@ -223,23 +97,19 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     dtype : {"auto", "float32", "float64"}, default="auto"
         Iterative path: dtype of the kernel products in CG (its vectors and scalars are
         float64). "auto" is float64 products; on the GPU the gradient's fused Triton
-        contractions then run in float32 with float64 sums (float64 ones took 69 s instead of
-        4.2 s at n = 1e6). Float32 products cost less each but bias the log-determinant
-        estimate, whose Lanczos run sees their rounding as spread in the small eigenvalues: at
-        the noise fitted at n = 1e6 (GPU, ``benchmarks/gp.py`` data, docs/decisions.md) the estimate was
-        +333 nats above the float64 one at n = 1e6 and +1650 at n = 1e5, and they took more
-        CG steps (6 + refinement against 3 at n = 1e6, 32 against 4 at n = 1e5). The kernel
-        blocks are formed from data centred on their float64 mean and scaled in float64, then
-        rounded once (:mod:`kernelkit.operators.covariance`). The preconditioner, the tridiagonal
-        eigenproblems and the final sums are float64. The exact path is float64 throughout.
+        contractions then run in float32 with float64 sums. Float32 products cost less each
+        but bias the log-determinant estimate (its Lanczos run sees their rounding as spread
+        in the small eigenvalues: hundreds of nats at large n) and take more CG steps. The
+        rest is float64: the data (kernel blocks are rounded once,
+        :mod:`kernelkit.operators.covariance`), the preconditioner, the tridiagonal
+        eigenproblems, the sums, and the exact path throughout.
     exact_max_n : int or None, default=None
         Largest n for the exact path; None means
-        :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0 always
-        takes the iterative path.
+        :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0
+        always takes the iterative path.
     n_probes : int, default=15
         Iterative path: probe vectors for the log-determinant and trace estimates. They share
-        every K @ V product with y, so the default makes 16 columns, one tensor-core tile:
-        17 columns took 1.8x as long per product (GPU, n = 1e6).
+        every K @ V product with y, so the default makes 16 columns, one tensor-core tile.
     max_cg_iter : int, default=1000
         Iterative path: most CG iterations per solve (a ConvergenceWarning says when they were
         not enough).
@@ -251,26 +121,22 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
         (0: none). "auto" is min(n, max(1024, 2 sqrt(n)), 2**28 // n), on a GPU with the last
         bound raised to what 90% of its free memory holds
-        (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit): CG then takes 4-15
-        iterations on a smooth ARD RBF model at n = 1e4, where 100 landmarks took 62-94, and
-        10 near the optimum at n = 1e6 (rank 2048; 30 at rank 1024) (docs/decisions.md).
+        (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
         when an iteration raises the estimate by less than its standard error (from the
-        probes' spread; 0 where the preconditioner is exact), or when ``STALL_EVALUATIONS``
-        (5) evaluations in a row do not beat the best by that much, keeping the best point.
-        With SciPy's tolerances alone a default fit at n = 2e4 (GPU) took 15 iterations and
-        ~100 evaluations, most in line searches that the stochastic gradient made fail, for
-        4.5 nats and a test NLPD of -0.8777 against -0.8775 after 10 iterations (15.3 s
-        against 1.5 s). The exact path keeps SciPy's tolerances, as scikit-learn.
+        probes' spread; 0 where the preconditioner is exact), or when
+        :data:`~kernelkit.estimators.gp._optimizer.STALL_EVALUATIONS` (5) evaluations in a row
+        do not beat the best by that much, keeping the best point (with SciPy's tolerances
+        alone most evaluations went to line searches that the stochastic gradient made fail).
+        The exact path keeps SciPy's tolerances, as scikit-learn.
     pretrain_size : int, "auto" or None, default="auto"
         When it is below n, the hyperparameters are first fitted on this many training points
         drawn uniformly (from ``random_state``; the same settings and restarts, and in turn
         pretrained when the rule applies to them), and the optimiser on all n points starts
         from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
         pretraining below); None never pretrains. Large fits need it: far from the optimum
-        the kernel is rougher than the preconditioner follows (n = 1e6, GPU: one evaluation
-        took 124 CG steps at the kernel's initial hyperparameters, 10 near the optimum).
+        the kernel is rougher than the preconditioner follows, and CG takes many more steps.
 
     Attributes
     ----------
@@ -300,23 +166,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
 
     Notes
     -----
-    Iterative path: predictive variances come from a cache built at the end of ``fit``
-    (:mod:`kernelkit.linalg.galerkin`; after unpickling, at the first variance request): the
-    Galerkin projection of K^{-1} onto the span of the kernel's columns at ``VARIANCE_RANK``
-    (2048; fewer where two n x k float64 matrices would not fit: 2^28 values on the CPU, the
-    free memory on a GPU) uniformly drawn landmarks, from float64 products. Each test point gets a
-    certified bound on the cache's error (||r||^2 / (noise + alpha) for the Galerkin residual
-    r); where it exceeds ``cg_tol`` times the prior variance, that
-    point's column K(X, x*) is solved by batched CG instead. So every variance is within
-    ``cg_tol`` times its prior variance of the exact one (covariances: the whole matrix by CG
-    unless every point is certified). Rough kernels (Matérn 0.5) or tiny noise send more
-    points to CG. Exact path: one triangular solve per batch of test points.
+    Iterative path: predictive variances come from a cache built at the end of ``fit`` (after
+    unpickling, at the first variance request) and certified point by point, or else by CG:
+    each is within ``cg_tol`` times its prior variance of the exact one
+    (:mod:`kernelkit.estimators.gp._variance`).
 
     Under an initialised ``torch.distributed`` process group of several ranks every rank calls
     ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
-    shards the rows of every K @ V and of the gradient's kernel terms over the ranks
-    (:mod:`kernelkit.operators.covariance_sharded`); the exact path runs on every rank alone and keeps rank
-    0's result. docs/distributed.md.
+    shards the rows of every K @ V and of the gradient's kernel terms over the ranks; the exact
+    path runs on every rank alone and keeps rank 0's result (docs/distributed.md).
 
     Examples
     --------
@@ -362,59 +220,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         tags.requires_fit = False  # predict and sample_y use the prior before fit
         return tags
 
-    # ----------------------------------------------------------------------------- helpers
-    def _check_params(self):
-        from kernelkit.estimators.gp._lml import SolverSettings
-
-        if not (self.optimizer is None or callable(self.optimizer)
-                or (isinstance(self.optimizer, str) and self.optimizer == "fmin_l_bfgs_b")):
-            raise ValueError(f"optimizer must be 'fmin_l_bfgs_b', a callable or None; "
-                             f"got {self.optimizer!r}")
-        _check_int("n_restarts_optimizer", self.n_restarts_optimizer, 0)
-        _check_int("optimizer_max_iter", self.optimizer_max_iter, 1)
-        _check_pretrain_size(self.pretrain_size)
-        if self.exact_max_n is not None:
-            _check_int("exact_max_n", self.exact_max_n, 0)
-        if self.n_targets is not None:
-            _check_int("n_targets", self.n_targets, 1)
-        if not isinstance(self.normalize_y, (bool, np.bool_)):
-            raise TypeError(f"normalize_y must be a bool; got {self.normalize_y!r}")
-        if not isinstance(self.dtype, str) or self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {_DTYPES}; got {self.dtype!r}")
-        return SolverSettings(
-            n_probes=_check_int("n_probes", self.n_probes, 1),
-            cg_tol=_check_positive("cg_tol", self.cg_tol),
-            max_cg_iter=_check_int("max_cg_iter", self.max_cg_iter, 1),
-            preconditioner_rank=_check_rank(self.preconditioner_rank),
-        )
-
-    def _torch_setup(self):
-        import torch
-
-        where = resolve_device(self.device)
-        name = "float64" if self.dtype == "auto" else self.dtype
-        return torch.device(where), getattr(torch, name)
-
-    def _operator(self, structure):
-        import torch
-
-        from kernelkit.operators.covariance import CovarianceOperator
-
-        device, dtype = self._torch_setup()
-        jitter = 0.0 if self._exact else self._alpha
-        if distributed.active() and not self._exact:  # rows sharded over the process group
-            from kernelkit.operators.covariance_sharded import ShardedCovarianceOperator as CovarianceOperator
-        # the device copy of X_train_ is kept from the fit's first operator (every later
-        # log_marginal_likelihood / predict call would copy it again)
-        held = getattr(self, "_device_data", None)
-        data = held[1] if held is not None and held[0] == device else None
-        # "auto": float64 products, float32 fused gradient contractions (float64 sums)
-        contraction = torch.float32 if self.dtype == "auto" and device.type == "cuda" else dtype
-        op = CovarianceOperator(self.X_train_, structure, jitter, device, dtype, data=data,
-                                contraction_dtype=contraction)
-        self._device_data = (device, op.data)
-        return op
-
     def __getstate__(self):
         """scikit-learn's state without the device caches (rebuilt on first use), so a
         pickled estimator loads on a machine without the fit's device."""
@@ -424,25 +229,28 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             state["_variance_cache"] = None
         return state
 
+    def _operator(self, structure):
+        """The covariance operator of X_train_
+        (:func:`kernelkit.estimators.gp._device.covariance_operator`), on the device copy of
+        X_train_ kept from the fit's first operator."""
+        from kernelkit.estimators.gp._device import covariance_operator
+
+        op, self._device_data = covariance_operator(
+            self.X_train_, structure, 0.0 if self._exact else self._alpha, self.device,
+            self.dtype, iterative=not self._exact, held=getattr(self, "_device_data", None))
+        return op
+
     def _probes(self, op, settings):
-        from kernelkit.estimators.gp._lml import make_probes, resolve_rank
+        """The fit's draws (:func:`~kernelkit.estimators.gp._lml.make_probes`). Their ranks
+        ("auto" depends on the free GPU memory) are resolved once per fit, so that every later
+        call draws the fit's landmarks and probes."""
+        from kernelkit.estimators.gp._lml import fit_ranks, make_probes
 
-        # "auto" depends on the free GPU memory: resolved once per fit, so that every later
-        # call draws the fit's landmarks and probes
         key = (settings.preconditioner_rank, op.n, str(op.device))
-        held = getattr(self, "_rank", None)
-        if held is None or held[0] != key:
-            # sized for the preconditioner's Cholesky form; an evaluation that may fall into
-            # its eigen form, which needs more memory, uses a subset of eigen_rank landmarks
-            rank = resolve_rank(settings.preconditioner_rank, op.n, op.device)
-            eigen_rank = resolve_rank(settings.preconditioner_rank, op.n, op.device, "eigen")
-            if distributed.active():  # every process the same landmarks: rank 0's counts
-                from kernelkit.estimators.gp import _sharded
-
-                rank, eigen_rank = (int(v) for v in _sharded.from_rank0([rank, eigen_rank]))
-            held = self._rank = (key, rank, eigen_rank)
-        return make_probes(op.n, held[1], settings.n_probes, self._probe_seed, op.device,
-                           eigen_rank=held[2])
+        if getattr(self, "_rank", None) is None or self._rank[0] != key:
+            self._rank = (key, *fit_ranks(settings.preconditioner_rank, op.n, op.device))
+        return make_probes(op.n, self._rank[1], settings.n_probes, self._probe_seed, op.device,
+                           eigen_rank=self._rank[2])
 
     def _targets(self, op):
         """y_train_ as an (n, t) float64 tensor on the operator's device."""
@@ -451,66 +259,34 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Y = torch.as_tensor(self.y_train_, dtype=torch.float64, device=op.device)
         return Y.reshape(op.n, -1)
 
-    def _alpha_tensor(self, op):
-        import torch
-
-        return torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
-
     def _lml_function(self, op, settings, optimizing=False):
-        """theta, eval_gradient -> lml or (lml, grad) on this fit's path.
-
-        ``optimizing``: the objective of L-BFGS-B, which never warns. Where CG stops above
-        sqrt(``cg_tol``), less than half the digits asked for (a trial point with far too
-        little noise for float32 products: at n = 1e5 a line search probed noise 1e-4, where
-        the estimate came out 3e5 nats above the optimum), the estimate is not trusted: the
-        value is the best one so far minus max(1, |best|), with a zero gradient, so the line
-        search steps back (an infinite value would end L-BFGS-B at once). A solve that stalls
-        nearer ``cg_tol`` (float32 products near the optimum at n = 1e5 stalled at 1e-2) is
-        used as it is. A rejection before any trusted value warns."""
+        """theta, eval_gradient -> lml or (lml, grad) on this fit's path: the exact value, or
+        the estimate (:class:`~kernelkit.estimators.gp._optimizer.StochasticObjective`;
+        ``optimizing``: L-BFGS-B's objective)."""
         import torch
 
         from kernelkit.estimators.gp._exact import exact_lml
-        from kernelkit.estimators.gp._lml import estimate_residual, log_marginal_likelihood, warn_unconverged
+        from kernelkit.estimators.gp._optimizer import StochasticObjective
 
         Y = self._targets(op)
         if self._exact:
-            alpha = self._alpha_tensor(op)
+            alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
             return lambda theta, eval_gradient: exact_lml(op, theta, Y, alpha, eval_gradient)
-        probes = self._probes(op, settings)
-        best = [-np.inf]
+        return StochasticObjective(op, Y, self._probes(op, settings), settings, optimizing)
 
-        def rejected(theta, eval_gradient, value):
-            return (value, np.zeros_like(theta)) if eval_gradient else value
+    def _cache(self, op, params, settings):
+        """The predictive-variance cache of this fit (built at the end of ``fit``; after
+        unpickling, here at the first variance request), or None when K has no positive lower
+        bound on its eigenvalues (no noise, no alpha)."""
+        from kernelkit.estimators.gp._variance import build_cache, lower_bound
 
-        def stochastic(theta, eval_gradient):
-            # one estimate per target column (the same probes), summed as scikit-learn sums
-            lml, grad, variance, failed = 0.0, np.zeros(len(theta)), 0.0, None
-            have_best = optimizing and np.isfinite(best[0])  # a trusted value to step back from
-            try:
-                for k in range(Y.shape[1]):
-                    info = {}
-                    out = log_marginal_likelihood(op, theta, Y[:, k], probes, settings,
-                                                  eval_gradient, info, warn=not optimizing)
-                    lml += out[0]
-                    variance += info["spread"] ** 2
-                    if eval_gradient:
-                        grad += out[1]
-                    if estimate_residual(info["cg"]) > math.sqrt(settings.cg_tol):
-                        failed = info["cg"]
-            except torch.linalg.LinAlgError:  # the preconditioner's factorisation
-                return rejected(theta, eval_gradient,
-                                best[0] - max(1.0, abs(best[0])) if have_best else -np.inf)
-            if optimizing and failed is not None:
-                if have_best:
-                    return rejected(theta, eval_gradient, best[0] - max(1.0, abs(best[0])))
-                warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
-            best[0] = max(best[0], lml)
-            self._lml_spread = float(np.sqrt(variance))
-            return (lml, grad) if eval_gradient else lml
+        if lower_bound(op, params) <= 0:
+            return None
+        if getattr(self, "_variance_cache", None) is None:
+            self._variance_cache = build_cache(op, params, settings.preconditioner_rank,
+                                               self._probe_seed)
+        return self._variance_cache
 
-        return stochastic
-
-    # ----------------------------------------------------------------------------- API
     def fit(self, X, y):
         """Fit the Gaussian process: optimise the hyperparameters, then solve for ``alpha_``.
 
@@ -532,16 +308,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         variance cache (not for a pretraining subset, whose fit only gives a start)."""
         import torch
 
-        from kernelkit.estimators.gp._exact import cholesky, lml_from_factor
-        from kernelkit.estimators.gp._lml import log_marginal_likelihood
+        from kernelkit.estimators.gp import _optimizer, _sharded
+        from kernelkit.estimators.gp._exact import exact_fit
+        from kernelkit.estimators.gp._lml import solve_targets
 
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        settings, X, y, structure = distributed.checked(
-            "GaussianProcessRegressor.fit", self, self._fit_inputs, X=X, y=y)
-        sharded = distributed.active()  # a process group (kernelkit.operators.covariance_sharded)
-        if sharded:
-            from kernelkit.estimators.gp import _sharded
-        n = X.shape[0]
+        settings, X, y, self.kernel_, structure, self._alpha, self._exact = distributed.checked(
+            "GaussianProcessRegressor.fit", self, functools.partial(fit_inputs, self), X=X, y=y)
         if self.normalize_y:
             self._y_train_mean = np.mean(y, axis=0)
             std = np.std(y, axis=0)  # a (numerically) constant target is only centred
@@ -551,216 +324,39 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self._y_train_std = np.ones(y.shape[1:])
         self.X_train_ = np.copy(X) if self.copy_X_train else X
         self.y_train_ = (np.asarray(y, dtype=np.float64) - self._y_train_mean) / self._y_train_std
-        self._variance_cache = None  # the previous fit's predictive-variance cache
-        self._device_data = None  # the previous fit's training inputs on the device
-        self._rank = None  # the previous fit's preconditioner rank
+        # the previous fit's predictive-variance cache, device data and preconditioner rank
+        self._variance_cache = self._device_data = self._rank = None
         rng = check_random_state(self.random_state)
-        self._probe_seed = int(rng.randint(2**31 - 1))
-        if sharded:  # random_state=None: rank 0's draws
-            self._probe_seed = int(_sharded.from_rank0([self._probe_seed])[0])
+        # under a process group rank 0's draw (random_state=None differs between ranks)
+        self._probe_seed = int(_sharded.from_rank0([rng.randint(2**31 - 1)])[0])
 
         optimizing = self.optimizer is not None and self.kernel_.n_dims > 0
         # before this fit's operator: its "auto" rank then sees the memory the subset freed
-        start = self._pretrained_theta(X, y) if optimizing else None
+        start = (_optimizer.pretrained_theta(self, X, self.y_train_, self._alpha,
+                                             self._probe_seed) if optimizing else None)
         op = self._operator(structure)
-        lml_at = self._lml_function(op, settings, optimizing=True)
-        if sharded:
-            lml_at = _sharded.rank0_objective(lml_at)
-
-        def obj_func(theta, eval_gradient=True):
-            if eval_gradient:
-                lml, grad = lml_at(theta, True)
-                return -lml, -grad
-            return -lml_at(theta, False)
-
         if optimizing:
-            bounds = self.kernel_.bounds
-            pretrained = start is not None
-            runs = [self._optimize(obj_func, self.kernel_.theta if start is None else start,
-                                   bounds, PRETRAINED_STEP if pretrained else None)]
-            if self.n_restarts_optimizer > 0 and not pretrained:
-                if not np.isfinite(bounds).all():
-                    raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
-                                     "requires that all bounds are finite.")
-                for _ in range(self.n_restarts_optimizer):
-                    start = rng.uniform(bounds[:, 0], bounds[:, 1])
-                    start = _sharded.from_rank0(start) if sharded else start
-                    runs.append(self._optimize(obj_func, start, bounds))
-            best = min(range(len(runs)), key=lambda i: runs[i][1])
-            self.kernel_.theta = runs[best][0]
+            objective = self._lml_function(op, settings, optimizing=True)
+            self.kernel_.theta = _optimizer.optimize_theta(
+                objective, self.kernel_.theta, self.kernel_.bounds, rng, optimizer=self.optimizer,
+                max_iter=self.optimizer_max_iter, n_restarts=self.n_restarts_optimizer,
+                start=start, estimate=None if self._exact else objective)
             self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
-        theta = self.kernel_.theta
+        Y, theta = self._targets(op), self.kernel_.theta
         if self._exact:
-            params = op.structure.params(torch.as_tensor(theta, device=op.device))
-            L = cholesky(op, params, self._alpha_tensor(op), self.kernel_)
-            Y = self._targets(op)
-            alpha = torch.cholesky_solve(Y, L)
-            # the same value as lml_at(theta) (exact_lml), from this factor: K formed once
-            self.log_marginal_likelihood_value_ = np.float64(lml_from_factor(L, Y, alpha))
+            alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
+            lml, alpha, L = exact_fit(op, theta, Y, alpha, self.kernel_)
             self.L_ = L.cpu().numpy()
         else:
-            Y, probes = self._targets(op), self._probes(op, settings)
-            lml, columns = 0.0, []
-            for k in range(Y.shape[1]):
-                value, column = log_marginal_likelihood(op, theta, Y[:, k], probes, settings)
-                lml += value
-                columns.append(column)
-            self.log_marginal_likelihood_value_ = np.float64(lml)
-            alpha = torch.stack(columns, dim=1)
+            lml, alpha = solve_targets(op, theta, Y, self._probes(op, settings), settings)
+        self.log_marginal_likelihood_value_ = np.float64(lml)
         self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
-        if sharded:
+        if distributed.active():  # rows sharded over a process group
             _sharded.share_fit(self)
         if not self._exact and variance_cache:  # predictions then take no solve
-            params = op.structure.params(torch.as_tensor(self.kernel_.theta, dtype=torch.float64,
-                                                         device=op.device))
-            self._cache(op, params, settings)
+            theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
+            self._cache(op, op.structure.params(theta), settings)
         return self
-
-    def _fit_inputs(self, X, y):
-        """The checked settings and data of :meth:`fit`: ``(settings, X, y, kernel structure)``;
-        sets ``kernel_``, ``n_features_in_``, ``_alpha`` and ``_exact``."""
-        from kernelkit.estimators.gp._exact import exact_max_n
-
-        settings = self._check_params()
-        kernel = ConstantKernel(1.0) * RBF(1.0) if self.kernel is None else self.kernel
-        parse_kernel(kernel)  # the kernel's type and structure, before anything else
-        self.kernel_ = clone(kernel)
-        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64,
-                             reset=True)
-        structure = parse_kernel(self.kernel_, X.shape[1])
-        n_targets_seen = y.shape[1] if y.ndim > 1 else 1
-        if self.n_targets is not None and n_targets_seen != self.n_targets:
-            raise ValueError(
-                f"The number of targets seen in `y` is different from the parameter "
-                f"`n_targets`. Got {n_targets_seen} != {self.n_targets}.")
-        n = X.shape[0]
-        self._alpha = _check_alpha(self.alpha, n)
-        self._exact = n <= exact_max_n(self.exact_max_n, self._torch_setup()[0])
-        if not self._exact and np.ndim(self._alpha):
-            raise ValueError(
-                f"per-sample alpha needs the exact path: n_samples={n} > exact_max_n="
-                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}")
-        if not self._exact and structure.varying_noise is not None:
-            raise ValueError(
-                f"kernel: {structure.varying_noise!r} adds a WhiteKernel noise that varies from "
-                f"point to point, which the iterative path (n_samples={n} > exact_max_n="
-                f"{exact_max_n(self.exact_max_n, self._torch_setup()[0])}) cannot precondition; "
-                f"write the noise as a summand (... + WhiteKernel()) or as a WhiteKernel times "
-                f"constants and kernels with k(x, x) = 1 (RBF, Matern...)")
-        return settings, X, y, structure
-
-    def _pretrain_rows(self, n):
-        """How many training points the optimiser first runs on (``pretrain_size``), or 0."""
-        size = self.pretrain_size
-        if size == "auto":
-            size = n // PRETRAIN_DIVISOR
-            return size if size >= PRETRAIN_MIN_SIZE else 0
-        return 0 if size is None or size >= n else size
-
-    def _pretrained_theta(self, X, y):
-        """The optimum of the same fit on ``_pretrain_rows`` uniformly drawn training points
-        (restarts included; the probe seed's draws, so every rank of a process group takes the
-        same rows), or None when there is no pretraining. Its ConvergenceWarnings are dropped:
-        only the full-data run's outcome is reported."""
-        m = self._pretrain_rows(X.shape[0])
-        if m == 0:
-            return None
-        rows = np.sort(np.random.default_rng(self._probe_seed).choice(X.shape[0], m,
-                                                                       replace=False))
-        subset = clone(self).set_params(normalize_y=False, copy_X_train=False, n_targets=None,
-                                        random_state=self._probe_seed,
-                                        optimizer=self.optimizer)  # the caller's, not a copy
-        if np.ndim(self._alpha):
-            subset.set_params(alpha=self._alpha[rows])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ConvergenceWarning)
-            subset._fit(X[rows], self.y_train_[rows], variance_cache=False)
-        return subset.kernel_.theta
-
-    def _optimize(self, obj_func, initial_theta, bounds, step=None):
-        """One optimiser run from ``initial_theta``; ``step``: L-BFGS-B's first trial step
-        (:meth:`_lbfgs`)."""
-        if callable(self.optimizer):
-            return self.optimizer(obj_func, initial_theta, bounds=bounds)
-        if self._exact:
-            return self._lbfgs(obj_func, initial_theta, bounds, None, step)
-        # iterative path: stop once an iteration gains less than the estimate's standard error,
-        # or STALL_EVALUATIONS evaluations in a row do not beat the best by that much (line
-        # searches that the estimate's noise makes fail; at n = 2e4 on a GPU L-BFGS-B spent
-        # 30 of 45 evaluations at one point)
-        previous = [np.inf]
-        best = {"f": np.inf, "x": np.asarray(initial_theta, dtype=float), "stale": 0}
-
-        def resolved(intermediate_result):
-            value = float(intermediate_result.fun)
-            if previous[0] - value < self._spread():
-                raise StopIteration
-            previous[0] = value
-
-        def watched(theta, eval_gradient=True):
-            out = obj_func(theta, eval_gradient)
-            value = float(out[0] if eval_gradient else out)
-            gained = best["f"] - value > self._spread()
-            if value < best["f"]:
-                best.update(f=value, x=np.array(theta, dtype=float))
-            best["stale"] = 0 if gained else best["stale"] + 1
-            if best["stale"] >= STALL_EVALUATIONS:
-                raise _Stalled
-            return out
-
-        try:
-            return self._lbfgs(watched, initial_theta, bounds, resolved, step)
-        except _Stalled:
-            return best["x"], best["f"]
-
-    def _spread(self):
-        """The standard error of the last estimate (rank 0's under torch.distributed, so that
-        every rank stops at the same point)."""
-        spread = self._lml_spread
-        if distributed.active():
-            from kernelkit.estimators.gp import _sharded
-
-            spread = float(_sharded.from_rank0([spread])[0])
-        return spread
-
-    def _lbfgs(self, obj_func, initial_theta, bounds, callback, step=None):
-        """L-BFGS-B from ``initial_theta``; returns (theta, value).
-
-        ``step``: the length of its first trial step in theta. L-BFGS-B tries the start minus
-        its gradient first where every bound is finite (else a step of length 1), so it runs on
-        ``theta = initial_theta + s * phi`` with s = sqrt(step / |gradient|) (else s = step);
-        the start's evaluation is computed once for both. None: SciPy's own first step."""
-        self._lml_spread = 0.0
-        start = np.asarray(initial_theta, dtype=np.float64)
-        bounds = np.asarray(bounds, dtype=np.float64)
-        scale, first = 1.0, None
-        if step is not None:
-            first = obj_func(start)
-            norm = float(np.linalg.norm(first[1]))
-            boxed = bool(np.isfinite(bounds).all())
-            scale = math.sqrt(step / norm) if boxed and norm > 0 else step
-
-        def scaled(phi):
-            nonlocal first
-            if first is not None and not phi.any():  # the start, evaluated above
-                value, grad = first
-            else:
-                value, grad = obj_func(start + scale * phi)
-            first = None
-            return value, scale * np.asarray(grad)
-
-        res = scipy.optimize.minimize(scaled, np.zeros_like(start), method="L-BFGS-B", jac=True,
-                                      bounds=(bounds - start[:, None]) / scale,
-                                      options={"maxiter": self.optimizer_max_iter},
-                                      callback=callback)
-        if res.status not in (0, 99):  # 99: stopped by the callback
-            warnings.warn(
-                f"L-BFGS-B stopped without converging after {res.nit} iterations (status "
-                f"{res.status}: {res.message}); the hyperparameters may not maximise the log "
-                f"marginal likelihood. Raise optimizer_max_iter, or on the iterative path "
-                f"n_probes / preconditioner_rank, or scale the data.",
-                ConvergenceWarning, stacklevel=4)
-        return start + scale * res.x, res.fun
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
         """The log marginal likelihood of the training data at ``theta`` (iterative path: its
@@ -785,8 +381,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         theta, settings = distributed.checked(
-            "GaussianProcessRegressor.log_marginal_likelihood", self, self._lml_inputs,
-            theta=theta, eval_gradient=eval_gradient, clone_kernel=clone_kernel)
+            "GaussianProcessRegressor.log_marginal_likelihood", self,
+            functools.partial(lml_inputs, self), theta=theta, eval_gradient=eval_gradient,
+            clone_kernel=clone_kernel)
         if theta is None:
             return self.log_marginal_likelihood_value_
         op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
@@ -794,22 +391,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
             self.kernel_.theta = theta
         out = self._lml_function(op, settings)(theta, eval_gradient)
         return (np.float64(out[0]), out[1]) if eval_gradient else np.float64(out)
-
-    def _lml_inputs(self, theta, eval_gradient, clone_kernel):
-        """The checked arguments of :meth:`log_marginal_likelihood`: ``(theta, settings)``, or
-        ``(None, None)`` for the stored value."""
-        if not hasattr(self, "X_train_"):  # the requires_fit=False tag turns check_is_fitted off
-            raise NotFittedError("This GaussianProcessRegressor instance is not fitted yet; call "
-                                 "'fit' before log_marginal_likelihood.")
-        if theta is None:
-            if eval_gradient:
-                raise ValueError("Gradient can only be evaluated for theta!=None")
-            return None, None
-        theta = np.asarray(theta, dtype=np.float64)
-        if theta.shape != self.kernel_.theta.shape:
-            raise ValueError(f"theta must have shape {self.kernel_.theta.shape}; "
-                             f"got {theta.shape}")
-        return theta, self._check_params()
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predictive mean, and optionally standard deviation or covariance, at ``X``.
@@ -838,14 +419,15 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         import torch
 
+        from kernelkit.estimators.gp import _variance
+
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         X, settings = distributed.checked(
-            "GaussianProcessRegressor.predict", self, self._predict_inputs, X=X,
+            "GaussianProcessRegressor.predict", self, functools.partial(predict_inputs, self), X=X,
             return_std=return_std, return_cov=return_cov)
         if settings is None:  # not fitted
             return self._prior(X, return_std, return_cov)
-        structure = parse_kernel(self.kernel_, self.n_features_in_)
-        op = self._operator(structure)
+        op = self._operator(parse_kernel(self.kernel_, self.n_features_in_))
         theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
         params = op.structure.params(theta)
         Z = op.centred(X)
@@ -856,26 +438,12 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         mean = self._drop_single_target(mean * y_std + np.reshape(self._y_train_mean, -1))
         if not (return_std or return_cov):
             return mean
-        solve = self._exact_columns if self._exact else self._cached_columns
-        solved = solve(op, params, Z, settings, keep=return_cov)
-        scale2 = y_std**2
-        if return_std:
-            with torch.no_grad():
-                prior = (op.diag(Z, params) + params["noise"]).cpu().numpy()
-            var = np.maximum(prior - solved, 0.0)  # round-off can make it slightly negative
-            return mean, np.sqrt(self._drop_single_target(np.multiply.outer(var, scale2)))
-        with torch.no_grad():  # diagonal_offset=0: z_i is the same point as itself (white noise)
-            K_zz = op.block(Z, Z, params, diagonal_offset=0, dtype=torch.float64).cpu().numpy()
-        cov = K_zz + float(params["noise"]) * np.eye(len(X)) - solved
-        return mean, self._drop_single_target(np.multiply.outer(cov, scale2))
-
-    def _predict_inputs(self, X, return_std, return_cov):
-        """The checked arguments of :meth:`predict`: ``(X, settings)``, settings None before
-        fit."""
-        if return_std and return_cov:
-            raise RuntimeError("At most one of return_std or return_cov can be requested.")
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return X, (self._check_params() if hasattr(self, "X_train_") else None)
+        L = torch.as_tensor(self.L_, device=op.device) if self._exact else None
+        cache = None if self._exact else self._cache(op, params, settings)
+        var = _variance.predictive(op, params, Z, settings, return_cov, L, cache,
+                                   lambda: self._probes(op, settings))
+        var = self._drop_single_target(np.multiply.outer(var, y_std**2))
+        return mean, var if return_cov else np.sqrt(var)
 
     def _prior(self, X, return_std, return_cov):
         """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
@@ -883,7 +451,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         kernel = ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed") if self.kernel is None \
             else self.kernel
         parse_kernel(kernel, X.shape[1])
-        n_targets = 1 if self.n_targets is None else _check_int("n_targets", self.n_targets, 1)
+        n_targets = 1 if self.n_targets is None else check_int("n_targets", self.n_targets, 1)
         mean = self._drop_single_target(np.zeros((X.shape[0], n_targets)))
         if not (return_std or return_cov):
             return mean
@@ -894,107 +462,6 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     def _drop_single_target(values):
         """Drop the trailing target axis when there is one target (as scikit-learn)."""
         return values[..., 0] if values.shape[-1] == 1 else values
-
-    def _exact_columns(self, op, params, Z, settings, keep):
-        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), from ``L_``."""
-        import torch
-
-        from kernelkit.estimators.gp._exact import reduced
-
-        with torch.no_grad():
-            L = torch.as_tensor(self.L_, device=op.device)
-            if keep:
-                V = reduced(op, params, L, Z)
-                return (V.T @ V).cpu().numpy()
-            batch = max(1, VARIANCE_BATCH_ELEMENTS // op.n)
-            parts = [reduced(op, params, L, Z[lo:lo + batch]).square().sum(0)
-                     for lo in range(0, Z.shape[0], batch)]
-            return torch.cat(parts).cpu().numpy()
-
-    def _cache(self, op, params, settings):
-        """The predictive-variance cache of this fit (built at the end of ``fit``; after
-        unpickling, here at the first variance request), or None when K has no positive lower
-        bound on its eigenvalues (no noise, no alpha)."""
-        import torch
-
-        from kernelkit.estimators.gp._lml import uniform_landmarks
-        from kernelkit.linalg.galerkin import SubspaceCache
-
-        lambda_min = float(params["noise"]) + op.jitter
-        if lambda_min <= 0:
-            return None
-        if getattr(self, "_variance_cache", None) is None:
-            k = variance_rank(op.n, op.device, settings.preconditioner_rank)
-            if distributed.active():  # the free memory may differ: rank 0's
-                from kernelkit.estimators.gp import _sharded
-
-                k = int(_sharded.from_rank0([k])[0])
-
-            def basis():  # orthonormal columns spanning k(X, X[landmarks])
-                landmarks = uniform_landmarks(op.n, k, self._probe_seed, op.device)
-                return torch.linalg.qr(op.block(op.X64, op.X64[landmarks], params,
-                                                dtype=torch.float64))[0]
-
-            with torch.no_grad():
-                U = op.agree(basis)
-                # float64 products: the bound assumes K U to round-off of K, which float32
-                # products (error ~ u ||K||, ||K|| ~ n) would not give at large n
-                self._variance_cache = SubspaceCache(U, op.exact_matmul(U, params), lambda_min)
-        return self._variance_cache
-
-    def _cached_columns(self, op, params, Z, settings, keep):
-        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*) from the cache
-        (:mod:`kernelkit.linalg.galerkin`), where its certified error bound is at most
-        ``cg_tol`` times the prior variance; by batched CG for the other test points."""
-        import torch
-
-        cache = self._cache(op, params, settings)
-        if cache is None:
-            return self._solve_test_columns(op, params, Z, settings, keep)
-        op64 = op.with_dtype(torch.float64)  # float64 columns: the bound is for these
-        with torch.no_grad():
-            batch = max(1, min(Z.shape[0], VARIANCE_BATCH_ELEMENTS // op.n))
-            quads, bounds = [], []
-            for lo in range(0, Z.shape[0], batch):
-                quad, bound = cache.quadratic(op64.cross_block_T(Z[lo:lo + batch], params))
-                quads.append(quad)
-                bounds.append(bound)
-            quad, bound = torch.cat(quads), torch.cat(bounds)
-            prior = op.diag(Z, params) + params["noise"]
-            uncertified = bound > settings.cg_tol * prior.clamp_min(torch.finfo(torch.float64).tiny)
-            if keep:
-                if bool(uncertified.any()):
-                    return self._solve_test_columns(op, params, Z, settings, True)
-                full = cache.cross(op64.cross_block_T(Z, params))
-                return (0.5 * (full + full.T)).cpu().numpy()
-            if bool(uncertified.any()):
-                index = torch.nonzero(uncertified)[:, 0]
-                quad[index] = torch.as_tensor(
-                    self._solve_test_columns(op, params, Z[index], settings, False),
-                    device=quad.device)
-            return quad.cpu().numpy()
-
-    def _solve_test_columns(self, op, params, Z, settings, keep):
-        """diag (keep=False) or all (keep=True) of K(X*, X) K^{-1} K(X, X*), by batched CG."""
-        import torch
-
-        from kernelkit.estimators.gp._lml import preconditioner, solve
-
-        with torch.no_grad():
-            pre = op.agree(preconditioner, op, params, self._probes(op, settings))
-            m = Z.shape[0]
-            batch = max(1, min(m, VARIANCE_BATCH_ELEMENTS // op.n))
-            K_all = op.cross_block_T(Z, params).to(torch.float64) if keep else None
-            parts = []
-            for lo in range(0, m, batch):
-                K_xz = op.cross_block_T(Z[lo:lo + batch], params)
-                V = solve(op, params, K_xz, pre, settings, "predict").x
-                K64 = K_xz.to(torch.float64)
-                parts.append(K_all.T @ V if keep else (K64 * V).sum(0))
-            if keep:
-                full = torch.cat(parts, dim=1)
-                return (0.5 * (full + full.T)).cpu().numpy()
-            return torch.cat(parts).cpu().numpy()
 
     def sample_y(self, X, n_samples=1, random_state=0):
         """Draw functions from the posterior Gaussian process, evaluated at ``X``.
@@ -1016,7 +483,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         n_samples, rng = distributed.checked(  # (X: checked by predict)
             "GaussianProcessRegressor.sample_y", self,
-            lambda n_samples, random_state: (_check_int("n_samples", n_samples, 1),
+            lambda n_samples, random_state: (check_int("n_samples", n_samples, 1),
                                              check_random_state(random_state)),
             n_samples=n_samples, random_state=random_state)
         mean, cov = self.predict(X, return_cov=True)

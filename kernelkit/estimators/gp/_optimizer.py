@@ -1,0 +1,290 @@
+"""The hyperparameter optimiser of :class:`~kernelkit.GaussianProcessRegressor`.
+
+- :func:`optimize_theta`: the best of L-BFGS-B runs (or of the caller's optimiser) from the
+  kernel's hyperparameters, a pretrained start or random restarts;
+- :func:`optimize` and :func:`lbfgs`: one run; on the iterative path with stopping rules for a
+  noisy objective (the estimate's standard error);
+- :class:`StochasticObjective`: the iterative path's objective, the log marginal likelihood
+  estimate summed over the targets, which steps back from estimates it cannot trust;
+- :func:`pretrained_theta`: the optimum of the same fit on a uniform subset of the rows.
+
+Importing this module loads NumPy, SciPy and scikit-learn only; torch loads with the first
+objective.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import scipy.optimize
+from sklearn.base import clone
+from sklearn.exceptions import ConvergenceWarning
+
+from kernelkit import distributed
+
+__all__ = ["PRETRAIN_DIVISOR", "PRETRAIN_MIN_SIZE", "PRETRAINED_STEP", "STALL_EVALUATIONS",
+           "StochasticObjective", "lbfgs", "optimize", "optimize_theta", "pretrain_rows",
+           "pretrained_theta", "standard_error"]
+
+#: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
+#: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
+#: GPU) one evaluation at the kernel's initial hyperparameters took 124 CG steps (489 s), one
+#: near the fitted ones 10 (70 s): far from the optimum the kernel is rougher than the
+#: preconditioner's landmarks can follow.
+PRETRAIN_DIVISOR = 8
+PRETRAIN_MIN_SIZE = 2**14
+#: The full-data run's first trial step from a pretrained start (2-norm in theta; L-BFGS-B's own
+#: is the whole gradient within finite bounds: far from the start, where one evaluation can cost
+#: hundreds of CG steps at large n; 136 at n = 125 000). n = 1e6 (GPU, two default fits): a
+#: first trial of 0.1 lost 1025 and 1605 nats, and the line searches accepted points at 0.0078
+#: (+10 nats) and 0.0052 (+13; the next iterate at 0.025, +41) after two more evaluations.
+PRETRAINED_STEP = 0.01
+#: Iterative path: L-BFGS-B stops after this many evaluations in a row that do not beat the best
+#: value by the estimate's standard error.
+STALL_EVALUATIONS = 5
+
+
+class _Stalled(Exception):
+    """Raised through L-BFGS-B to stop it (the iterative path's stall rule)."""
+
+
+class StochasticObjective:
+    """``objective(theta, eval_gradient)`` -> lml or (lml, grad): the iterative path's estimate
+    (:func:`kernelkit.estimators.gp._lml.log_marginal_likelihood`), one per target column (the
+    same probes), summed as scikit-learn sums.
+
+    ``optimizing``: the objective of L-BFGS-B, which never warns. Where CG stops above
+    sqrt(``cg_tol``), less than half the digits asked for (a trial point with far too little
+    noise for float32 products: at n = 1e5 a line search probed noise 1e-4, where the estimate
+    came out 3e5 nats above the optimum), the estimate is not trusted: the value is the best
+    one so far minus max(1, |best|), with a zero gradient, so the line search steps back (an
+    infinite value would end L-BFGS-B at once). A solve that stalls nearer ``cg_tol`` (float32
+    products near the optimum at n = 1e5 stalled at 1e-2) is used as it is. A rejection before
+    any trusted value warns.
+
+    Parameters
+    ----------
+    op : CovarianceOperator
+    Y : torch.Tensor of shape (n, t), float64
+    probes : Draws
+        The fit's draws (:func:`kernelkit.estimators.gp._lml.make_probes`).
+    settings : SolverSettings
+    optimizing : bool, default=False
+
+    Attributes
+    ----------
+    spread : float
+        The standard error of the last trusted estimate (the probes' spread, summed in
+        quadrature over the targets): the stopping rules of :func:`optimize` read it.
+    """
+
+    def __init__(self, op, Y, probes, settings, optimizing=False):
+        self.op, self.Y, self.probes, self.settings = op, Y, probes, settings
+        self.optimizing = optimizing
+        self.spread = 0.0
+        self._best = -np.inf
+
+    def __call__(self, theta, eval_gradient):
+        import torch
+
+        from kernelkit.estimators.gp._lml import (estimate_residual, log_marginal_likelihood,
+                                                  warn_unconverged)
+
+        settings, best = self.settings, self._best
+        lml, grad, variance, failed = 0.0, np.zeros(len(theta)), 0.0, None
+        have_best = self.optimizing and np.isfinite(best)  # a trusted value to step back from
+        try:
+            for k in range(self.Y.shape[1]):
+                info = {}
+                out = log_marginal_likelihood(self.op, theta, self.Y[:, k], self.probes, settings,
+                                              eval_gradient, info, warn=not self.optimizing)
+                lml += out[0]
+                variance += info["spread"] ** 2
+                if eval_gradient:
+                    grad += out[1]
+                if estimate_residual(info["cg"]) > math.sqrt(settings.cg_tol):
+                    failed = info["cg"]
+        except torch.linalg.LinAlgError:  # the preconditioner's factorisation
+            return _rejected(theta, eval_gradient,
+                             best - max(1.0, abs(best)) if have_best else -np.inf)
+        if self.optimizing and failed is not None:
+            if have_best:
+                return _rejected(theta, eval_gradient, best - max(1.0, abs(best)))
+            warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
+        self._best = max(best, lml)
+        self.spread = float(np.sqrt(variance))
+        return (lml, grad) if eval_gradient else lml
+
+
+def _rejected(theta, eval_gradient, value):
+    """The objective's answer for an estimate it does not trust: ``value``, a zero gradient."""
+    return (value, np.zeros_like(theta)) if eval_gradient else value
+
+
+def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n_restarts,
+                   start=None, estimate=None):
+    """The best theta of the optimiser's runs on ``lml_at(theta, eval_gradient)`` -> lml or
+    (lml, grad), maximised (rank 0's value under a process group): one run from ``start`` (a
+    pretrained optimum: L-BFGS-B's first trial step is then :data:`PRETRAINED_STEP`, and there
+    are no restarts) or from ``initial_theta``, and ``n_restarts`` more from uniform draws of
+    ``rng`` within ``bounds`` (rank 0's under a process group). The other arguments:
+    :func:`optimize`."""
+    from kernelkit.estimators.gp import _sharded
+
+    if distributed.active():
+        lml_at = _sharded.rank0_objective(lml_at)
+
+    def obj_func(theta, eval_gradient=True):
+        if eval_gradient:
+            lml, grad = lml_at(theta, True)
+            return -lml, -grad
+        return -lml_at(theta, False)
+
+    pretrained = start is not None
+    runs = [optimize(obj_func, initial_theta if start is None else start, bounds,
+                     optimizer=optimizer, max_iter=max_iter, estimate=estimate,
+                     step=PRETRAINED_STEP if pretrained else None)]
+    if n_restarts > 0 and not pretrained:
+        if not np.isfinite(bounds).all():
+            raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
+                             "requires that all bounds are finite.")
+        for _ in range(n_restarts):
+            start = _sharded.from_rank0(rng.uniform(bounds[:, 0], bounds[:, 1]))
+            runs.append(optimize(obj_func, start, bounds, optimizer=optimizer,
+                                 max_iter=max_iter, estimate=estimate))
+    return min(runs, key=lambda run: run[1])[0]
+
+
+def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=None, step=None):
+    """One optimiser run from ``initial_theta``; returns (theta, value).
+
+    Parameters
+    ----------
+    obj_func : callable
+        ``obj_func(theta, eval_gradient=True)`` -> value, or (value, gradient), to minimise.
+    initial_theta : ndarray of shape (n_theta,)
+    bounds : ndarray of shape (n_theta, 2)
+    optimizer : "fmin_l_bfgs_b" or callable
+        A callable is called as scikit-learn calls it:
+        ``optimizer(obj_func, initial_theta, bounds=bounds)``.
+    max_iter : int
+        Most L-BFGS-B iterations.
+    estimate : StochasticObjective or None
+        The iterative path's objective, whose ``spread`` (reset to 0 here) is the standard
+        error of its last value: L-BFGS-B then also stops once an iteration gains less than
+        that, or after :data:`STALL_EVALUATIONS` evaluations in a row that do not beat the
+        best by that much, returning the best point (line searches that the estimate's noise
+        makes fail: at n = 2e4 on a GPU L-BFGS-B spent 30 of 45 evaluations at one point).
+        None (the exact path): SciPy's tolerances alone.
+    step : float or None
+        L-BFGS-B's first trial step (:func:`lbfgs`).
+    """
+    if callable(optimizer):
+        return optimizer(obj_func, initial_theta, bounds=bounds)
+    if estimate is None:
+        return lbfgs(obj_func, initial_theta, bounds, max_iter, step=step)
+    estimate.spread = 0.0
+    previous = [np.inf]
+    best = {"f": np.inf, "x": np.asarray(initial_theta, dtype=float), "stale": 0}
+
+    def resolved(intermediate_result):
+        value = float(intermediate_result.fun)
+        if previous[0] - value < standard_error(estimate):
+            raise StopIteration
+        previous[0] = value
+
+    def watched(theta, eval_gradient=True):
+        out = obj_func(theta, eval_gradient)
+        value = float(out[0] if eval_gradient else out)
+        gained = best["f"] - value > standard_error(estimate)
+        if value < best["f"]:
+            best.update(f=value, x=np.array(theta, dtype=float))
+        best["stale"] = 0 if gained else best["stale"] + 1
+        if best["stale"] >= STALL_EVALUATIONS:
+            raise _Stalled
+        return out
+
+    try:
+        return lbfgs(watched, initial_theta, bounds, max_iter, callback=resolved, step=step)
+    except _Stalled:
+        return best["x"], best["f"]
+
+
+def standard_error(estimate):
+    """``estimate.spread``, rank 0's under torch.distributed (so that every rank stops at the
+    same point)."""
+    from kernelkit.estimators.gp import _sharded
+
+    return float(_sharded.from_rank0([estimate.spread])[0])
+
+
+def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
+    """L-BFGS-B from ``initial_theta``, at most ``max_iter`` iterations; returns (theta, value).
+
+    ``step``: the length of its first trial step in theta. L-BFGS-B tries the start minus
+    its gradient first where every bound is finite (else a step of length 1), so it runs on
+    ``theta = initial_theta + s * phi`` with s = sqrt(step / |gradient|) (else s = step);
+    the start's evaluation is computed once for both. None: SciPy's own first step.
+    ``callback``: SciPy's, called after each iteration."""
+    start = np.asarray(initial_theta, dtype=np.float64)
+    bounds = np.asarray(bounds, dtype=np.float64)
+    scale, first = 1.0, None
+    if step is not None:
+        first = obj_func(start)
+        norm = float(np.linalg.norm(first[1]))
+        boxed = bool(np.isfinite(bounds).all())
+        scale = math.sqrt(step / norm) if boxed and norm > 0 else step
+
+    def scaled(phi):
+        nonlocal first
+        if first is not None and not phi.any():  # the start, evaluated above
+            value, grad = first
+        else:
+            value, grad = obj_func(start + scale * phi)
+        first = None
+        return value, scale * np.asarray(grad)
+
+    res = scipy.optimize.minimize(scaled, np.zeros_like(start), method="L-BFGS-B", jac=True,
+                                  bounds=(bounds - start[:, None]) / scale,
+                                  options={"maxiter": max_iter}, callback=callback)
+    if res.status not in (0, 99):  # 99: stopped by the callback
+        warnings.warn(
+            f"L-BFGS-B stopped without converging after {res.nit} iterations (status "
+            f"{res.status}: {res.message}); the hyperparameters may not maximise the log "
+            f"marginal likelihood. Raise optimizer_max_iter, or on the iterative path "
+            f"n_probes / preconditioner_rank, or scale the data.",
+            ConvergenceWarning, stacklevel=5)  # GaussianProcessRegressor.fit
+    return start + scale * res.x, res.fun
+
+
+def pretrain_rows(size, n):
+    """How many of n training points the optimiser first runs on for ``pretrain_size`` ``size``
+    (checked), or 0."""
+    if size == "auto":
+        size = n // PRETRAIN_DIVISOR
+        return size if size >= PRETRAIN_MIN_SIZE else 0
+    return 0 if size is None or size >= n else size
+
+
+def pretrained_theta(model, X, y, alpha, seed):
+    """The optimum of ``model``'s fit (restarts included) on :func:`pretrain_rows` of its
+    ``pretrain_size`` training points drawn uniformly from ``seed`` (so every rank of a process
+    group takes the same rows), or None when there is no pretraining.
+
+    ``y``: the (normalised) targets; ``alpha``: the checked alpha, whose rows a per-sample one
+    keeps. Its ConvergenceWarnings are dropped: only the full-data run's outcome is reported."""
+    m = pretrain_rows(model.pretrain_size, X.shape[0])
+    if m == 0:
+        return None
+    rows = np.sort(np.random.default_rng(seed).choice(X.shape[0], m, replace=False))
+    subset = clone(model).set_params(normalize_y=False, copy_X_train=False, n_targets=None,
+                                     random_state=seed,
+                                     optimizer=model.optimizer)  # the caller's, not a copy
+    if np.ndim(alpha):
+        subset.set_params(alpha=alpha[rows])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        subset._fit(X[rows], y[rows], variance_cache=False)
+    return subset.kernel_.theta
