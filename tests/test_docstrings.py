@@ -219,3 +219,15 @@ def test_contributing_names_files_that_exist():
     assert {"kernelkit_math/kernels.py", "kernelkit_math/registry.py", "kernelkit_gpu/epilogues.py",
             "kernelkit/kernels.py"} <= paths
     assert [p for p in sorted(paths) if not (ROOT / p).exists()] == []
+
+
+def test_library_code_names_no_hardware_and_no_dates():
+    """Measured figures live in docs/benchmarks.md with their device and date (issue 38); the
+    library's docstrings and comments link there instead of naming a GPU model or a day."""
+    pattern = re.compile(r"\b(H100|H200|A100|20\d\d-\d\d-\d\d)\b")
+    found = [f"{path.relative_to(ROOT)}:{number}"
+             for package in ("kernelkit", "kernelkit_gpu", "kernelkit_math")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if pattern.search(line)]
+    assert found == []
