@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from kernelkit._util.device import check_device, resolve_device
+from kernelkit._util.device import check_device, resolve_device, to_cuda
 from kernelkit._util.validation import check_pair, result_dtype
 
 #: Share of the free GPU memory the gradient path may plan to use; beyond it, the CPU reference.
@@ -35,13 +35,11 @@ def is_tensor(obj):
 
 
 def _gpu_gram(spec, X, Y, params):
-    import torch
-
     import kernelkit_gpu
 
     dtype = X.dtype if Y is None else np.promote_types(X.dtype, Y.dtype)  # gram takes one dtype
-    x = torch.from_numpy(np.ascontiguousarray(X, dtype=dtype)).cuda()
-    y = None if Y is None else torch.from_numpy(np.ascontiguousarray(Y, dtype=dtype)).cuda()
+    x = to_cuda(np.ascontiguousarray(X, dtype=dtype))
+    y = None if Y is None else to_cuda(np.ascontiguousarray(Y, dtype=dtype))
     with kernelkit_gpu.assume_finite():  # X and Y passed check_pair (finite)
         return kernelkit_gpu.gram(x, y, kernel=spec.name, **params).cpu().numpy()
 
@@ -174,5 +172,5 @@ def kernel_gradient(spec, X, params, device, columns):
                     for p in spec.hyperparameters)
     if log_gradient_bytes(X.shape[0], n_columns) > GPU_MEMORY_SHARE * torch.cuda.mem_get_info()[0]:
         return K, _select_columns(spec.gradient_fn(X, **params)[1], columns)
-    dK = gram_log_gradient(torch.from_numpy(X).cuda(), spec.name, **params)[1]
+    dK = gram_log_gradient(to_cuda(X), spec.name, **params)[1]
     return K, _select_columns(dK, columns).cpu().numpy()

@@ -27,6 +27,7 @@ import sys
 
 import numpy as np
 
+from kernelkit._util.device import to_cuda
 
 __all__ = ["gram"]
 
@@ -75,8 +76,7 @@ def gram(B, X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None
         A, C = Xc, Yc
         if C is not None and C.dtype != A.dtype:
             A, C = A.astype(np.float64), C.astype(np.float64)
-        return (torch.from_numpy(A).cuda(),
-                None if C is None else torch.from_numpy(C).cuda())
+        return to_cuda(A), None if C is None else to_cuda(C)
 
     Xd, Yd = D.agree(operands)
 

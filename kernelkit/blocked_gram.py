@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from kernelkit import distributed
-from kernelkit._util.device import resolve_device
+from kernelkit._util.device import resolve_device, to_cuda
 from kernelkit._util.atomic import check_npy_path, open_npy_memmap_atomic
 from kernelkit._util.validation import check_pair, result_dtype
 from kernelkit_math.registry import get_kernel, kernel_names
@@ -344,12 +344,10 @@ def gram(X, Y=None, kernel="rbf", *, out=None, block_size=None, progress=None, d
     n_rows = X.shape[0]
     n_cols = n_rows if Y is None else Y.shape[0]
     if where == "cuda":  # move the data once; blocks come back to the host one at a time
-        import torch
-
         if Y is not None and Y.dtype != X.dtype:
             X, Y = X.astype(np.float64), Y.astype(np.float64)
-        X = torch.from_numpy(X).cuda()
-        Y = None if Y is None else torch.from_numpy(Y).cuda()
+        X = to_cuda(X)
+        Y = None if Y is None else to_cuda(Y)
     if out is None:
         K = np.empty((n_rows, n_cols), dtype=np.float64)
         return _fill_blocks(K, spec, X, Y, resolved, block_size, progress, where)

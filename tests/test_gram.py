@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -838,3 +839,24 @@ def test_kernelkit_gram_is_the_function(rng):
     assert callable(kernelkit.gram) and kernelkit.gram is gram
     np.testing.assert_array_equal(kernelkit.gram(X, kernel="rbf", gamma=0.5, device="cpu"),
                                   get_kernel("rbf").value(X, gamma=0.5))
+
+
+@pytest.mark.parametrize("with_y", [False, True])
+def test_read_only_input_gives_no_warning_and_stays_unchanged(device, rng, with_y):
+    # On the GPU the data go to the device through torch.from_numpy, which warns about read-only
+    # arrays; kernelkit only reads them, so a user must see no warning.
+    X = rng.normal(size=(9, 3))
+    Y = rng.normal(size=(5, 3)) if with_y else None
+    before = [a.copy() for a in (X, Y) if a is not None]
+    for a in (X, Y):
+        if a is not None:
+            a.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        K = gram(X, Y, kernel="rbf", device="auto")
+        K_blocked = gram(X, Y, kernel="rbf", block_size=4, device="auto")
+    desired = reference("rbf", X, Y)
+    np.testing.assert_allclose(K, desired, **TOL["float64"])  # float64 input: float64 on either device
+    np.testing.assert_allclose(K_blocked, desired, **TOL["float64"])
+    for a, b in zip([a for a in (X, Y) if a is not None], before):
+        np.testing.assert_array_equal(a, b)

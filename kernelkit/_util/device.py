@@ -69,3 +69,19 @@ def resolve_device(device):
             "use device='cpu' or 'auto'"
         )
     return "cpu"
+
+
+def to_cuda(array):
+    """Copy a NumPy array to the GPU as a torch tensor; the array is only read.
+
+    ``torch.from_numpy`` warns about read-only arrays (a write through the tensor would be
+    undefined); the tensor made here lives on the host only until it is copied, so the warning
+    says nothing true and is silenced, and read-only inputs need no host copy.
+    """
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array).cuda()
