@@ -191,7 +191,7 @@ def test_causal_needs_square(rng):
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(methods=[]), ValueError, "at least one method"),
     (dict(methods="elu+1"), TypeError, "sequence of method specs"),
-    (dict(methods=["elu+1", " elu+1"]), ValueError, "repeated: elu\\+1"),
+    (dict(methods=["elu+1", " elu+1"]), ValueError, "'elu\\+1' more than once"),
     (dict(methods=["nope"]), ValueError, "unknown attention method 'nope'"),
     (dict(seeds=[]), ValueError, "at least one seed"),
     (dict(seeds=[0, 0]), ValueError, "distinct"),

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from kernelkit.attention.comparison import memory, metrics
-from kernelkit.attention.comparison.methods import EPS, parse_method
+from kernelkit.attention.comparison.methods import EPS, parse_method, parse_methods
 from kernelkit.attention.comparison.report import CompareReport
 from kernelkit_math.attention import resolve_is_causal
 
@@ -177,20 +177,6 @@ def _cap_landmarks(method, S):
         return method
     return dataclasses.replace(method, n_features=S,
                                label=f"{method.spec} (M = {S}: capped at the S = {S} keys)")
-
-
-def _parse_methods(methods, d):
-    if isinstance(methods, str) or not hasattr(methods, "__iter__"):
-        raise TypeError(f"methods must be a sequence of method specs such as "
-                        f"('softmax', 'favor+:256'); got {methods!r}")
-    parsed = [parse_method(m, d) for m in methods]
-    if not parsed:
-        raise ValueError("methods must name at least one method")
-    specs = [m.spec for m in parsed]
-    repeated = sorted({s for s in specs if specs.count(s) > 1})
-    if repeated:
-        raise ValueError(f"methods must be distinct; repeated: {', '.join(repeated)}")
-    return parsed
 
 
 def planned_memory(B, H, T, S, D, Dv):
@@ -469,7 +455,7 @@ def compare(q, k, v, methods=("softmax", "elu+1", "favor+:256"), *, is_causal=Fa
     scale_value, scale_arg = _check_scale(scale, D)
     seeds = _check_seeds(seeds)
     b, h = _check_index(plot_index, B, H)
-    parsed = [_cap_landmarks(m, S) for m in _parse_methods(methods, D)]
+    parsed = [_cap_landmarks(m, S) for m in parse_methods(methods, D)]
     ranks = _check_ranks(ranks, parsed, T, S)
     where = resolve_device(device)
 

@@ -510,3 +510,27 @@ def parse_method(spec, d):
     if base in rf.FEATURE_MAPS:
         return _feature_map_method(text, d)
     raise _unknown(spec)
+
+
+def parse_methods(methods, d):
+    """Build the :class:`Method` of each spec in ``methods`` (a sequence; see
+    :func:`parse_method`) for head dimension ``d``.
+
+    Raises
+    ------
+    TypeError
+        When ``methods`` is a lone spec rather than a sequence of them.
+    ValueError
+        When ``methods`` is empty or names one method more than once.
+    """
+    if isinstance(methods, str) or not hasattr(methods, "__iter__"):
+        raise TypeError(f"methods must be a sequence of method specs such as "
+                        f"('softmax', 'favor+:256'); got {methods!r}")
+    parsed = [parse_method(m, d) for m in methods]
+    if not parsed:
+        raise ValueError("methods must hold at least one method, e.g. ('softmax', 'elu+1')")
+    specs = [m.spec for m in parsed]
+    repeated = sorted({s for s in specs if specs.count(s) > 1})
+    if repeated:
+        raise ValueError(f"methods lists {', '.join(map(repr, repeated))} more than once")
+    return parsed

@@ -61,21 +61,6 @@ def _check_lengths(lengths):
     return sorted(lengths)
 
 
-def _parse_methods(methods, d):
-    from kernelkit.attention.comparison.methods import parse_method
-
-    if isinstance(methods, str) or not hasattr(methods, "__iter__"):
-        methods = [methods]
-    parsed = [parse_method(m, d) for m in methods]
-    if not parsed:
-        raise ValueError("methods must hold at least one method, e.g. ('softmax', 'elu+1')")
-    specs = [m.spec for m in parsed]
-    repeated = sorted({s for s in specs if specs.count(s) > 1})
-    if repeated:
-        raise ValueError(f"methods lists {', '.join(map(repr, repeated))} more than once")
-    return parsed
-
-
 def _input_bytes(B, heads, T, d, dtype, backward):
     """Bytes of one length's tensors: q, k, v, the output (and with backward the output
     gradient and three input gradients), plus the float32 draw of one of them."""
@@ -162,7 +147,9 @@ def _setup(methods, lengths, batch, heads, d, backward, dtype, device, tokens, r
         dtype = "bfloat16" if where == "cuda" else "float32"
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
-    parsed = _parse_methods(methods, d)
+    from kernelkit.attention.comparison.methods import parse_methods
+
+    parsed = parse_methods(methods, d)
     batches = {T: tokens // T if tokens is not None else batch for T in lengths}
     available = _available(where)
     if available is not None:
