@@ -8,12 +8,15 @@ the best so far with a zero gradient, so that the line search steps back, and it
 a rejection before any trusted value warns.
 """
 
+import math
 import types
 import warnings
 
 import numpy as np
 import pytest
+import torch
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.gaussian_process import GaussianProcessRegressor as GPR
 from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
@@ -145,7 +148,8 @@ def test_stalled_line_searches_stop_at_the_best_point():
     Without the stall rule L-BFGS-B took 16 evaluations and ended abnormally, returning a value
     of a point it did not return; with it, STALL_EVALUATIONS evaluations after the best one it
     returns that point and its value, without a warning."""
-    estimate = types.SimpleNamespace(spread=0.0)  # the objective's standard error
+    # the objective's standard error, and its run's start
+    estimate = types.SimpleNamespace(spread=0.0, start_run=lambda: None)
     start, seen = np.full(4, 2.0), []
 
     def obj_func(theta, eval_gradient=True):
@@ -161,3 +165,90 @@ def test_stalled_line_searches_stop_at_the_best_point():
     np.testing.assert_array_equal(x, start)
     assert f == 4.0
     assert len(seen) == 1 + _optimizer.STALL_EVALUATIONS
+
+
+def _recorded_solves(monkeypatch, stall_at=None):
+    """Record (max_iter, n_iter) of every CG solve of the GP's estimate; the solve numbered
+    ``stall_at`` (from 0) gets products with noise of 30% of the vector's size, so that its
+    CG can never converge (a planted stall)."""
+    original, solves = _lml.conjugate_gradient, []
+
+    def recorded(matvec, *args, **kwargs):
+        if len(solves) == stall_at:
+            generator = torch.Generator().manual_seed(0)
+
+            def noisy(V, matvec=matvec):
+                noise = torch.randn(V.shape, generator=generator, dtype=V.dtype)
+                return matvec(V) + 0.3 * V.norm() / V.shape[0] ** 0.5 * noise
+            matvec = noisy
+        result = original(matvec, *args, **kwargs)
+        solves.append((kwargs["max_iter"], result.n_iter))
+        return result
+
+    monkeypatch.setattr(_lml, "conjugate_gradient", recorded)
+    return solves
+
+
+def test_a_trial_point_whose_cg_never_converges_costs_a_few_typical_solves(objective,
+                                                                           monkeypatch):
+    """Once a value is trusted, a trial point's solve stops after CG_BUDGET_FACTOR times the
+    median steps so far (not max_cg_iter = 1000: a solve at n = 1e5 ran > 380 s) and, ending
+    far above cg_tol, is stepped back from."""
+    make, theta = objective
+    solves = _recorded_solves(monkeypatch, stall_at=1)
+    f = make()
+    best, _ = f(theta, True)
+    assert solves[0][0] == 1000  # the first evaluation: no history, max_cg_iter
+    typical = solves[0][1]
+    value, grad = f(theta - 0.3, True)
+    budget = max(_optimizer.CG_BUDGET_MIN_STEPS, math.ceil(_optimizer.CG_BUDGET_FACTOR * typical))
+    assert solves[1] == (budget, budget)  # ran to its budget, not to 1000
+    assert value == best - max(1.0, abs(best)) and not np.any(grad)
+    f.start_run()  # a restart's start gets max_cg_iter again
+    f(theta + 0.2, True)
+    assert solves[2][0] == 1000
+
+
+def test_a_fit_with_a_planted_stall_ends_bounded_and_at_the_same_optimum(monkeypatch):
+    """A whole iterative fit with one trial point whose CG never converges: that solve takes no
+    more than CG_BUDGET_FACTOR times the others' steps, and the optimum's exact LML is that of
+    the same fit without the stall."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2.0, 2.0, (150, 2))
+    y = np.sin(2.0 * X[:, 0]) + 0.1 * rng.standard_normal(150)
+
+    def fit():
+        return kk.GaussianProcessRegressor(C(1.0) * kk.RBF([1.0, 1.0]) + W(0.05), device="cpu",
+                                           exact_max_n=0, preconditioner_rank=5,
+                                           random_state=0).fit(X, y)
+
+    clean = fit()
+    solves = _recorded_solves(monkeypatch, stall_at=2)
+    stalled = fit()
+    others = [n_iter for i, (_, n_iter) in enumerate(solves) if i != 2]
+    bound = max(_optimizer.CG_BUDGET_MIN_STEPS, _optimizer.CG_BUDGET_FACTOR * max(others))
+    assert solves[2][1] <= bound < 1000  # the stall ran to a budget, not to max_cg_iter
+    exact = [GPR(model.kernel_, optimizer=None).fit(X, y).log_marginal_likelihood_value_
+             for model in (clean, stalled)]
+    assert exact[1] >= exact[0] - 0.5  # the stall costs no more than the noise of one estimate
+
+
+def test_default_preconditioner_keeps_cg_short():
+    """At n = 400 the default rank is every point, so CG needs a few steps per evaluation; a
+    preconditioner whose rank were fixed at 1 would need hundreds (a planted stall)."""
+    rng = np.random.default_rng(4)
+    X = rng.uniform(-2.0, 2.0, (400, 3))
+    y = np.sin(2.0 * X[:, 0]) * np.cos(X[:, 1]) + 0.1 * rng.standard_normal(400)
+    solves = []
+    original = _lml.conjugate_gradient
+
+    def recorded(*args, **kwargs):
+        result = original(*args, **kwargs)
+        solves.append(result.n_iter)
+        return result
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_lml, "conjugate_gradient", recorded)
+        kk.GaussianProcessRegressor(C(1.0) * kk.RBF([1.0] * 3) + W(0.1), device="cpu",
+                                    exact_max_n=0, random_state=0).fit(X, y)
+    assert len(solves) > 3 and max(solves) <= 10

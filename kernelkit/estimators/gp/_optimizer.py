@@ -14,6 +14,7 @@ objective.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -24,9 +25,9 @@ from sklearn.exceptions import ConvergenceWarning
 
 from kernelkit import distributed
 
-__all__ = ["PRETRAIN_DIVISOR", "PRETRAIN_MIN_SIZE", "PRETRAINED_STEP", "STALL_EVALUATIONS",
-           "StochasticObjective", "lbfgs", "optimize", "optimize_theta", "pretrain_rows",
-           "pretrained_theta", "standard_error"]
+__all__ = ["CG_BUDGET_FACTOR", "CG_BUDGET_MIN_STEPS", "PRETRAIN_DIVISOR", "PRETRAIN_MIN_SIZE",
+           "PRETRAINED_STEP", "STALL_EVALUATIONS", "StochasticObjective", "lbfgs", "optimize",
+           "optimize_theta", "pretrain_rows", "pretrained_theta", "standard_error"]
 
 #: ``pretrain_size="auto"``: the optimiser first runs on n // PRETRAIN_DIVISOR training points
 #: when that is at least PRETRAIN_MIN_SIZE (n >= 131 072). At n = 1e6 (d = 8, ARD RBF + noise,
@@ -44,6 +45,15 @@ PRETRAINED_STEP = 0.01
 #: Iterative path: L-BFGS-B stops after this many evaluations in a row that do not beat the best
 #: value by the estimate's standard error.
 STALL_EVALUATIONS = 5
+#: Iterative path, while optimising: once a value is trusted, a trial point's CG gets at most
+#: CG_BUDGET_FACTOR times the median CG steps of the trusted evaluations so far (at least
+#: CG_BUDGET_MIN_STEPS, at most max_cg_iter), so no evaluation costs more than a few typical
+#: ones (an evaluation is a preconditioner, one CG solve and one gradient pass; the steps are
+#: what varies). On a ridge-function data set at n = 1e5 a trial point's solve ran > 380 s after
+#: 14 evaluations of 5-6 s. A trial point whose budgeted solve ends above sqrt(cg_tol) is
+#: stepped back from, as any untrusted estimate is.
+CG_BUDGET_FACTOR = 4
+CG_BUDGET_MIN_STEPS = 10
 
 
 class _Stalled(Exception):
@@ -62,7 +72,8 @@ class StochasticObjective:
     one so far minus max(1, |best|), with a zero gradient, so the line search steps back (an
     infinite value would end L-BFGS-B at once). A solve that stalls nearer ``cg_tol`` (float32
     products near the optimum at n = 1e5 stalled at 1e-2) is used as it is. A rejection before
-    any trusted value warns.
+    any trusted value warns. Once a value is trusted, each solve of an ``optimizing`` objective
+    stops after :meth:`cg_budget` steps.
 
     Parameters
     ----------
@@ -78,13 +89,36 @@ class StochasticObjective:
     spread : float
         The standard error of the last trusted estimate (the probes' spread, summed in
         quadrature over the targets): the stopping rules of :func:`optimize` read it.
+    trusted_steps : list of int
+        CG steps of each trusted evaluation of the current run (the most over its target
+        columns; :meth:`start_run` clears it, so a restart's start gets ``max_cg_iter``).
     """
 
     def __init__(self, op, Y, probes, settings, optimizing=False):
         self.op, self.Y, self.probes, self.settings = op, Y, probes, settings
         self.optimizing = optimizing
         self.spread = 0.0
+        self.trusted_steps = []
         self._best = -np.inf
+
+    def start_run(self):
+        """Forget the last run's spread and CG steps: an optimiser run starts."""
+        self.spread = 0.0
+        self.trusted_steps = []
+
+    def cg_budget(self):
+        """The most CG steps the next evaluation's solves may take: ``max_cg_iter``, or while
+        optimising once a value is trusted, :data:`CG_BUDGET_FACTOR` times the median of
+        ``trusted_steps`` (at least :data:`CG_BUDGET_MIN_STEPS`; rank 0's under a process
+        group, so that every rank stops at the same step)."""
+        from kernelkit.estimators.gp import _sharded
+
+        cap = self.settings.max_cg_iter
+        if not self.optimizing or not self.trusted_steps:
+            return cap
+        budget = max(CG_BUDGET_MIN_STEPS,
+                     math.ceil(CG_BUDGET_FACTOR * float(np.median(self.trusted_steps))))
+        return int(_sharded.from_rank0([min(cap, budget)])[0])
 
     def __call__(self, theta, eval_gradient):
         import torch
@@ -92,8 +126,9 @@ class StochasticObjective:
         from kernelkit.estimators.gp._lml import (estimate_residual, log_marginal_likelihood,
                                                   warn_unconverged)
 
-        settings, best = self.settings, self._best
-        lml, grad, variance, failed = 0.0, np.zeros(len(theta)), 0.0, None
+        best = self._best
+        settings = dataclasses.replace(self.settings, max_cg_iter=self.cg_budget())
+        lml, grad, variance, failed, steps = 0.0, np.zeros(len(theta)), 0.0, None, 0
         have_best = self.optimizing and np.isfinite(best)  # a trusted value to step back from
         try:
             for k in range(self.Y.shape[1]):
@@ -102,6 +137,7 @@ class StochasticObjective:
                                               eval_gradient, info, warn=not self.optimizing)
                 lml += out[0]
                 variance += info["spread"] ** 2
+                steps = max(steps, info["cg"].n_iter)
                 if eval_gradient:
                     grad += out[1]
                 if estimate_residual(info["cg"]) > math.sqrt(settings.cg_tol):
@@ -115,6 +151,7 @@ class StochasticObjective:
             warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
         self._best = max(best, lml)
         self.spread = float(np.sqrt(variance))
+        self.trusted_steps.append(steps)
         return (lml, grad) if eval_gradient else lml
 
 
@@ -172,11 +209,12 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
     max_iter : int
         Most L-BFGS-B iterations.
     estimate : StochasticObjective or None
-        The iterative path's objective, whose ``spread`` (reset to 0 here) is the standard
-        error of its last value: L-BFGS-B then also stops once an iteration gains less than
-        that, or after :data:`STALL_EVALUATIONS` evaluations in a row that do not beat the
-        best by that much, returning the best point (line searches that the estimate's noise
-        makes fail: at n = 2e4 on a GPU L-BFGS-B spent 30 of 45 evaluations at one point).
+        The iterative path's objective (a run starts here:
+        :meth:`StochasticObjective.start_run`), whose ``spread`` is the standard error of its
+        last value: L-BFGS-B then also stops once an iteration gains less than that, or after
+        :data:`STALL_EVALUATIONS` evaluations in a row that do not beat the best by that much,
+        returning the best point (line searches that the estimate's noise makes fail: at
+        n = 2e4 on a GPU L-BFGS-B spent 30 of 45 evaluations at one point).
         None (the exact path): SciPy's tolerances alone.
     step : float or None
         L-BFGS-B's first trial step (:func:`lbfgs`).
@@ -185,7 +223,7 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
         return optimizer(obj_func, initial_theta, bounds=bounds)
     if estimate is None:
         return lbfgs(obj_func, initial_theta, bounds, max_iter, step=step)
-    estimate.spread = 0.0
+    estimate.start_run()
     previous = [np.inf]
     best = {"f": np.inf, "x": np.asarray(initial_theta, dtype=float), "stale": 0}
 
