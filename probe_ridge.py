@@ -20,17 +20,22 @@ extra = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 X, y, Xt, yt = (ridge if case == "ridge" else (lambda n, t: make_data(n, t, 8)))(n, 10000)
 gp = kernelkit.GaussianProcessRegressor(C(1.0) * kernelkit.RBF(np.ones(8)) + W(0.1), device="cuda", random_state=0, **extra)
 rows = []
-def after(row):
-    rows.append(row)
-    print(f"eval {len(rows)} n={row['n']} s={row['s']:.2f} steps={[s['steps'] for s in row['solves']]} lml={row['lml']:.1f}", flush=True)
 out = dict(case=case, n=n, extra=extra, trace=rows)
 path = os.path.join(os.environ.get("OUT", "/tmp"), f"probe-{case}-{n}-{len(extra)}.json")
+def after(row):
+    rows.append(row)
+    json.dump(out, open(path, "w"), indent=1, default=str)
+    print(f"eval {len(rows)} n={row['n']} s={row['s']:.2f} steps={[s['steps'] for s in row['solves']]} lml={row['lml']:.1f}", flush=True)
 try:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with Trace("cuda", after=after):
             sync("cuda"); t0 = time.perf_counter(); gp.fit(X, y); sync("cuda"); out["fit_s"] = time.perf_counter() - t0
+        json.dump(out, open(path, "w"), indent=1, default=str)
+        print("fit", out["fit_s"], gp.kernel_, [str(w.message)[:150] for w in caught], flush=True)
+        sync("cuda"); t0 = time.perf_counter()
         mean, std = gp.predict(Xt, return_std=True)
+        sync("cuda"); out["predict_s"] = time.perf_counter() - t0
         out["rmse"], out["nlpd"] = metrics(mean, std, yt)
         out["kernel"] = str(gp.kernel_)
         th = gp.kernel_.theta

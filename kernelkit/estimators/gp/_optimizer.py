@@ -51,13 +51,15 @@ STALL_EVALUATIONS = 5
 #: this many times. On a ridge-function data set at n = 1e5 (GPU) the first line search
 #: evaluated a point 30 000 nats above the start, then failed, and the fit kept the start.
 LINE_SEARCH_RESTARTS = 3
-#: Iterative path, while optimising: once a value is trusted, a trial point's CG gets at most
-#: CG_BUDGET_FACTOR times the median CG steps of the trusted evaluations so far (at least
-#: CG_BUDGET_MIN_STEPS, at most max_cg_iter), so no evaluation costs more than a few typical
-#: ones (an evaluation is a preconditioner, one CG solve and one gradient pass; the steps are
-#: what varies). On a ridge-function data set at n = 1e5 a trial point's solve ran > 380 s after
-#: 14 evaluations of 5-6 s. A trial point whose budgeted solve ends above sqrt(cg_tol) is
-#: stepped back from, as any untrusted estimate is.
+#: Iterative path, while optimising: a trial point's CG gets at most CG_BUDGET_FACTOR times the
+#: steps of the run's best evaluation so far, where the optimiser stands (at least
+#: CG_BUDGET_MIN_STEPS, at most max_cg_iter), so that no evaluation costs more than a few
+#: typical ones (an evaluation is a preconditioner, one CG solve and one gradient pass; the
+#: steps are what varies). On a ridge-function data set at n = 1e5 a trial point's solve ran
+#: > 380 s after 14 evaluations of 5-6 s. A trial point whose budgeted solve ends above
+#: sqrt(cg_tol) is stepped back from, as any untrusted estimate is. (A median over the run
+#: failed: L-BFGS-B's first trial points sit on the bounds, where noise 1e5 takes 1 step, and
+#: the budget of 10 rejected every point between them and the start at n = 1e5.)
 CG_BUDGET_FACTOR = 4
 CG_BUDGET_MIN_STEPS = 10
 
@@ -95,35 +97,35 @@ class StochasticObjective:
     spread : float
         The standard error of the last trusted estimate (the probes' spread, summed in
         quadrature over the targets): the stopping rules of :func:`optimize` read it.
-    trusted_steps : list of int
-        CG steps of each trusted evaluation of the current run (the most over its target
-        columns; :meth:`start_run` clears it, so a restart's start gets ``max_cg_iter``).
+    best_steps : int or None
+        CG steps (the most over the target columns) of the current run's best trusted
+        evaluation; None before one (:meth:`start_run`: a restart's start gets
+        ``max_cg_iter``).
     """
 
     def __init__(self, op, Y, probes, settings, optimizing=False):
         self.op, self.Y, self.probes, self.settings = op, Y, probes, settings
         self.optimizing = optimizing
         self.spread = 0.0
-        self.trusted_steps = []
+        self.best_steps, self._run_best = None, -np.inf
         self._best = -np.inf
 
     def start_run(self):
         """Forget the last run's spread and CG steps: an optimiser run starts."""
         self.spread = 0.0
-        self.trusted_steps = []
+        self.best_steps, self._run_best = None, -np.inf
 
     def cg_budget(self):
         """The most CG steps the next evaluation's solves may take: ``max_cg_iter``, or while
-        optimising once a value is trusted, :data:`CG_BUDGET_FACTOR` times the median of
-        ``trusted_steps`` (at least :data:`CG_BUDGET_MIN_STEPS`; rank 0's under a process
-        group, so that every rank stops at the same step)."""
+        optimising once a value is trusted, :data:`CG_BUDGET_FACTOR` times ``best_steps`` (at
+        least :data:`CG_BUDGET_MIN_STEPS`; rank 0's under a process group, so that every rank
+        stops at the same step)."""
         from kernelkit.estimators.gp import _sharded
 
         cap = self.settings.max_cg_iter
-        if not self.optimizing or not self.trusted_steps:
+        if not self.optimizing or self.best_steps is None:
             return cap
-        budget = max(CG_BUDGET_MIN_STEPS,
-                     math.ceil(CG_BUDGET_FACTOR * float(np.median(self.trusted_steps))))
+        budget = max(CG_BUDGET_MIN_STEPS, CG_BUDGET_FACTOR * self.best_steps)
         return int(_sharded.from_rank0([min(cap, budget)])[0])
 
     def __call__(self, theta, eval_gradient):
@@ -157,7 +159,8 @@ class StochasticObjective:
             warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
         self._best = max(best, lml)
         self.spread = float(np.sqrt(variance))
-        self.trusted_steps.append(steps)
+        if lml > self._run_best:
+            self.best_steps, self._run_best = steps, lml
         return (lml, grad) if eval_gradient else lml
 
 
