@@ -521,7 +521,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def _progress(self, solver, tol):
         """A context manager giving the CG callback: a
-        :class:`~kernelkit.linalg.cg.ConvergenceBar` when ``verbose``, else None."""
+        :class:`~kernelkit.linalg.cg.ConvergenceBar` where ``verbose`` displays
+        (:func:`~kernelkit.estimators._verbosity.displays`), else None."""
         if not displays(self.verbose):
             return contextlib.nullcontext(None)
         from kernelkit.linalg.cg import ConvergenceBar

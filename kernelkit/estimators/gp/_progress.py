@@ -29,6 +29,9 @@ against the estimate's standard error, below which it stops), and the last evalu
 and seconds; at the end the final value and why the optimiser stopped. ``verbose`` >= 2 also
 prints each evaluation's record on stdout. No iteration count out of ``optimizer_max_iter``:
 that is an upper limit a converging fit does not reach.
+
+Under a ``torch.distributed`` process group every rank logs its records (rank 0's values and
+standard errors: every rank computes the same fit), and only rank 0 displays and prints.
 """
 
 from __future__ import annotations
