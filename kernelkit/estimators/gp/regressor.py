@@ -140,11 +140,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     verbose : int or bool, default=0
         0: silent. 1: a status line of the fit on stderr (tqdm; rank 0 of a process group
         only): evaluations, best log marginal likelihood, the last iteration's gain (iterative
-        path: against the standard error it stops below), the last evaluation's CG steps and
-        seconds; pretraining has its own line. 2: also a line per evaluation on stdout.
-        Whatever ``verbose``, ``fit`` logs INFO records (:mod:`logging`, per evaluation: theta,
-        the value, its standard error, CG steps, seconds; their fields:
-        :mod:`kernelkit.estimators.gp._progress`).
+        path: beside the standard error it stops below), the last evaluation's CG steps and
+        seconds; pretraining has its own line. 2: also a line per evaluation on stdout. Any
+        ``verbose``: INFO :mod:`logging` records per evaluation (theta, value, standard error,
+        CG steps, seconds) and phase (:mod:`kernelkit.estimators.gp._progress`).
 
     Attributes
     ----------
