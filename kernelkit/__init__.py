@@ -11,6 +11,8 @@ optional (it has wheels for Linux x86-64 only): without it everything except the
 themselves runs on the CPU.
 """
 
+import logging as _logging
+
 from kernelkit import kernels as _kernels
 from kernelkit.kernels import *  # noqa: F403 - every kernel class (kernelkit.kernels.__all__)
 from kernelkit.blocked_gram import gram
@@ -26,6 +28,11 @@ from kernelkit.pairwise import (
 from kernelkit.estimators import GaussianProcessRegressor, KernelRidge
 
 __version__ = "0.1.0"
+
+# a library's convention: records reach the application's handlers, or nowhere (never the
+# "last resort" handler on stderr); logging.getLogger("kernelkit").setLevel(logging.INFO) and a
+# handler turn the estimators' fit records on (docs/guide.md, "Logging and progress")
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     *(name for name in _kernels.__all__ if name != "KERNEL_CLASSES"),

@@ -47,9 +47,9 @@ def _record_fit_sizes(monkeypatch):
     sizes = []
     fit = regressor.GaussianProcessRegressor._fit
 
-    def recorded(self, X, y, variance_cache):
+    def recorded(self, X, y, variance_cache, **kwargs):
         sizes.append(len(X))
-        return fit(self, X, y, variance_cache)
+        return fit(self, X, y, variance_cache, **kwargs)
 
     monkeypatch.setattr(regressor.GaussianProcessRegressor, "_fit", recorded)
     return sizes
@@ -159,9 +159,9 @@ def test_the_pretrained_run_takes_small_first_steps(monkeypatch):
     steps = []
     lbfgs = _optimizer.lbfgs
 
-    def recorded(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
+    def recorded(obj_func, initial_theta, bounds, max_iter, callback=None, step=None, **kwargs):
         steps.append(step)
-        return lbfgs(obj_func, initial_theta, bounds, max_iter, callback, step)
+        return lbfgs(obj_func, initial_theta, bounds, max_iter, callback, step, **kwargs)
 
     monkeypatch.setattr(_optimizer, "lbfgs", recorded)
     X, y = _data(200)

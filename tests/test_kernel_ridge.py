@@ -8,6 +8,7 @@ smallest eigenvalue of K + alpha I is at least alpha), so a prediction k(x, X) a
 own kernel values, and the tests compare with it.
 """
 
+import logging
 import pickle
 import warnings
 
@@ -191,6 +192,36 @@ def test_verbose_progress_bar_counts_digits_of_tol(rng, capsys, solver):
     assert last.startswith(f"KernelRidge ({solver}): 100%") and " 6.0/6.0 digits" in last
     assert f"step {model.n_iter_}, residual {model.residuals_[-1]:.2e}" in last
     assert model.residuals_[-1] <= 1e-6 and "/1000" not in err
+
+
+@pytest.mark.parametrize("verbose, shown", [(0, False), (False, False), (1, True), (2, True)])
+def test_verbose_takes_integers(rng, capsys, verbose, shown):
+    """verbose as scikit-learn's estimators take it: 0 / False silent, any positive int the bar."""
+    X, y = _data(rng, n=60)
+    KernelRidge(alpha=0.1, device="cpu", verbose=verbose, random_state=0).fit(X, y)
+    out, err = capsys.readouterr()
+    assert out == "" and ("KernelRidge (cg): 100%" in err) is shown and (err == "") is not shown
+
+
+@pytest.mark.parametrize("solver", ["cg", "nystrom"])
+def test_fit_logs_its_start_and_end(rng, caplog, solver):
+    """INFO records of the kernelkit logger at the start and the end of fit, their numbers in
+    record.kernelkit (issue 39: a long fit says what it is doing)."""
+    caplog.set_level(logging.INFO, logger="kernelkit")
+    X, y = _data(rng, n=80)
+    model = KernelRidge(alpha=0.1, device="cpu", random_state=0, solver=solver,
+                        n_components=20).fit(X, y)
+    start, end = [r.kernelkit for r in caplog.records if hasattr(r, "kernelkit")]
+    assert start == {"estimator": "KernelRidge", "event": "fit_start", "solver": solver, "n": 80,
+                     "d": X.shape[1], "n_components": 20, "n_targets": 1, "device": "cpu",
+                     "tol": 1e-6}
+    assert {k: end[k] for k in ("event", "solver", "n", "n_components", "cg_steps", "residual",
+                                "dense_fallback")} == {
+        "event": "fit_end", "solver": solver, "n": 80, "n_components": model.n_components_,
+        "cg_steps": model.n_iter_, "residual": model.residuals_[-1], "dense_fallback": False}
+    assert end["seconds"] > 0 and model.n_iter_ > 1
+    assert caplog.records[-1].getMessage().startswith(
+        f"KernelRidge {solver} ended after {model.n_iter_} CG steps")
 
 
 def test_auto_solver(rng, monkeypatch):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import time
 import warnings
 
 import numpy as np
@@ -19,6 +21,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
+from kernelkit.estimators._verbosity import RECORD_ATTRIBUTE, check_verbose, displays
 from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
@@ -28,6 +31,8 @@ except ImportError:  # pragma: no cover - older scikit-learn
         return estimator._validate_data(*args, **kwargs)
 
 __all__ = ["KernelRidge"]
+
+logger = logging.getLogger(__name__)
 
 SOLVERS = ("auto", "cg", "nystrom")
 PRECONDITIONERS = ("nystrom", None)
@@ -168,10 +173,14 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         are float64. On the CPU everything is float64.
     random_state : int, RandomState instance or None, default=None
         Draws the landmarks.
-    verbose : bool or int, default=False
-        Show a progress bar (tqdm) of CG's convergence: the digits the relative residual has
-        gained, -log10(residual), out of the digits ``tol`` asks for, -log10(tol), with the
-        step and the residual (:class:`~kernelkit.linalg.cg.ConvergenceBar`).
+    verbose : int or bool, default=False
+        0 or False: silent. 1 or more (True): a progress bar (tqdm, on stderr; rank 0 of a
+        process group only) of CG's convergence: the digits the relative residual has gained,
+        -log10(residual), out of the digits ``tol`` asks for, -log10(tol), with the step and
+        the residual (:class:`~kernelkit.linalg.cg.ConvergenceBar`). Whatever ``verbose``,
+        ``fit`` logs an INFO record (:mod:`logging`) at its start (solver, n, d, M, targets,
+        device) and at its end (CG steps, true residual, dense fallback, seconds), with these
+        numbers in ``record.kernelkit``, a dict (:mod:`kernelkit.estimators._verbosity`).
 
     Attributes
     ----------
@@ -283,6 +292,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         tol = _ridge_checks.check_number(self.tol, "tol", low=0.0)
         max_iter = _ridge_checks.check_number(self.max_iter, "max_iter", low=0, integer=True)
         check_device(self.device)
+        check_verbose(self.verbose)
         return alpha, n_components, tol, max_iter
 
     def _kernel(self, n_features):
@@ -335,6 +345,7 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
             not positive definite in floating point) on a system too large for the dense
             fallback (more than :data:`DENSE_MAX` unknowns or more than the memory available).
         """
+        begin = time.perf_counter()
         X = _ridge_checks.dense(X)
         # under a process group: checked on every rank, errors shared (kernelkit.distributed)
         alpha, n_components, tol, max_iter, X, y, Y, weights, where, structure = (
@@ -376,6 +387,10 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         alphas = op.vectors(np.broadcast_to(alpha, (k,)))
         wt = None if weights is None else op.vectors(weights)
         fit = self._fit_exact if solver == "cg" else self._fit_nystrom
+        features = None if structure is None else d  # precomputed: X is K
+        _log("fit_start", f"{solver}: n={n}, d={features}, M={m}, {k} targets on {where}, tol "
+             f"{tol:g}", solver=solver, n=n, d=features, n_components=m, n_targets=k,
+             device=where, tol=tol)
         if sharded and solver == "nystrom":
             fit = functools.partial(falkon_sharded.fit_nystrom, self._warn_lstsq)
         with self._progress(solver, tol) as callback:
@@ -411,6 +426,12 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         self.landmark_indices_ = idx
         self.n_iter_ = result.n_iter
         self.residuals_ = result.residuals
+        seconds = time.perf_counter() - begin
+        _log("fit_end", f"{solver} ended after {result.n_iter} CG steps, {seconds:.3g} s: true "
+             f"relative residual {result.residuals[-1]:.3g}"
+             + (", dense fallback" if fallback else ""), solver=solver, n=n, n_components=m,
+             cg_steps=result.n_iter, residual=float(result.residuals[-1]),
+             dense_fallback=bool(fallback), seconds=seconds)
         return self
 
     def _fit_inputs(self, X, y, sample_weight):
@@ -500,8 +521,9 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
     def _progress(self, solver, tol):
         """A context manager giving the CG callback: a
-        :class:`~kernelkit.linalg.cg.ConvergenceBar` when ``verbose``, else None."""
-        if not self.verbose:
+        :class:`~kernelkit.linalg.cg.ConvergenceBar` where ``verbose`` displays
+        (:func:`~kernelkit.estimators._verbosity.displays`), else None."""
+        if not displays(self.verbose):
             return contextlib.nullcontext(None)
         from kernelkit.linalg.cg import ConvergenceBar
 
@@ -544,3 +566,8 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         structure = self._kernel(X.shape[1])
         return X, ("cpu" if structure is None else resolve_device(self.device)), structure
 
+
+def _log(event, message, **fields):
+    """An INFO record of :meth:`KernelRidge.fit`, its numbers in ``record.kernelkit``."""
+    logger.info("KernelRidge %s", message, extra={RECORD_ATTRIBUTE: {
+        "estimator": "KernelRidge", "event": event, **fields}})

@@ -13,6 +13,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel
 from sklearn.utils.validation import validate_data
 
 from kernelkit._util.device import resolve_device
+from kernelkit.estimators._verbosity import check_verbose
 from kernelkit.kernels import RBF
 from kernelkit.operators.kernel_tree import parse_kernel
 
@@ -92,6 +93,7 @@ def check_params(gp):
     check_int("n_restarts_optimizer", gp.n_restarts_optimizer, 0)
     check_int("optimizer_max_iter", gp.optimizer_max_iter, 1)
     check_pretrain_size(gp.pretrain_size)
+    check_verbose(gp.verbose)
     if gp.exact_max_n is not None:
         check_int("exact_max_n", gp.exact_max_n, 0)
     if gp.n_targets is not None:

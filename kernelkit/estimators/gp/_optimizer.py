@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import warnings
 
 import numpy as np
@@ -101,6 +102,9 @@ class StochasticObjective:
         CG steps (the most over the target columns) of the current run's best trusted
         evaluation; None before one (:meth:`start_run`: a restart's start gets
         ``max_cg_iter``).
+    last_cg_steps : int
+        The CG steps of the last evaluation, summed over the targets (the fit's records,
+        :mod:`kernelkit.estimators.gp._progress`).
     """
 
     def __init__(self, op, Y, probes, settings, optimizing=False):
@@ -108,6 +112,7 @@ class StochasticObjective:
         self.optimizing = optimizing
         self.spread = 0.0
         self.best_steps, self._run_best = None, -np.inf
+        self.last_cg_steps = 0
         self._best = -np.inf
 
     def start_run(self):
@@ -138,12 +143,14 @@ class StochasticObjective:
         settings = dataclasses.replace(self.settings, max_cg_iter=self.cg_budget())
         lml, grad, variance, failed, steps = 0.0, np.zeros(len(theta)), 0.0, None, 0
         have_best = self.optimizing and np.isfinite(best)  # a trusted value to step back from
+        self.last_cg_steps = 0
         try:
             for k in range(self.Y.shape[1]):
                 info = {}
                 out = log_marginal_likelihood(self.op, theta, self.Y[:, k], self.probes, settings,
                                               eval_gradient, info, warn=not self.optimizing)
                 lml += out[0]
+                self.last_cg_steps += info["cg"].n_iter
                 variance += info["spread"] ** 2
                 steps = max(steps, info["cg"].n_iter)
                 if eval_gradient:
@@ -170,17 +177,20 @@ def _rejected(theta, eval_gradient, value):
 
 
 def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n_restarts,
-                   start=None, estimate=None):
+                   start=None, estimate=None, report=None):
     """The best theta of the optimiser's runs on ``lml_at(theta, eval_gradient)`` -> lml or
     (lml, grad), maximised (rank 0's value under a process group): one run from ``start`` (a
     pretrained optimum: L-BFGS-B's first trial step is then :data:`PRETRAINED_STEP`, and there
     are no restarts) or from ``initial_theta``, and ``n_restarts`` more from uniform draws of
-    ``rng`` within ``bounds`` (rank 0's under a process group). The other arguments:
-    :func:`optimize`."""
+    ``rng`` within ``bounds`` (rank 0's under a process group). ``report``: a
+    :class:`~kernelkit.estimators.gp._progress.FitReport` told of every evaluation (its value,
+    standard error, CG steps and seconds). The other arguments: :func:`optimize`."""
     from kernelkit.estimators.gp import _sharded
 
     if distributed.active():
         lml_at = _sharded.rank0_objective(lml_at)
+    if report is not None:
+        lml_at = _reported(lml_at, estimate, report)
 
     def obj_func(theta, eval_gradient=True):
         if eval_gradient:
@@ -191,7 +201,7 @@ def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n
     pretrained = start is not None
     runs = [optimize(obj_func, initial_theta if start is None else start, bounds,
                      optimizer=optimizer, max_iter=max_iter, estimate=estimate,
-                     step=PRETRAINED_STEP if pretrained else None)]
+                     step=PRETRAINED_STEP if pretrained else None, report=report)]
     if n_restarts > 0 and not pretrained:
         if not np.isfinite(bounds).all():
             raise ValueError("Multiple optimizer restarts (n_restarts_optimizer>0) "
@@ -199,11 +209,29 @@ def optimize_theta(lml_at, initial_theta, bounds, rng, *, optimizer, max_iter, n
         for _ in range(n_restarts):
             start = _sharded.from_rank0(rng.uniform(bounds[:, 0], bounds[:, 1]))
             runs.append(optimize(obj_func, start, bounds, optimizer=optimizer,
-                                 max_iter=max_iter, estimate=estimate))
+                                 max_iter=max_iter, estimate=estimate, report=report))
     return min(runs, key=lambda run: run[1])[0]
 
 
-def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=None, step=None):
+def _reported(lml_at, estimate, report):
+    """``lml_at`` telling ``report`` of each evaluation (on every rank: the standard error is
+    rank 0's)."""
+
+    def reported(theta, eval_gradient):
+        begin = time.perf_counter()
+        out = lml_at(theta, eval_gradient)
+        seconds = time.perf_counter() - begin
+        exact = estimate is None
+        report.evaluation(np.array(theta, dtype=float), float(out[0] if eval_gradient else out),
+                          None if exact else standard_error(estimate),
+                          None if exact else int(estimate.last_cg_steps), seconds)
+        return out
+
+    return reported
+
+
+def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=None, step=None,
+             report=None):
     """One optimiser run from ``initial_theta``; returns (theta, value).
 
     Parameters
@@ -227,18 +255,33 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
         None (the exact path): SciPy's tolerances alone.
     step : float or None
         L-BFGS-B's first trial step (:func:`lbfgs`).
+    report : FitReport or None
+        Told of the run's start, each iteration and why it stopped
+        (:class:`~kernelkit.estimators.gp._progress.FitReport`).
     """
+    if report is not None:
+        report.new_run()
     if callable(optimizer):
-        return optimizer(obj_func, initial_theta, bounds=bounds)
+        out = optimizer(obj_func, initial_theta, bounds=bounds)
+        if report is not None:
+            report.stopped("the optimizer callable returned")
+        return out
     if estimate is None:
-        return lbfgs(obj_func, initial_theta, bounds, max_iter, step=step)
+        return lbfgs(obj_func, initial_theta, bounds, max_iter,
+                     callback=None if report is None else _iterations(report), step=step,
+                     report=report)
     estimate.start_run()
     previous = [np.inf]
     best = {"f": np.inf, "x": np.asarray(initial_theta, dtype=float), "stale": 0}
 
     def resolved(intermediate_result):
-        value = float(intermediate_result.fun)
-        if previous[0] - value < standard_error(estimate):
+        value, se = float(intermediate_result.fun), standard_error(estimate)
+        if report is not None:
+            report.iteration(value, se)
+        if previous[0] - value < se:
+            if report is not None:
+                report.stopped(f"an iteration gained {previous[0] - value:.3g} < the "
+                               f"estimate's standard error {se:.3g}")
             raise StopIteration
         previous[0] = value
 
@@ -266,11 +309,20 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
                 break
             start, previous[0] = best["x"], np.inf
     except _Stalled:
+        if report is not None:
+            report.stopped(f"{STALL_EVALUATIONS} evaluations in a row did not beat the best by "
+                           f"the estimate's standard error")
         return best["x"], best["f"]
+    _stopped(res, report)
     _warn_unconverged(res, stacklevel=5)
     if best["f"] < res.fun:  # the estimate's best point beats where L-BFGS-B ended
         return best["x"], best["f"]
     return theta, res.fun
+
+
+def _iterations(report):
+    """SciPy's callback telling ``report`` of each iteration's value."""
+    return lambda intermediate_result: report.iteration(float(intermediate_result.fun))
 
 
 def standard_error(estimate):
@@ -281,7 +333,7 @@ def standard_error(estimate):
     return float(_sharded.from_rank0([estimate.spread])[0])
 
 
-def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
+def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None, report=None):
     """L-BFGS-B from ``initial_theta``, at most ``max_iter`` iterations; returns (theta, value)
     and warns (ConvergenceWarning) where it stopped without converging.
 
@@ -289,15 +341,17 @@ def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
     its gradient first where every bound is finite (else a step of length 1), so it runs on
     ``theta = initial_theta + s * phi`` with s = sqrt(step / |gradient|) (else s = step);
     the start's evaluation is computed once for both. None: SciPy's own first step.
-    ``callback``: SciPy's, called after each iteration."""
+    ``callback``: SciPy's, called after each iteration (raising StopIteration stops the run).
+    ``report``: told why the run stopped, but by ``callback`` (the caller says that)."""
     theta, res = _lbfgs_run(obj_func, initial_theta, bounds, max_iter, callback, step)
+    _stopped(res, report)
     _warn_unconverged(res, stacklevel=6)
     return theta, res.fun
 
 
 def _lbfgs_run(obj_func, initial_theta, bounds, max_iter, callback=None, step=None):
-    """:func:`lbfgs` without its warning: (theta, SciPy's OptimizeResult in the scaled
-    variables)."""
+    """:func:`lbfgs` without its warning and report: (theta, SciPy's OptimizeResult in the
+    scaled variables)."""
     start = np.asarray(initial_theta, dtype=np.float64)
     bounds = np.asarray(bounds, dtype=np.float64)
     scale, first = 1.0, None
@@ -320,6 +374,13 @@ def _lbfgs_run(obj_func, initial_theta, bounds, max_iter, callback=None, step=No
                                   bounds=(bounds - start[:, None]) / scale,
                                   options={"maxiter": max_iter}, callback=callback)
     return start + scale * res.x, res
+
+
+def _stopped(res, report):
+    """Tell ``report`` (if any) why an L-BFGS-B run stopped, unless its callback stopped it
+    (status 99: the callback said why)."""
+    if report is not None and res.status != 99:
+        report.stopped(f"L-BFGS-B after {res.nit} iterations: {res.message}")
 
 
 def _warn_unconverged(res, stacklevel):
@@ -349,7 +410,9 @@ def pretrained_theta(model, X, y, alpha, seed):
     group takes the same rows), or None when there is no pretraining.
 
     ``y``: the (normalised) targets; ``alpha``: the checked alpha, whose rows a per-sample one
-    keeps. Its ConvergenceWarnings are dropped: only the full-data run's outcome is reported."""
+    keeps. Its ConvergenceWarnings are dropped: only the full-data run's outcome is reported.
+    Its records and display, at ``model``'s ``verbose``, are the phase "pretraining"
+    (:mod:`kernelkit.estimators.gp._progress`)."""
     m = pretrain_rows(model.pretrain_size, X.shape[0])
     if m == 0:
         return None
@@ -361,5 +424,5 @@ def pretrained_theta(model, X, y, alpha, seed):
         subset.set_params(alpha=alpha[rows])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        subset._fit(X[rows], y[rows], variance_cache=False)
+        subset._fit(X[rows], y[rows], variance_cache=False, phase="pretraining")
     return subset.kernel_.theta

@@ -137,6 +137,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
         pretraining below); None never pretrains. Large fits need it: far from the optimum
         the kernel is rougher than the preconditioner follows, and CG takes many more steps.
+    verbose : int or bool, default=0
+        0: silent. 1: a status line of the fit on stderr (tqdm; rank 0 of a process group
+        only): evaluations, best log marginal likelihood, the last iteration's gain (iterative
+        path: beside the standard error it stops below), the last evaluation's CG steps and
+        seconds; pretraining has its own line. 2: also a line per evaluation on stdout. Any
+        ``verbose``: INFO :mod:`logging` records per evaluation (theta, value, standard error,
+        CG steps, seconds) and phase (:mod:`kernelkit.estimators.gp._progress`).
 
     Attributes
     ----------
@@ -195,7 +202,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                  n_restarts_optimizer=0, normalize_y=False, copy_X_train=True, n_targets=None,
                  random_state=None, device="auto", dtype="auto", exact_max_n=None, n_probes=15,
                  max_cg_iter=1000, cg_tol=1e-3, preconditioner_rank="auto",
-                 optimizer_max_iter=100, pretrain_size="auto"):
+                 optimizer_max_iter=100, pretrain_size="auto", verbose=0):
         self.kernel = kernel
         self.alpha = alpha
         self.optimizer = optimizer
@@ -213,6 +220,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self.preconditioner_rank = preconditioner_rank
         self.optimizer_max_iter = optimizer_max_iter
         self.pretrain_size = pretrain_size
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -241,16 +249,23 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         return op
 
     def _probes(self, op, settings):
-        """The fit's draws (:func:`~kernelkit.estimators.gp._lml.make_probes`). Their ranks
-        ("auto" depends on the free GPU memory) are resolved once per fit, so that every later
-        call draws the fit's landmarks and probes."""
-        from kernelkit.estimators.gp._lml import fit_ranks, make_probes
+        """The fit's draws (:func:`~kernelkit.estimators.gp._lml.make_probes`) at its ranks."""
+        from kernelkit.estimators.gp._lml import make_probes
+
+        rank, eigen_rank = self._ranks(op, settings)
+        return make_probes(op.n, rank, settings.n_probes, self._probe_seed, op.device,
+                           eigen_rank=eigen_rank)
+
+    def _ranks(self, op, settings):
+        """The fit's preconditioner ranks (:func:`~kernelkit.estimators.gp._lml.fit_ranks`):
+        "auto" depends on the free GPU memory, so they are resolved once per fit, and every
+        later call draws the fit's landmarks and probes."""
+        from kernelkit.estimators.gp._lml import fit_ranks
 
         key = (settings.preconditioner_rank, op.n, str(op.device))
         if getattr(self, "_rank", None) is None or self._rank[0] != key:
             self._rank = (key, *fit_ranks(settings.preconditioner_rank, op.n, op.device))
-        return make_probes(op.n, self._rank[1], settings.n_probes, self._probe_seed, op.device,
-                           eigen_rank=self._rank[2])
+        return self._rank[1:]
 
     def _targets(self, op):
         """y_train_ as an (n, t) float64 tensor on the operator's device."""
@@ -303,12 +318,13 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         """
         return self._fit(X, y, variance_cache=True)
 
-    def _fit(self, X, y, variance_cache):
+    def _fit(self, X, y, variance_cache, phase="fit"):
         """:meth:`fit`; ``variance_cache``: on the iterative path, also build the predictive
-        variance cache (not for a pretraining subset, whose fit only gives a start)."""
+        variance cache (not for a pretraining subset, whose fit only gives a start); ``phase``:
+        its name in the records and display (:mod:`kernelkit.estimators.gp._progress`)."""
         import torch
 
-        from kernelkit.estimators.gp import _optimizer, _sharded
+        from kernelkit.estimators.gp import _optimizer, _progress, _sharded
         from kernelkit.estimators.gp._exact import exact_fit
         from kernelkit.estimators.gp._lml import solve_targets
 
@@ -331,31 +347,37 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         self._probe_seed = int(_sharded.from_rank0([rng.randint(2**31 - 1)])[0])
 
         optimizing = self.optimizer is not None and self.kernel_.n_dims > 0
-        # before this fit's operator: its "auto" rank then sees the memory the subset freed
-        start = (_optimizer.pretrained_theta(self, X, self.y_train_, self._alpha,
-                                             self._probe_seed) if optimizing else None)
-        op = self._operator(structure)
-        if optimizing:
-            objective = self._lml_function(op, settings, optimizing=True)
-            self.kernel_.theta = _optimizer.optimize_theta(
-                objective, self.kernel_.theta, self.kernel_.bounds, rng, optimizer=self.optimizer,
-                max_iter=self.optimizer_max_iter, n_restarts=self.n_restarts_optimizer,
-                start=start, estimate=None if self._exact else objective)
-            self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
-        Y, theta = self._targets(op), self.kernel_.theta
-        if self._exact:
-            alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
-            lml, alpha, L = exact_fit(op, theta, Y, alpha, self.kernel_)
-            self.L_ = L.cpu().numpy()
-        else:
-            lml, alpha = solve_targets(op, theta, Y, self._probes(op, settings), settings)
-        self.log_marginal_likelihood_value_ = np.float64(lml)
-        self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
-        if distributed.active():  # rows sharded over a process group
-            _sharded.share_fit(self)
-        if not self._exact and variance_cache:  # predictions then take no solve
-            theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
-            self._cache(op, op.structure.params(theta), settings)
+        with _progress.FitReport(self.verbose, phase) as report:
+            # before this fit's operator: its "auto" rank then sees the memory the subset freed
+            start = (_optimizer.pretrained_theta(self, X, self.y_train_, self._alpha,
+                                                 self._probe_seed) if optimizing else None)
+            op = self._operator(structure)
+            report.start(self.kernel_, *X.shape, self._exact, op.device, op.dtype,
+                         None if self._exact else self._ranks(op, settings)[0],
+                         _optimizer.pretrain_rows(self.pretrain_size, len(X)) if optimizing else 0)
+            if optimizing:
+                objective = self._lml_function(op, settings, optimizing=True)
+                self.kernel_.theta = _optimizer.optimize_theta(
+                    objective, self.kernel_.theta, self.kernel_.bounds, rng,
+                    optimizer=self.optimizer, max_iter=self.optimizer_max_iter,
+                    n_restarts=self.n_restarts_optimizer, start=start,
+                    estimate=None if self._exact else objective, report=report)
+                self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
+            Y, theta = self._targets(op), self.kernel_.theta
+            if self._exact:
+                alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
+                lml, alpha, L = exact_fit(op, theta, Y, alpha, self.kernel_)
+                self.L_ = L.cpu().numpy()
+            else:
+                lml, alpha = solve_targets(op, theta, Y, self._probes(op, settings), settings)
+            self.log_marginal_likelihood_value_ = np.float64(lml)
+            self.alpha_ = alpha.to(torch.float64).cpu().numpy().reshape(self.y_train_.shape)
+            if distributed.active():  # rows sharded over a process group
+                _sharded.share_fit(self)
+            if not self._exact and variance_cache:  # predictions then take no solve
+                theta = torch.as_tensor(self.kernel_.theta, dtype=torch.float64, device=op.device)
+                self._cache(op, op.structure.params(theta), settings)
+            report.end(float(self.log_marginal_likelihood_value_))
         return self
 
     def log_marginal_likelihood(self, theta=None, eval_gradient=False, clone_kernel=True):
