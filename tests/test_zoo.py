@@ -45,8 +45,22 @@ CASES = zoo_data.CASES
 #: Issue 39's floors: nats below scikit-learn's optimum (exact LML at each optimum).
 LML_FLOOR = 0.5
 ITERATIVE_LML_FLOOR = 1.0
-#: The cheapest cases for the iterative path (its CG + SLQ evaluations cost more than Cholesky).
-ITERATIVE_CASES = ["noise_1e-2", "spatial2d", "quakes", "duplicated"]
+#: The iterative path (``exact_max_n=0``) on cheap cases. At the small n the default
+#: preconditioner rank is n (``resolve_rank``: at least 1024), an exact preconditioner, so the
+#: low-rank cases also run at ``preconditioner_rank`` = 2 sqrt(n), the rank-to-n ratio of the
+#: default at n >= 1e5 (max(1024, 2 sqrt(n)): 3.2 sqrt(n) at 1e5, 2 sqrt(n) from 262 144 on).
+ITERATIVE_CASES = ["noise_1", "spatial2d"]
+_LOW_RANK_SHORT = ("issue 39: the iterative path's optimum is more than 1 nat below "
+                   "scikit-learn's with a low-rank preconditioner ({})")
+LOW_RANK_CASES = [
+    "offset_scaled", "spatial3d",
+    pytest.param("noise_1", marks=pytest.mark.xfail(
+        strict=True, reason=_LOW_RANK_SHORT.format("2.5 nats at n = 200"))),
+    pytest.param("heavy_tailed", marks=pytest.mark.xfail(
+        strict=True, reason=_LOW_RANK_SHORT.format("18 nats at n = 200"))),
+    pytest.param("duplicated", marks=pytest.mark.xfail(
+        strict=True, reason=_LOW_RANK_SHORT.format("2.8 nats at n = 200"))),
+]
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,6 +176,13 @@ def test_gp_default_optimum_within_half_a_nat_of_sklearn(name):
 @pytest.mark.parametrize("name", ITERATIVE_CASES)
 def test_gp_iterative_optimum_within_one_nat_of_sklearn(name):
     shortfall, ours, theirs = _lml_shortfall(name, exact_max_n=0)
+    assert shortfall <= ITERATIVE_LML_FLOOR, (name, ours, theirs)
+
+
+@pytest.mark.parametrize("name", LOW_RANK_CASES)
+def test_gp_iterative_low_rank_optimum_within_one_nat_of_sklearn(name):
+    rank = int(2 * np.sqrt(CASES[name].small_n))
+    shortfall, ours, theirs = _lml_shortfall(name, exact_max_n=0, preconditioner_rank=rank)
     assert shortfall <= ITERATIVE_LML_FLOOR, (name, ours, theirs)
 
 
