@@ -3,7 +3,8 @@ GaussianProcessRegressor and KernelRidge, with scikit-learn's and GPyTorch's GPs
 
 Per case (``--size small|full``: each case's ``small_n`` or ``full_n`` training rows):
 
-- ``gp``: kernelkit.GaussianProcessRegressor(case kernel), default settings: fit seconds, test
+- ``gp``: kernelkit.GaussianProcessRegressor(case kernel), default settings (``--gp-settings``
+  changes them, e.g. ``'{"exact_max_n": 0}'`` for the iterative path): fit seconds, test
   RMSE and NLPD (mean negative log predictive density, Gaussian with the predictive std, noise
   included), log-likelihood evaluations of the fit (pretraining's included) with their seconds
   (max / median) and CG steps per evaluation (max / median; iterative path only), the fitted
@@ -136,12 +137,13 @@ def _timed(fn, device):
     return out, time.perf_counter() - t0
 
 
-def run_gp(case, data, device):
+def run_gp(case, data, device, settings=None):
     import kernelkit
     from sklearn.base import clone
 
     X, y, Xt, yt = data
-    gp = kernelkit.GaussianProcessRegressor(clone(case.kernel), random_state=0, device=device)
+    gp = kernelkit.GaussianProcessRegressor(clone(case.kernel), random_state=0, device=device,
+                                            **(settings or {}))
     with EvaluationLog(device) as evals:
         _, fit_s = _timed(lambda: gp.fit(X, y), device)
     (mean, std), predict_s = _timed(lambda: gp.predict(Xt, return_std=True), device)
@@ -206,7 +208,7 @@ def child(spec):
     data = case.load(n=spec["n"], seed=0)
     part, device = spec["part"], spec["device"]
     if part == "gp":
-        return run_gp(case, data, device)
+        return run_gp(case, data, device, spec.get("gp_settings"))
     if part == "kr":
         return run_kr(case, data, device)
     if part == "sklearn":
@@ -249,7 +251,7 @@ def table(record):
         gp, kr, sk, gt = (row.get(part, {}) for part in PARTS)
 
         def ok(r, key, spec=".3g"):
-            if r.get("status") in ("timeout", "error"):
+            if r.get("status") in ("timeout", "error", "skipped"):
                 return r["status"]
             return _fmt(r.get(key), spec)
 
@@ -276,6 +278,8 @@ def main(argv=None):
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--timeout", type=float, default=540.0,
                    help="seconds one part of one case may take")
+    p.add_argument("--gp-settings", type=json.loads, default={},
+                   help='JSON of GP settings instead of the defaults, e.g. \'{"exact_max_n": 0}\'')
     p.add_argument("--sklearn-max-n", type=int, default=10_000)
     p.add_argument("--gpytorch-max-n", type=int, default=100_000)
     p.add_argument("--out", help="JSON result path (required unless --child)")
@@ -327,6 +331,7 @@ def main(argv=None):
                 row[part] = dict(status="skipped", reason="n > --gpytorch-max-n")
             else:
                 spec = dict(case=name, n=n, part=part, device=args.device,
+                            gp_settings=args.gp_settings,
                             theta_ours=row.get("gp", {}).get("theta"))
                 log(f"{name} n={n} {part} ...")
                 row[part] = run_part(spec, args.timeout)
