@@ -518,6 +518,7 @@ def export(folder, names=None):
         try:
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, X=np.asarray(X, dtype=np.float64), y=np.asarray(y, dtype=np.float64))
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep the copy private
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)
