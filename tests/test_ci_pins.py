@@ -30,7 +30,7 @@ def _pins():
 def _declared_dependencies():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     names = [Requirement(r).name.lower() for r in project["dependencies"]]
-    for extra in ("test", "plot"):
+    for extra in ("test", "plot", "zoo"):
         names += [Requirement(r).name.lower() for r in project["optional-dependencies"][extra]]
     return names
 
