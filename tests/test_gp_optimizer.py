@@ -292,3 +292,16 @@ def test_a_failed_line_search_starts_again_from_the_best_point(monkeypatch):
     np.testing.assert_array_equal(starts[1], [1.0, 1.0])
     np.testing.assert_allclose(x, [3.0, 3.0], atol=1e-6)  # L-BFGS-B's own tolerance
     assert f < 1e-10
+
+
+def test_spread_is_that_of_the_difference_from_the_best_estimate():
+    """The stopping rules compare a gain with the standard error of the difference of two
+    estimates (the same probes at every theta), which near the best point is far below either
+    estimate's own: with the latter a fit stopped 18 nats short (tests/test_zoo.py)."""
+    make, theta = _objective(preconditioner_rank=5)
+    f = make()
+    f(theta, True)
+    own = f.spread  # no best estimate yet: the estimate's own standard error
+    assert own > 0
+    f(theta + 0.01, True)
+    assert 0 < f.spread < 0.1 * own

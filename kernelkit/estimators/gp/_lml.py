@@ -280,7 +280,8 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
         terms) / sqrt(t) (0 without probes; the quadratic term is exact to ``cg_tol``), and
         ``"cg"``: the solve's CGResult (``converged`` says whether the estimate can be trusted),
         and the estimate's parts ``"quadratic"`` (y^T K^-1 y), ``"logdet_pre"`` (log det P) and
-        ``"slq"`` (the stochastic estimate of log det P^-1/2 K P^-1/2).
+        ``"slq"`` (the stochastic estimate of log det P^-1/2 K P^-1/2, the mean of the per-probe
+        terms ``"slq_terms"``, an ndarray of shape (t,)).
     warn : bool, default True
         Warn (ConvergenceWarning) when the solve stops above ``cg_tol``.
 
@@ -338,13 +339,13 @@ def log_marginal_likelihood(op, theta, y, probes, settings, eval_gradient=False,
     numbers = torch.cat(numbers).cpu().numpy()
     quadratic, logdet_pre, weights = numbers[0], numbers[1], numbers[2:2 + t]
 
-    slq, spread = 0.0, 0.0
+    slq, spread, terms = 0.0, 0.0, np.zeros(0)
     if t:
         terms = weights * quadrature
         slq = float(np.mean(terms))
         spread = 0.5 * float(np.std(terms, ddof=1)) / math.sqrt(t) if t > 1 else 0.0
     if info is not None:
-        info.update(spread=spread, cg=result, quadratic=float(quadratic),
+        info.update(spread=spread, cg=result, quadratic=float(quadratic), slq_terms=terms,
                     logdet_pre=float(logdet_pre), slq=slq)
     logdet = float(logdet_pre) + slq
     n = y.shape[0]

@@ -96,8 +96,13 @@ class StochasticObjective:
     Attributes
     ----------
     spread : float
-        The standard error of the last trusted estimate (the probes' spread, summed in
-        quadrature over the targets): the stopping rules of :func:`optimize` read it.
+        The standard error of the last trusted estimate's difference from the best estimate
+        before it (the spread of the per-probe differences, summed in quadrature over the
+        targets; of the estimate itself where there is no best yet): the stopping rules of
+        :func:`optimize` read it. The probes are the same at every theta (common random
+        numbers), so a difference is far more precise than either estimate: the estimate's
+        own standard error stopped a fit 18 nats below the optimum (heavy-tailed data,
+        n = 200, rank 28), where each step gained 0.7 nats against a standard error of 0.75.
     best_steps : int or None
         CG steps (the most over the target columns) of the current run's best trusted
         evaluation; None before one (:meth:`start_run`: a restart's start gets
@@ -113,7 +118,7 @@ class StochasticObjective:
         self.spread = 0.0
         self.best_steps, self._run_best = None, -np.inf
         self.last_cg_steps = 0
-        self._best = -np.inf
+        self._best, self._best_terms = -np.inf, None
 
     def start_run(self):
         """Forget the last run's spread and CG steps: an optimiser run starts."""
@@ -142,6 +147,7 @@ class StochasticObjective:
         best = self._best
         settings = dataclasses.replace(self.settings, max_cg_iter=self.cg_budget())
         lml, grad, variance, failed, steps = 0.0, np.zeros(len(theta)), 0.0, None, 0
+        terms = []
         have_best = self.optimizing and np.isfinite(best)  # a trusted value to step back from
         self.last_cg_steps = 0
         try:
@@ -151,7 +157,8 @@ class StochasticObjective:
                                               eval_gradient, info, warn=not self.optimizing)
                 lml += out[0]
                 self.last_cg_steps += info["cg"].n_iter
-                variance += info["spread"] ** 2
+                terms.append(info["slq_terms"])
+                variance += self._difference_spread(k, info) ** 2
                 steps = max(steps, info["cg"].n_iter)
                 if eval_gradient:
                     grad += out[1]
@@ -164,11 +171,24 @@ class StochasticObjective:
             if have_best:
                 return _rejected(theta, eval_gradient, best - max(1.0, abs(best)))
             warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
-        self._best = max(best, lml)
+        if lml > best:
+            self._best, self._best_terms = lml, terms
         self.spread = float(np.sqrt(variance))
         if lml > self._run_best:
             self.best_steps, self._run_best = steps, lml
         return (lml, grad) if eval_gradient else lml
+
+
+    def _difference_spread(self, k, info):
+        """The standard error of target ``k``'s estimate (``info``: its
+        :func:`~kernelkit.estimators.gp._lml.log_marginal_likelihood` info) minus the best
+        estimate's, from the per-probe differences of their log-determinant terms; the
+        estimate's own standard error before a best one."""
+        if self._best_terms is None:
+            return info["spread"]
+        difference = info["slq_terms"] - self._best_terms[k]
+        t = difference.size
+        return 0.5 * float(np.std(difference, ddof=1)) / math.sqrt(t) if t > 1 else 0.0
 
 
 def _rejected(theta, eval_gradient, value):

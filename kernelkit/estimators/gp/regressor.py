@@ -124,8 +124,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
-        when an iteration raises the estimate by less than its standard error (from the
-        probes' spread; 0 where the preconditioner is exact), or when
+        when an iteration raises the estimate by less than the standard error of that gain
+        (the spread of the per-probe differences: the probes are the same at every theta; 0
+        where the preconditioner is exact), or when
         :data:`~kernelkit.estimators.gp._optimizer.STALL_EVALUATIONS` (5) evaluations in a row
         do not beat the best by that much, keeping the best point (with SciPy's tolerances
         alone most evaluations went to line searches that the stochastic gradient made fail).
