@@ -48,22 +48,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     **Iterative path** (n > ``exact_max_n``): preconditioned conjugate gradients and stochastic
     trace estimation (BBMM, Gardner et al. 2018; :mod:`kernelkit.estimators.gp._lml`), O(n)
     memory besides a chunk of kernel rows. ``y^T K^{-1} y`` and the predictive mean are exact to
-    ``cg_tol``; ``log det K`` and the gradient are unbiased stochastic estimates from
-    ``n_probes`` probe vectors (standard deviation shrinking like 1/sqrt(n_probes), and to zero
-    as the preconditioner approaches K), drawn once per fit from ``random_state``, so the
-    objective is deterministic in theta. The gradient estimates the exact gradient, not the
-    derivative of the log-determinant estimate (they differ by ~10% at ``preconditioner_rank``
-    << n): L-BFGS-B's line search can then stop early, and says so with a ConvergenceWarning.
+    ``cg_tol``; ``log det K`` and the gradient are unbiased estimates from ``n_probes`` probe
+    vectors drawn once per fit from ``random_state`` (a deterministic objective in theta). The
+    gradient estimates the exact gradient, not the estimate's derivative (~10% apart at
+    ``preconditioner_rank`` << n), so L-BFGS-B's line search can stop early (with a warning).
 
     Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
-    ``optimizer_max_iter`` (default 100) bounds each L-BFGS-B run (scikit-learn: SciPy's
-    15000); negative predicted variances (round-off) become 0 without scikit-learn's warning;
-    per-sample ``alpha`` raises ValueError on the iterative path, as does a WhiteKernel times a
-    kernel whose k(x, x) varies (``DotProduct() * WhiteKernel()``: noise that differs from point
-    to point; a WhiteKernel anywhere else is noise c I, e.g. ``C * (RBF + WhiteKernel)``).
-    scikit-learn's own ``test_gpr.py`` passes with this class substituted, except its test of a
-    kernel outside the registry (``benchmarks/sklearn_gpr_suite.py``). The figures behind the
-    defaults below: docs/benchmarks.md, "Figures behind choices in the code".
+    ``optimizer_max_iter`` bounds each L-BFGS-B run (scikit-learn: 15000); negative predicted
+    variances (round-off) become 0 silently; the iterative path refuses per-sample ``alpha`` and
+    noise that varies from point to point (``DotProduct() * WhiteKernel()``). scikit-learn's
+    ``test_gpr.py`` passes with this class, except a test of a kernel outside the registry
+    (``benchmarks/sklearn_gpr_suite.py``). Figures behind the defaults: docs/benchmarks.md.
 
     Parameters
     ----------
@@ -73,13 +68,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         ``*_bounds="fixed"`` are not optimised.
     alpha : float or ndarray of shape (n_samples,), default=1e-10
         Added to the diagonal of K, as scikit-learn's (an array: exact path only). The iterative
-        path's CG needs K reasonably conditioned: use a WhiteKernel or alpha of at least ~1e-6
-        times the signal variance in float64, ~1e-3 in float32.
+        path's CG needs K conditioned: a WhiteKernel or alpha >= ~1e-6 x the signal variance.
     optimizer : "fmin_l_bfgs_b", callable or None, default="fmin_l_bfgs_b"
         As scikit-learn: a callable is called as ``optimizer(obj_func, initial_theta, bounds)``
-        and returns ``(theta_opt, func_min)``; None keeps the kernel's hyperparameters. When
-        L-BFGS-B stops without converging (iteration limit, abnormal line search), a
-        ConvergenceWarning says so, as in scikit-learn.
+        and returns ``(theta_opt, func_min)``; None keeps the kernel's hyperparameters. An
+        L-BFGS-B run that stops without converging warns (ConvergenceWarning), as scikit-learn.
     n_restarts_optimizer : int, default=0
         Extra optimiser runs from log-uniform draws within the bounds (finite bounds needed).
     normalize_y : bool, default=False
@@ -95,14 +88,10 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Where the kernel products and the Cholesky factorisation run; "auto" is the GPU when one
         is present.
     dtype : {"auto", "float32", "float64"}, default="auto"
-        Iterative path: dtype of the kernel products in CG (its vectors and scalars are
-        float64). "auto" is float64 products; on the GPU the gradient's fused Triton
-        contractions then run in float32 with float64 sums. Float32 products cost less each
-        but bias the log-determinant estimate (its Lanczos run sees their rounding as spread
-        in the small eigenvalues: hundreds of nats at large n) and take more CG steps. The
-        rest is float64: the data (kernel blocks are rounded once,
-        :mod:`kernelkit.operators.covariance`), the preconditioner, the tridiagonal
-        eigenproblems, the sums, and the exact path throughout.
+        Iterative path: dtype of the kernel products in CG. "auto" is float64 (on the GPU the
+        gradient's fused contractions in float32 with float64 sums); float32 products cost less
+        but bias the log-determinant estimate (hundreds of nats at large n) and take more CG
+        steps. Everything else is float64 (:mod:`kernelkit.operators.covariance`).
     exact_max_n : int or None, default=None
         Largest n for the exact path; None means
         :data:`kernelkit.estimators.gp._exact.EXACT_MAX_N` (10 000 on the CPU and on a GPU); 0
@@ -111,40 +100,30 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Iterative path: probe vectors for the log-determinant and trace estimates. They share
         every K @ V product with y, so the default makes 16 columns, one tensor-core tile.
     max_cg_iter : int, default=1000
-        Iterative path: most CG iterations per solve (a ConvergenceWarning says when they were
-        not enough).
+        Iterative path: most CG iterations per solve (a ConvergenceWarning says when too few).
     cg_tol : float, default=1e-3
-        Iterative path: relative residual ||K x - b|| / ||b|| at which CG stops. 1e-3 is enough
-        for hyperparameter fitting; use 1e-6 or less (float64 products) for reference
-        accuracy.
+        Iterative path: relative residual ||K x - b|| / ||b|| at which CG stops; enough for
+        fitting; 1e-6 or less (float64 products) for reference accuracy.
     preconditioner_rank : int or "auto", default="auto"
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
         (0: none). "auto" is min(n, max(1024, 2 sqrt(n)), 2**28 // n), on a GPU with the last
         bound raised to what 90% of its free memory holds
         (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit).
     optimizer_max_iter : int, default=100
-        Most L-BFGS-B iterations per optimiser run. On the iterative path L-BFGS-B also stops
-        when an iteration raises the estimate by less than the standard error of that gain
-        (the spread of the per-probe differences: the probes are the same at every theta; 0
-        where the preconditioner is exact), or when
-        :data:`~kernelkit.estimators.gp._optimizer.STALL_EVALUATIONS` (5) evaluations in a row
-        do not beat the best by that much, keeping the best point (with SciPy's tolerances
-        alone most evaluations went to line searches that the stochastic gradient made fail).
-        The exact path keeps SciPy's tolerances, as scikit-learn.
+        Most L-BFGS-B iterations per optimiser run. The iterative path also stops when an
+        iteration gains less than the standard error of that gain (the same probes at every
+        theta), or after 5 evaluations in a row without such a gain, keeping the best point;
+        each trial point's CG is budgeted (:mod:`kernelkit.estimators.gp._optimizer`).
     pretrain_size : int, "auto" or None, default="auto"
-        When it is below n, the hyperparameters are first fitted on this many training points
-        drawn uniformly (from ``random_state``; the same settings and restarts, and in turn
-        pretrained when the rule applies to them), and the optimiser on all n points starts
-        from that optimum, without restarts. "auto" is n // 8 from n = 131 072 on (no
-        pretraining below); None never pretrains. Large fits need it: far from the optimum
-        the kernel is rougher than the preconditioner follows, and CG takes many more steps.
+        Below n: the hyperparameters are first fitted on this many points drawn uniformly (the
+        same settings), and the full-data optimiser starts from that optimum, without restarts
+        (far from the optimum CG takes many more steps). "auto" is n // 8 from n = 131 072 on;
+        None never pretrains.
     verbose : int or bool, default=0
-        0: silent. 1: a status line of the fit on stderr (tqdm; rank 0 of a process group
-        only): evaluations, best log marginal likelihood, the last iteration's gain (iterative
-        path: beside the standard error it stops below), the last evaluation's CG steps and
-        seconds; pretraining has its own line. 2: also a line per evaluation on stdout. Any
-        ``verbose``: INFO :mod:`logging` records per evaluation (theta, value, standard error,
-        CG steps, seconds) and phase (:mod:`kernelkit.estimators.gp._progress`).
+        0: silent. 1: a status line per phase on stderr (rank 0 only): evaluations, best log
+        marginal likelihood, the last gain against the standard error it stops below, CG steps
+        and seconds. 2: also a line per evaluation on stdout. INFO :mod:`logging` records per
+        evaluation are emitted whatever ``verbose`` (:mod:`kernelkit.estimators.gp._progress`).
 
     Attributes
     ----------
