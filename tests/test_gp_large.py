@@ -148,7 +148,7 @@ def test_fit_and_predict_match_sklearn(d, kernel):
     ours = kk.GaussianProcessRegressor(kernel, device="cpu", random_state=0, cg_tol=1e-8,
                                        preconditioner_rank=100, exact_max_n=0).fit(X, y)
     # The stochastic objective has a probe-dependent optimum, and L-BFGS stops once an
-    # iteration gains less than the estimate's standard error. Measured (100 uniform
+    # iteration gains less than its standard error. Measured (100 uniform
     # landmarks, 2-D Matern): scikit-learn's exact LML at our theta 0.048 nats below its
     # optimum (the bar: 0.5), our LML estimate 0.089 nats off, theta up to 0.38 off
     # along the flat amplitude / length-scale ridge (the 1-D RBF: exact to 1e-11).

@@ -157,11 +157,11 @@ def test_stalled_line_searches_stop_at_the_best_point():
     of a point it did not return; with it, STALL_EVALUATIONS evaluations after the best one it
     returns that point and its value, without a warning."""
     # the objective's standard error, and its run's start
-    estimate = types.SimpleNamespace(spread=0.0, start_run=lambda: None)
+    estimate = types.SimpleNamespace(gain_spread=0.0, start_run=lambda: None)
     start, seen = np.full(4, 2.0), []
 
     def obj_func(theta, eval_gradient=True):
-        estimate.spread = 0.1
+        estimate.gain_spread = 0.1
         value = float(np.sum((theta - 3.0) ** 2)) + (0.0 if np.array_equal(theta, start) else 10.0)
         seen.append(value)
         return value, 2.0 * (theta - 3.0)
@@ -269,7 +269,7 @@ def test_a_failed_line_search_starts_again_from_the_best_point(monkeypatch):
     even when it evaluated a better point (n = 1e5, ridge-function data on a GPU: the fit kept
     its start, 30 000 nats below a point it had seen). The run starts again from the best
     point and ends at the optimum, without a warning."""
-    estimate = types.SimpleNamespace(spread=0.0, start_run=lambda: None)
+    estimate = types.SimpleNamespace(gain_spread=0.0, start_run=lambda: None)
     real, starts = _optimizer._lbfgs_run, []
 
     def first_search_fails(obj_func, start, bounds, max_iter, callback=None, step=None):
@@ -301,7 +301,7 @@ def test_spread_is_that_of_the_difference_from_the_best_estimate():
     make, theta = _objective(preconditioner_rank=5)
     f = make()
     f(theta, True)
-    own = f.spread  # no best estimate yet: the estimate's own standard error
-    assert own > 0
+    own = f.spread
+    assert own > 0 and f.gain_spread == own  # no best estimate yet: the estimate's own
     f(theta + 0.01, True)
-    assert 0 < f.spread < 0.1 * own
+    assert 0 < f.gain_spread < 0.1 * own and f.spread > 0.5 * own

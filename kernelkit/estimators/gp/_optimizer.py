@@ -3,7 +3,7 @@
 - :func:`optimize_theta`: the best of L-BFGS-B runs (or of the caller's optimiser) from the
   kernel's hyperparameters, a pretrained start or random restarts;
 - :func:`optimize` and :func:`lbfgs`: one run; on the iterative path with stopping rules for a
-  noisy objective (the estimate's standard error);
+  noisy objective (the standard error of a gain);
 - :class:`StochasticObjective`: the iterative path's objective, the log marginal likelihood
   estimate summed over the targets, which steps back from estimates it cannot trust;
 - :func:`pretrained_theta`: the optimum of the same fit on a uniform subset of the rows.
@@ -45,7 +45,7 @@ PRETRAIN_MIN_SIZE = 2**14
 #: (+10 nats) and 0.0052 (+13; the next iterate at 0.025, +41) after two more evaluations.
 PRETRAINED_STEP = 0.01
 #: Iterative path: L-BFGS-B stops after this many evaluations in a row that do not beat the best
-#: value by the estimate's standard error.
+#: value by the standard error of the gain (StochasticObjective.gain_spread).
 STALL_EVALUATIONS = 5
 #: Iterative path: where L-BFGS-B's line search fails (its answer is then the start of that
 #: search) after a better point was evaluated, it starts again from the best point, at most
@@ -96,13 +96,15 @@ class StochasticObjective:
     Attributes
     ----------
     spread : float
+        The standard error of the last trusted estimate (the probes' spread, summed in
+        quadrature over the targets).
+    gain_spread : float
         The standard error of the last trusted estimate's difference from the best estimate
-        before it (the spread of the per-probe differences, summed in quadrature over the
-        targets; of the estimate itself where there is no best yet): the stopping rules of
-        :func:`optimize` read it. The probes are the same at every theta (common random
-        numbers), so a difference is far more precise than either estimate: the estimate's
-        own standard error stopped a fit 18 nats below the optimum (heavy-tailed data,
-        n = 200, rank 28), where each step gained 0.7 nats against a standard error of 0.75.
+        before it (the spread of the per-probe differences; ``spread`` where there is no best
+        yet): the stopping rules of :func:`optimize` read it. The probes are the same at every
+        theta (common random numbers), so a difference is far more precise than either
+        estimate: ``spread`` in its place stopped a fit 18 nats below the optimum (heavy-tailed
+        data, n = 200, rank 28), each step gaining 0.7 nats against a standard error of 0.75.
     best_steps : int or None
         CG steps (the most over the target columns) of the current run's best trusted
         evaluation; None before one (:meth:`start_run`: a restart's start gets
@@ -115,14 +117,14 @@ class StochasticObjective:
     def __init__(self, op, Y, probes, settings, optimizing=False):
         self.op, self.Y, self.probes, self.settings = op, Y, probes, settings
         self.optimizing = optimizing
-        self.spread = 0.0
+        self.spread = self.gain_spread = 0.0
         self.best_steps, self._run_best = None, -np.inf
         self.last_cg_steps = 0
         self._best, self._best_terms = -np.inf, None
 
     def start_run(self):
-        """Forget the last run's spread and CG steps: an optimiser run starts."""
-        self.spread = 0.0
+        """Forget the last run's spreads and CG steps: an optimiser run starts."""
+        self.spread = self.gain_spread = 0.0
         self.best_steps, self._run_best = None, -np.inf
 
     def cg_budget(self):
@@ -147,7 +149,7 @@ class StochasticObjective:
         best = self._best
         settings = dataclasses.replace(self.settings, max_cg_iter=self.cg_budget())
         lml, grad, variance, failed, steps = 0.0, np.zeros(len(theta)), 0.0, None, 0
-        terms = []
+        terms, gain_variance = [], 0.0
         have_best = self.optimizing and np.isfinite(best)  # a trusted value to step back from
         self.last_cg_steps = 0
         try:
@@ -158,7 +160,8 @@ class StochasticObjective:
                 lml += out[0]
                 self.last_cg_steps += info["cg"].n_iter
                 terms.append(info["slq_terms"])
-                variance += self._difference_spread(k, info) ** 2
+                variance += info["spread"] ** 2
+                gain_variance += self._difference_spread(k, info) ** 2
                 steps = max(steps, info["cg"].n_iter)
                 if eval_gradient:
                     grad += out[1]
@@ -173,7 +176,7 @@ class StochasticObjective:
             warn_unconverged("log_marginal_likelihood", failed, settings, stacklevel=4)
         if lml > best:
             self._best, self._best_terms = lml, terms
-        self.spread = float(np.sqrt(variance))
+        self.spread, self.gain_spread = float(np.sqrt(variance)), float(np.sqrt(gain_variance))
         if lml > self._run_best:
             self.best_steps, self._run_best = steps, lml
         return (lml, grad) if eval_gradient else lml
@@ -243,7 +246,7 @@ def _reported(lml_at, estimate, report):
         seconds = time.perf_counter() - begin
         exact = estimate is None
         report.evaluation(np.array(theta, dtype=float), float(out[0] if eval_gradient else out),
-                          None if exact else standard_error(estimate),
+                          None if exact else float(estimate.spread),
                           None if exact else int(estimate.last_cg_steps), seconds)
         return out
 
@@ -267,8 +270,8 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
         Most L-BFGS-B iterations.
     estimate : StochasticObjective or None
         The iterative path's objective (a run starts here:
-        :meth:`StochasticObjective.start_run`), whose ``spread`` is the standard error of its
-        last value: L-BFGS-B then also stops once an iteration gains less than that, or after
+        :meth:`StochasticObjective.start_run`), whose ``gain_spread`` is the standard error of
+        its last gain: L-BFGS-B then also stops once an iteration gains less than that, or after
         :data:`STALL_EVALUATIONS` evaluations in a row that do not beat the best by that much,
         returning the best point (line searches that the estimate's noise makes fail: at
         n = 2e4 on a GPU L-BFGS-B spent 30 of 45 evaluations at one point).
@@ -301,7 +304,7 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
         if previous[0] - value < se:
             if report is not None:
                 report.stopped(f"an iteration gained {previous[0] - value:.3g} < the "
-                               f"estimate's standard error {se:.3g}")
+                               f"gain's standard error {se:.3g}")
             raise StopIteration
         previous[0] = value
 
@@ -331,7 +334,7 @@ def optimize(obj_func, initial_theta, bounds, *, optimizer, max_iter, estimate=N
     except _Stalled:
         if report is not None:
             report.stopped(f"{STALL_EVALUATIONS} evaluations in a row did not beat the best by "
-                           f"the estimate's standard error")
+                           f"the gain's standard error")
         return best["x"], best["f"]
     _stopped(res, report)
     _warn_unconverged(res, stacklevel=5)
@@ -346,11 +349,11 @@ def _iterations(report):
 
 
 def standard_error(estimate):
-    """``estimate.spread``, rank 0's under torch.distributed (so that every rank stops at the
-    same point)."""
+    """The standard error of the last gain, ``estimate.gain_spread``: rank 0's under
+    torch.distributed (so that every rank stops at the same point)."""
     from kernelkit.estimators.gp import _sharded
 
-    return float(_sharded.from_rank0([estimate.spread])[0])
+    return float(_sharded.from_rank0([estimate.gain_spread])[0])
 
 
 def lbfgs(obj_func, initial_theta, bounds, max_iter, callback=None, step=None, report=None):

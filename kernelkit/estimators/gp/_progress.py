@@ -25,7 +25,7 @@ fit on all rows) and ``"event"``:
 
 Display (``verbose`` >= 1): one status line per phase on stderr (tqdm): the evaluations so far,
 the best log marginal likelihood, the gain of the last L-BFGS-B iteration (on the iterative path
-against the estimate's standard error, below which it stops), and the last evaluation's CG steps
+against its standard error, below which it stops), and the last evaluation's CG steps
 and seconds; at the end the final value and why the optimiser stopped. ``verbose`` >= 2 also
 prints each evaluation's record on stdout. No iteration count out of ``optimizer_max_iter``:
 that is an upper limit a converging fit does not reach.
