@@ -8,7 +8,7 @@ of one direction, and zoo cases by name when ``benchmarks/zoo_data.py`` is prese
 1. kernelkit's default fit (``C * RBF(ARD) + White``) gives theta;
 2. the exact float64 log marginal likelihood at theta (dense Cholesky on the device);
 3. for each preconditioner rank in ``--ranks``: a GP at theta (``optimizer=None``) and the median
-   seconds of ``EVAL_REPEATS`` calls of ``log_marginal_likelihood(theta, eval_gradient=True)``,
+   seconds of ``gp.EVAL_REPEATS`` calls of ``log_marginal_likelihood(theta, eval_gradient=True)``,
    its CG steps and its error against the exact value;
 4. GPyTorch's exact GP (float32 on the GPU, its defaults: CG + Lanczos above 800 points) at the
    same hyperparameters: median seconds of one forward + backward, its value and error.
@@ -30,7 +30,7 @@ import warnings
 import numpy as np
 
 from _common import log, now, write_json_atomic
-from gp import EVAL_REPEATS, gpytorch_model, make_data, sync
+from gp import gpytorch_model, make_data, median_seconds, sync
 
 
 def ridge_data(n, n_test, seed=0):
@@ -51,18 +51,6 @@ def load(name, n, n_test):
 
     X, y, Xt, yt = zoo_data.CASES[name].load(n=n + n_test)
     return X[:n], np.asarray(y)[:n], Xt[:n_test], np.asarray(yt)[:n_test]
-
-
-def median_call(fn, device):
-    fn()  # warm-up
-    times = []
-    for _ in range(EVAL_REPEATS):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def exact_lml(X, y, kernel, device):
@@ -97,8 +85,8 @@ def ours_at(X, y, kernel, rank, device):
 
     _lml.solve = counted
     try:
-        seconds = median_call(lambda: gp.log_marginal_likelihood(theta, eval_gradient=True),
-                              device)
+        seconds = median_seconds(
+            lambda: gp.log_marginal_likelihood(theta, eval_gradient=True), device)[0]
     finally:
         _lml.solve = solve
     return seconds, float(gp.log_marginal_likelihood(theta)), steps[-1]
@@ -124,7 +112,7 @@ def gpytorch_at(X, y, kernel, device):
         loss.backward()
         values.append(float(loss) * -len(y))  # the mll is divided by n
 
-    return median_call(step, device), values[-1]
+    return median_seconds(step, device)[0], values[-1]
 
 
 def run(name, args, device):
