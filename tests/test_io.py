@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics.pairwise import rbf_kernel
 
 from kernelkit._util import io
-from conftest import TOL
+from tests.conftest import TOL
 from tests.cli_helpers import assert_clean_error, run_main
 
 
