@@ -166,7 +166,7 @@ def test_readme_forces_no_version_pins():
     assert installs
     assert [line for line in installs if "constraints.txt" in line or "==" in line] == []
     contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    assert 'pip install -c .ci/constraints.txt -e ".[test,plot]"' in contributing
+    assert 'pip install -c .ci/constraints.txt -e ".[test,plot,zoo]"' in contributing
 
 
 def test_license_is_the_one_pyproject_declares():
