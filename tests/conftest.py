@@ -7,6 +7,16 @@ before Python starts; run ``pytest --device cuda`` on a GPU machine to test the 
 
 import os
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One pytest process per core (-n N): one thread per process, for the processes these tests
+    # start too. Two processes of two threads each on two cores spent most of their time in
+    # OpenMP's and OpenBLAS's spinning threads (tests/test_zoo.py: 125 s against 14 s).
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)  # for libraries loaded before these variables were read
+
 import numpy as np
 import pytest
 
