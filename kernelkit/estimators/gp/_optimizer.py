@@ -182,7 +182,6 @@ class StochasticObjective:
             self.best_steps, self._run_best = steps, lml
         return (lml, grad) if eval_gradient else lml
 
-
     def _difference_spread(self, k, info):
         """The standard error of target ``k``'s estimate (``info``: its
         :func:`~kernelkit.estimators.gp._lml.log_marginal_likelihood` info) minus the best
