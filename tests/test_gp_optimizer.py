@@ -266,9 +266,8 @@ def test_default_preconditioner_keeps_cg_short():
 
 def test_a_failed_line_search_starts_again_from_the_best_point(monkeypatch):
     """L-BFGS-B's answer after a failed line search (status 2) is where that search began,
-    even when it evaluated a better point (n = 1e5, ridge-function data on a GPU: the fit kept
-    its start, 30 000 nats below a point it had seen). The run starts again from the best
-    point and ends at the optimum, without a warning."""
+    even when it evaluated a better point. The run starts again from the best point and ends
+    at the optimum, without a warning."""
     estimate = types.SimpleNamespace(gain_spread=0.0, start_run=lambda: None)
     real, starts = _optimizer._lbfgs_run, []
 

@@ -50,8 +50,7 @@ PRETRAINED_STEP = 0.01
 STALL_EVALUATIONS = 5
 #: Iterative path: where L-BFGS-B's line search fails (its answer is then the start of that
 #: search) after a better point was evaluated, it starts again from the best point, at most
-#: this many times. On a ridge-function data set at n = 1e5 (GPU) the first line search
-#: evaluated a point 30 000 nats above the start, then failed, and the fit kept the start.
+#: this many times (a noisy estimate makes line searches fail; the best point is never lost).
 LINE_SEARCH_RESTARTS = 3
 #: Iterative path, while optimising: a trial point's CG gets at most CG_BUDGET_FACTOR times the
 #: steps of the run's best evaluation so far, where the optimiser stands (at least
