@@ -4,6 +4,7 @@ import functools
 import importlib.util
 import os
 import sys
+import warnings
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -78,8 +79,6 @@ def to_cuda(array):
     undefined); the tensor made here lives on the host only until it is copied, so the warning
     says nothing true and is silenced, and read-only inputs need no host copy.
     """
-    import warnings
-
     import torch
 
     with warnings.catch_warnings():
