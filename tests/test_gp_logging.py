@@ -17,7 +17,7 @@ from sklearn.gaussian_process.kernels import ConstantKernel as C
 from sklearn.gaussian_process.kernels import WhiteKernel as W
 
 import kernelkit as kk
-from kernelkit.estimators.gp import _exact, _lml
+from kernelkit.estimators.gp import _exact, _lml, _optimizer
 
 KERNEL = C(1.0) * kk.RBF([1.0, 1.0]) + W(0.05)
 
@@ -247,3 +247,25 @@ def test_only_rank_0_of_a_process_group_displays(monkeypatch):
     for rank, shown in ((0, True), (1, False)):
         monkeypatch.setattr(D, "world", lambda rank=rank: (rank, 2))
         assert _verbosity.displays(1) is shown and _verbosity.displays(0) is False
+
+
+def test_warm_up_is_recorded_before_the_first_evaluation_and_changes_nothing(caplog,
+                                                                            monkeypatch):
+    """The iterative path records one warm-up (its seconds) before its first evaluation, the
+    exact path none; the fit without the warm-up ends at the same theta and value (it only
+    compiles and initialises: its draws are its own)."""
+    caplog.set_level(logging.INFO, logger="kernelkit")
+    X, y = _data(60)
+    warm = _gp(exact_max_n=0, preconditioner_rank=5, n_probes=4).fit(X, y)
+    events = [r["event"] for r in _records(caplog)]
+    assert events.count("warm_up") == 1
+    assert events.index("warm_up") < events.index("evaluation")
+    assert _records(caplog, "warm_up")[0]["seconds"] > 0
+    caplog.clear()
+    monkeypatch.setattr(_optimizer.StochasticObjective, "warm_up", lambda self, theta: 0.0)
+    cold = _gp(exact_max_n=0, preconditioner_rank=5, n_probes=4).fit(X, y)
+    np.testing.assert_array_equal(cold.kernel_.theta, warm.kernel_.theta)
+    assert cold.log_marginal_likelihood_value_ == warm.log_marginal_likelihood_value_
+    caplog.clear()
+    _gp().fit(X, y)  # n = 60: the exact path
+    assert _records(caplog, "warm_up") == []

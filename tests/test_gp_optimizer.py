@@ -24,6 +24,7 @@ from sklearn.gaussian_process.kernels import WhiteKernel as W
 import kernelkit as kk
 from kernelkit.estimators.gp import _lml, _optimizer
 from kernelkit.estimators.gp._checks import check_params
+from kernelkit.estimators.gp._progress import FitReport
 from kernelkit.operators.kernel_tree import parse_kernel
 
 
@@ -39,7 +40,7 @@ def _objective(**params):
     op = gp._operator(parse_kernel(gp.kernel_, 2))
 
     def make():
-        return gp._lml_function(op, check_params(gp), optimizing=True)
+        return gp._lml_function(op, check_params(gp), FitReport(0, "fit"))
 
     return make, gp.kernel_.theta
 

@@ -18,6 +18,14 @@ fit on all rows) and ``"event"``:
   max(1, |best|), :class:`~kernelkit.estimators.gp._optimizer.StochasticObjective`), ``lml_se``
   (its standard error; None on the exact path), ``cg_steps`` (CG steps, summed over the target
   columns; None on the exact path), ``seconds``;
+- ``"warm_up"``, on the iterative path before the first evaluation: ``seconds`` of one
+  evaluation cut short, which compiles the GPU kernels and initialises the libraries
+  (:meth:`~kernelkit.estimators.gp._optimizer.StochasticObjective.warm_up`);
+- ``"preconditioner_rank"``, once after the first evaluation where ``preconditioner_rank`` is
+  "auto", a larger rank is possible and that evaluation took more than one CG step
+  (:mod:`kernelkit.estimators.gp._rank`): ``rank`` (the first), ``chosen`` (the rest of the
+  fit's), ``cg_steps`` (the first evaluation's, at ``rank``), ``step_seconds`` (one CG step), ``preconditioner_seconds`` (``[[rank, seconds],
+  [larger rank, seconds]]``: the preconditioner with its gradient);
 - ``"fit_end"``: ``evaluations``, ``seconds`` (since the phase began, its pretraining
   included), ``lml`` (``log_marginal_likelihood_value_``; None when the fit raised),
   ``stopped`` (why the optimiser stopped, one reason per run; the exception when the fit
@@ -104,6 +112,20 @@ class FitReport:
 
             self._bar = tqdm(desc=f"GaussianProcessRegressor {self.phase} (n={n}, {path})",
                              bar_format="{desc} [{elapsed}{postfix}]", file=sys.stderr)
+
+    def warm_up(self, seconds):
+        """Record the warm-up before the first evaluation (iterative path)."""
+        self._log("warm_up", f"{self.phase}: warm-up (compilation, library set-up) "
+                  f"{seconds:.3g} s", seconds=seconds)
+
+    def rank(self, rank, chosen, steps, step_s, pre_times):
+        """Record the "auto" preconditioner rank's decision (:mod:`.gp._rank`)."""
+        self._log("preconditioner_rank",
+                  f"{self.phase}: preconditioner rank {rank} -> {chosen} ({steps} CG steps at "
+                  f"{step_s:.3g} s; preconditioner "
+                  + ", ".join(f"{s:.3g} s at rank {k}" for k, s in pre_times) + ")",
+                  rank=rank, chosen=chosen, cg_steps=steps, step_seconds=step_s,
+                  preconditioner_seconds=[[k, s] for k, s in pre_times])
 
     def new_run(self):
         """An optimiser run starts: its first iteration's gain is against its first value."""

@@ -53,12 +53,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     gradient estimates the exact gradient, not the estimate's derivative (~10% apart at
     ``preconditioner_rank`` << n), so L-BFGS-B's line search can stop early (with a warning).
 
-    Differences from scikit-learn: the kernels above only (others raise TypeError naming them);
+    Differences from scikit-learn: the kernels above only (others raise TypeError);
     ``optimizer_max_iter`` bounds each L-BFGS-B run (scikit-learn: 15000); negative predicted
-    variances (round-off) become 0 silently; the iterative path refuses per-sample ``alpha`` and
-    noise that varies from point to point (``DotProduct() * WhiteKernel()``). scikit-learn's
-    ``test_gpr.py`` passes with this class, except a test of a kernel outside the registry
-    (``benchmarks/sklearn_gpr_suite.py``). Figures behind the defaults: docs/benchmarks.md.
+    variances (round-off) become 0; the iterative path refuses per-sample ``alpha`` and noise
+    that varies over points (``DotProduct() * WhiteKernel()``). scikit-learn's ``test_gpr.py``
+    passes but for a kernel outside the registry (``benchmarks/sklearn_gpr_suite.py``).
 
     Parameters
     ----------
@@ -106,9 +105,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         fitting; 1e-6 or less (float64 products) for reference accuracy.
     preconditioner_rank : int or "auto", default="auto"
         Iterative path: landmarks of the Nyström preconditioner, drawn uniformly once per fit
-        (0: none). "auto" is min(n, max(1024, 2 sqrt(n)), 2**28 // n), on a GPU with the last
-        bound raised to what 90% of its free memory holds
-        (:func:`kernelkit.estimators.gp._lml.resolve_rank`; resolved once per fit).
+        (0: none). "auto" starts at min(n, max(1024, 2 sqrt(n)), 2**28 // n; on a GPU what 90%
+        of its free memory holds) and, while optimising, takes the rank that the costs measured
+        at the first evaluation say is cheapest (:mod:`kernelkit.estimators.gp._rank`).
     optimizer_max_iter : int, default=100
         Most L-BFGS-B iterations per optimiser run. The iterative path also stops when an
         iteration gains less than the standard error of that gain (the same probes at every
@@ -143,13 +142,11 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     Raises
     ------
     TypeError
-        In ``fit``: an unsupported kernel (outside the registry or not positive semi-definite;
-        the message names it and lists what is supported) or a parameter of the wrong type.
+        In ``fit``: an unsupported kernel (named, with what is supported), a parameter's type.
     ValueError
         In ``fit``: a parameter out of range, data that scikit-learn's validation rejects, y
         whose number of targets differs from ``n_targets``, or with n > ``exact_max_n``
-        per-sample alpha or a WhiteKernel whose noise varies from point to point (times a
-        non-stationary kernel: ``DotProduct() * WhiteKernel()``).
+        per-sample alpha or noise that varies over points (``DotProduct() * WhiteKernel()``).
 
     Notes
     -----
@@ -158,10 +155,9 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
     each is within ``cg_tol`` times its prior variance of the exact one
     (:mod:`kernelkit.estimators.gp._variance`).
 
-    Under an initialised ``torch.distributed`` process group of several ranks every rank calls
-    ``fit(X, y)`` with the whole data and gets the same fitted attributes: the iterative path
-    shards the rows of every K @ V and of the gradient's kernel terms over the ranks; the exact
-    path runs on every rank alone and keeps rank 0's result (docs/distributed.md).
+    Under a ``torch.distributed`` process group of several ranks every rank calls ``fit(X, y)``
+    with the whole data and gets the same fitted attributes: the iterative path shards the rows
+    of every K @ V and gradient kernel term; the exact path keeps rank 0's (docs/distributed.md).
 
     Examples
     --------
@@ -209,8 +205,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         return tags
 
     def __getstate__(self):
-        """scikit-learn's state without the device caches (rebuilt on first use), so a
-        pickled estimator loads on a machine without the fit's device."""
+        """scikit-learn's state without the device caches (loads where the fit's device is not)."""
         state = dict(super().__getstate__())  # a copy: this estimator keeps its caches
         state.pop("_device_data", None)
         if "_variance_cache" in state:
@@ -237,9 +232,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                            eigen_rank=eigen_rank)
 
     def _ranks(self, op, settings):
-        """The fit's preconditioner ranks (:func:`~kernelkit.estimators.gp._lml.fit_ranks`):
-        "auto" depends on the free GPU memory, so they are resolved once per fit, and every
-        later call draws the fit's landmarks and probes."""
+        """The fit's preconditioner ranks (:func:`~kernelkit.estimators.gp._lml.fit_ranks`), set
+        once per fit ("auto" reads the free memory, then adapts: :mod:`._rank`)."""
         from kernelkit.estimators.gp._lml import fit_ranks
 
         key = (settings.preconditioner_rank, op.n, str(op.device))
@@ -254,20 +248,24 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         Y = torch.as_tensor(self.y_train_, dtype=torch.float64, device=op.device)
         return Y.reshape(op.n, -1)
 
-    def _lml_function(self, op, settings, optimizing=False):
+    def _lml_function(self, op, settings, report=None):
         """theta, eval_gradient -> lml or (lml, grad) on this fit's path: the exact value, or
-        the estimate (:class:`~kernelkit.estimators.gp._optimizer.StochasticObjective`;
-        ``optimizing``: L-BFGS-B's objective)."""
+        the estimate (:class:`~kernelkit.estimators.gp._optimizer.StochasticObjective`; with
+        the fit's ``report``, L-BFGS-B's objective, whose "auto" rank adapts)."""
         import torch
 
         from kernelkit.estimators.gp._exact import exact_lml
         from kernelkit.estimators.gp._optimizer import StochasticObjective
+        from kernelkit.estimators.gp._rank import RankAdapter
 
         Y = self._targets(op)
         if self._exact:
             alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
             return lambda theta, eval_gradient: exact_lml(op, theta, Y, alpha, eval_gradient)
-        return StochasticObjective(op, Y, self._probes(op, settings), settings, optimizing)
+        adapt = (RankAdapter(op, settings.n_probes, self._probe_seed, report)
+                 if report is not None and settings.preconditioner_rank == "auto" else None)
+        return StochasticObjective(op, Y, self._probes(op, settings), settings,
+                                   report is not None, adapt)
 
     def _cache(self, op, params, settings):
         """The predictive-variance cache of this fit (built at the end of ``fit``; after
@@ -336,13 +334,17 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
                          None if self._exact else self._ranks(op, settings)[0],
                          _optimizer.pretrain_rows(self.pretrain_size, len(X)) if optimizing else 0)
             if optimizing:
-                objective = self._lml_function(op, settings, optimizing=True)
+                objective = self._lml_function(op, settings, report)
+                if not self._exact:  # compilation and library set-up, apart from evaluations
+                    report.warm_up(objective.warm_up(self.kernel_.theta))
                 self.kernel_.theta = _optimizer.optimize_theta(
                     objective, self.kernel_.theta, self.kernel_.bounds, rng,
                     optimizer=self.optimizer, max_iter=self.optimizer_max_iter,
                     n_restarts=self.n_restarts_optimizer, start=start,
                     estimate=None if self._exact else objective, report=report)
                 self.kernel_._check_bounds_params()  # scikit-learn's warning near a bound
+                if not self._exact:  # "auto" may have adapted it at the first evaluation
+                    self._rank = (self._rank[0], *objective.ranks)
             Y, theta = self._targets(op), self.kernel_.theta
             if self._exact:
                 alpha = torch.as_tensor(self._alpha, dtype=torch.float64, device=op.device)
@@ -411,8 +413,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         y_cov : ndarray of shape (n_samples, n_samples) or (n_samples, n_samples, n_targets)
             Only with ``return_cov``.
 
-        Before ``fit``, the prior: mean 0, covariance ``kernel(X)`` (``kernel=None``: the default
-        kernel at its initial hyperparameters), as scikit-learn.
+        Before ``fit``, the prior (mean 0, covariance ``kernel(X)``), as scikit-learn.
 
         Raises
         ------
@@ -448,8 +449,7 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         return mean, var if return_cov else np.sqrt(var)
 
     def _prior(self, X, return_std, return_cov):
-        """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn
-        before fit."""
+        """Mean 0 and the kernel's covariance at X (``n_targets`` copies), as scikit-learn's."""
         kernel = ConstantKernel(1.0, "fixed") * RBF(1.0, "fixed") if self.kernel is None \
             else self.kernel
         parse_kernel(kernel, X.shape[1])
@@ -482,8 +482,8 @@ class GaussianProcessRegressor(RegressorMixin, BaseEstimator):
         -------
         y_samples : ndarray of shape (n_samples_X, n_samples) or (n_samples_X, n_targets, n_samples)
         """
-        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
-        n_samples, rng = distributed.checked(  # (X: checked by predict)
+        # checked on every rank of a process group (X by predict; kernelkit.distributed)
+        n_samples, rng = distributed.checked(
             "GaussianProcessRegressor.sample_y", self,
             lambda n_samples, random_state: (check_int("n_samples", n_samples, 1),
                                              check_random_state(random_state)),
