@@ -131,8 +131,13 @@ def run(name, args, device):
     row = dict(data=name, n=len(y), d=d, fit_s=time.perf_counter() - t0, kernel=str(gp.kernel_),
                rmse=float(np.sqrt(np.mean((gp.predict(Xt) - yt) ** 2))))
     row["exact_lml"] = exact_lml(X, y, gp.kernel_, device)
+    row["fit_rank"] = None if gp._rank is None else int(gp._rank[1])  # "auto" after adapting
     row["ours"] = {}
     for rank in args.ranks:
+        if rank == "fit":
+            rank = row["fit_rank"]
+            if rank is None:
+                continue
         seconds, lml, steps = ours_at(X, y, gp.kernel_, rank, device)
         row["ours"][str(rank)] = dict(eval_s=seconds, lml=lml, cg_steps=steps,
                                       error=lml - row["exact_lml"])
