@@ -1,7 +1,7 @@
 """Performance regression gate: times the headline kernels and compares them with the last run.
 
-Run on the GPU before every submission that touches a kernel (about a minute on an H200, Triton
-compilation and autotuning included)::
+Run on the GPU before every submission that touches a kernel (estimated at one to two minutes
+with a cold Triton cache, compilation and autotuning included; not yet measured)::
 
     python benchmarks/perf_gate.py [--baseline PATH] [--out PATH] [--record]
 
