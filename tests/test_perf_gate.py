@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # the scripts import their ``_common``
+sys.path.append(str(ROOT / "benchmarks"))  # the scripts import their ``_common``
 
 import perf_gate  # noqa: E402
 
