@@ -160,7 +160,8 @@ def main(argv=None):
     p.add_argument("--n-test", type=int, default=2000)
     p.add_argument("--data", nargs="+", default=["bench", "ridge"])
     p.add_argument("--ranks", nargs="+", default=["auto"],
-                   type=lambda v: v if v == "auto" else int(v))
+                   type=lambda v: v if v in ("auto", "fit") else int(v),
+                   help='integers, "auto" (the first rank) or "fit" (the rank the fit adapted to)')
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true", help="CPU smoke run with tiny sizes")
     args = p.parse_args(argv)

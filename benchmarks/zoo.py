@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -137,18 +138,49 @@ def _timed(fn, device):
     return out, time.perf_counter() - t0
 
 
-def run_gp(case, data, device, settings=None):
+class FitRecords(logging.Handler):
+    """The fit's ``warm_up`` and ``preconditioner_rank`` log records (their numbers)."""
+
+    EVENTS = ("warm_up", "preconditioner_rank")
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records = []
+
+    def emit(self, record):
+        numbers = getattr(record, "kernelkit", None)
+        if numbers and numbers.get("event") in self.EVENTS:
+            self.records.append(numbers)
+
+    def __enter__(self):
+        self._logger = logging.getLogger("kernelkit")
+        self._level = self._logger.level
+        self._logger.setLevel(logging.INFO)
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+
+
+def run_gp(case, data, device, settings=None, std=True):
     import kernelkit
     from sklearn.base import clone
 
     X, y, Xt, yt = data
     gp = kernelkit.GaussianProcessRegressor(clone(case.kernel), random_state=0, device=device,
                                             **(settings or {}))
-    with EvaluationLog(device) as evals:
+    with EvaluationLog(device) as evals, FitRecords() as records:
         _, fit_s = _timed(lambda: gp.fit(X, y), device)
-    (mean, std), predict_s = _timed(lambda: gp.predict(Xt, return_std=True), device)
-    rmse, nlpd = metrics(mean, std, yt)
-    return dict(fit_s=fit_s, predict_s=predict_s, rmse=rmse, nlpd=nlpd, kernel=str(gp.kernel_),
+    if std:
+        (mean, std), predict_s = _timed(lambda: gp.predict(Xt, return_std=True), device)
+        rmse, nlpd = metrics(mean, std, yt)
+    else:  # --std-max-n: the mean only
+        mean, predict_s = _timed(lambda: gp.predict(Xt), device)
+        rmse, nlpd = float(np.sqrt(np.mean((mean - yt) ** 2))), None
+    return dict(fit_s=fit_s, predict_s=predict_s, std=bool(std), rmse=rmse, nlpd=nlpd,
+                kernel=str(gp.kernel_), fit_records=records.records,
                 theta=[float(t) for t in gp.kernel_.theta],
                 lml=float(gp.log_marginal_likelihood_value_),
                 path="exact" if gp._exact else "iterative", **evals.summary(),
@@ -208,7 +240,8 @@ def child(spec):
     data = case.load(n=spec["n"], seed=0)
     part, device = spec["part"], spec["device"]
     if part == "gp":
-        return run_gp(case, data, device, spec.get("gp_settings"))
+        return run_gp(case, data, device, spec.get("gp_settings"),
+                      std=spec.get("std_max_n") is None or spec["n"] <= spec["std_max_n"])
     if part == "kr":
         return run_kr(case, data, device)
     if part == "sklearn":
@@ -280,6 +313,8 @@ def main(argv=None):
                    help="seconds one part of one case may take")
     p.add_argument("--gp-settings", type=json.loads, default={},
                    help='JSON of GP settings instead of the defaults, e.g. \'{"exact_max_n": 0}\'')
+    p.add_argument("--std-max-n", type=int, default=None,
+                   help="above this n the GP predicts the mean only (no NLPD)")
     p.add_argument("--sklearn-max-n", type=int, default=10_000)
     p.add_argument("--gpytorch-max-n", type=int, default=100_000)
     p.add_argument("--out", help="JSON result path (required unless --child)")
@@ -331,7 +366,7 @@ def main(argv=None):
                 row[part] = dict(status="skipped", reason="n > --gpytorch-max-n")
             else:
                 spec = dict(case=name, n=n, part=part, device=args.device,
-                            gp_settings=args.gp_settings,
+                            gp_settings=args.gp_settings, std_max_n=args.std_max_n,
                             theta_ours=row.get("gp", {}).get("theta"))
                 log(f"{name} n={n} {part} ...")
                 row[part] = run_part(spec, args.timeout)
