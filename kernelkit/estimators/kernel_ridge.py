@@ -362,12 +362,12 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         op = self._operator(structure, X, where)
 
-        def plan():  # from the free memory: rank 0's under a process group
+        def plan():  # from the free memory and rng: rank 0's under a process group
             m = 0
             if solver == "nystrom" or self.preconditioner:
                 m = min(n_components, n) if n_components != "auto" else _ridge_memory.auto_components(
-                    n=n, d=d, k=k, solver=solver, where=where, triton=op.triton,
-                    n_alphas=np.unique(alpha).size)
+                    self._auto_wanted(solver, op, X, alpha, weights, rng), n=n, d=d, k=k,
+                    solver=solver, where=where, triton=op.triton, n_alphas=np.unique(alpha).size)
             return m, _ridge_memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
                                           n_alphas=np.unique(alpha).size)
 
@@ -433,6 +433,20 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
              cg_steps=result.n_iter, residual=float(result.residuals[-1]),
              dense_fallback=bool(fallback), seconds=seconds)
         return self
+
+    @staticmethod
+    def _auto_wanted(solver, op, X, alpha, weights, rng):
+        """Landmarks ``n_components="auto"`` asks for before the caps
+        (:mod:`kernelkit.estimators._ridge_auto`): from the effective dimension at the smallest
+        alpha for "nystrom" (the subsample drawn from ``rng``), sqrt(n) ln n for the "cg"
+        preconditioner."""
+        from kernelkit.estimators import _ridge_auto
+
+        n = len(X)
+        if solver == "cg":
+            return _ridge_auto.preconditioner_components(n)
+        d_eff = _ridge_auto.effective_dimension(op, X, float(np.min(alpha)), rng, weights)
+        return _ridge_auto.nystrom_components(d_eff, n)
 
     def _fit_inputs(self, X, y, sample_weight):
         """The checked parameters and data of :meth:`fit`: ``(alpha, n_components, tol,
