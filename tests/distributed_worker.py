@@ -384,7 +384,8 @@ def _ridge_memory(data, rank, refuse=None):
     """A Nyström fit with a dense fallback (tol=1e-30, out of CG's reach: "auto" takes all
     n = 40 rows as landmarks, a system CG solves to 1e-10 in one step) while the ranks read
     different free memory: rank ``refuse`` (None: every rank but 0, with
-    n_components="auto") reads 1 byte, too little for any plan. Returns [M, dense fallback, coefficients]."""
+    n_components="auto") reads 1 byte, too little for any plan. Returns [M, dense fallback,
+    coefficients]."""
     from kernelkit.estimators import _ridge_memory as _memory
 
     real = _memory.available_bytes
