@@ -21,7 +21,8 @@ Part ``large`` (no fit): the estimate and the rule's M on friedman at ``--large-
 data of ``benchmarks/kernel_ridge.py --parts defaults``, which times the default against manual
 M on the GPU::
 
-    python benchmarks/krr_auto_m.py --out benchmarks/results/krr-auto-m-cpu.json
+    python benchmarks/krr_auto_m.py --n 10000 --m-grid 250,375,500,1000,2000,4000 \
+        --out benchmarks/results/krr-auto-m-cpu.json
     python benchmarks/krr_auto_m.py --device cuda --n 100000 --m-grid 1000,2000,5000,10000,20000
     python benchmarks/kernel_ridge.py --parts defaults --sizes 1000000 --repeats 1
 

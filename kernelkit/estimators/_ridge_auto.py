@@ -11,7 +11,8 @@ The effective dimension of the ridge problem,
 counts the eigen-directions of K above the ridge: those the fit resolves. Uniform Nyström with
 M of order d_eff times a log factor keeps the optimal statistical rate (Rudi, Camoriano and
 Rosasco 2015, "Less is more: Nyström computational regularization"); more landmarks buy nothing
-the ridge does not discard. :func:`effective_dimension` estimates it from a uniform subsample
+the ridge does not discard. Measured, a constant multiple of d_eff reaches the plateau
+(:data:`FACTOR`). :func:`effective_dimension` estimates it from a uniform subsample
 of s rows: the eigenvalues mu_j of the s x s kernel matrix, scaled by n / s, estimate the top
 eigenvalues of K, so d_eff ~ sum_j mu_j / (mu_j + alpha s / n).
 """
@@ -76,29 +77,32 @@ def effective_dimension(op, X, alpha, rng, weights=None, size=SUBSAMPLE):
     return float((mu / (mu + alpha * s / n)).sum())
 
 
-#: M = ceil(FACTOR d_eff ln n) for "nystrom". The cheapest M within 1% of the best test RMSE
-#: over M (grid 250, 375, 500, 1000, ...; benchmarks/krr_auto_m.py on the CPU, the zoo's
-#: kernels fitted by a GP on 1000 rows, alpha their noise level;
-#: benchmarks/results/krr-auto-m-cpu-2core.json), in multiples of d_eff ln n: concrete
-#: (n = 830) 0.14-0.29, txhousing (6000) 0.17-0.33, cps1988 (1e4) <= 0.33, co2 and diabetes at
-#: M_MIN or n; make_friedman1 at n = 1e6 (benchmarks/kernel_ridge.py --parts defaults on an
-#: H100, d_eff ~ 1100 from 2000 rows, ln n = 13.8) <= 0.33: M = 5000 was within 1% of
-#: M = 2e4 (1.1995 against 1.1918) in 4.5 s, against 5.6 s for M = 1e4. 1/3 gives M ~ 5100
-#: there. With the log factor the figures agree; without it (M / d_eff from 1.5 to 4.5) they
-#: spread. Not covered: quakes (n = 800, clustered epicentres), where M = 383 (0.33) is 8.7%
-#: above the best and M = 500-600 within 1% for some draws of the landmarks only: uniform
-#: landmarks there need the largest ridge leverage score times n, well above d_eff.
-FACTOR = 1 / 3
+#: M = ceil(FACTOR d_eff) for "nystrom". The cheapest M within 1% of the best test RMSE over
+#: M (grid 250, 375, 500, 1000, 2000, 4000; benchmarks/krr_auto_m.py on the CPU at n <= 1e4,
+#: the zoo's kernels fitted by a GP on 1000 rows, alpha their noise level;
+#: benchmarks/results/krr-auto-m-cpu-2core-rule-third-deff-ln-n.json) lies between these
+#: multiples of the estimated d_eff (the largest M not within 1%, the first within):
+#: make_friedman1 d = 20 with alpha = 1 (n = 1e4, d_eff 188) 2.7-5.3, quakes (800, 172)
+#: 2.2-2.9 (M = 500-600 within 1% for some landmark draws only), txhousing (6000, 341)
+#: 1.5-2.9, concrete (830, 254) 1.4-1.9; cps1988, flights, diabetes, spatial2d: every M
+#: within 1% (d_eff 16-369); ridge (alpha 1e-5, d_eff at the subsample's 2000): still
+#: improving at M = 4000. At n = 1e6 (benchmarks/kernel_ridge.py --parts defaults, H100,
+#: d_eff ~ 1100 from 2000 rows) M = 5000 (4.5 d_eff) was within 1% of M = 2e4 (1.1995 against
+#: 1.1918) in 4.5 s, against 5.6 s for M = 1e4. 5 covers every lower end and gives M ~ 5600
+#: there. Theory's ln n factor (Rudi et al.) does not fit these figures: M / (d_eff ln n)
+#: needed 0.29-0.58 at n = 1e4 but at most 0.33 at 1e6 (where the subsample estimate is
+#: already low: 1354 from 4000 rows).
+FACTOR = 5
 #: The fewest landmarks "auto" takes (where n has as many): below a few hundred the estimate's
 #: noise matters more than the cost (diabetes, d_eff ~ 19: M = 100 and 352 within 0.1%).
 M_MIN = 100
 
 
 def nystrom_components(d_eff, n):
-    """Landmarks for ``solver="nystrom"``: ceil(FACTOR d_eff ln n), at least :data:`M_MIN` and
-    at most n (before the device cap and the memory cut of
+    """Landmarks for ``solver="nystrom"``: ceil(FACTOR d_eff), at least :data:`M_MIN` and at
+    most n (before the device cap and the memory cut of
     :func:`kernelkit.estimators._ridge_memory.auto_components`)."""
-    return min(n, max(M_MIN, math.ceil(FACTOR * d_eff * math.log(max(n, 2)))))
+    return min(n, max(M_MIN, math.ceil(FACTOR * d_eff)))
 
 
 def preconditioner_components(n):

@@ -135,12 +135,12 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         the CPU), "nystrom" beyond.
     n_components : "auto" or int, default="auto"
         Number M of Nyström landmarks (at most n_samples). "auto": for ``solver="nystrom"``, as
-        many as the fit can use: ceil(c d_eff ln n), at least 100, where d_eff = tr(K (K +
+        many as the fit can use: ceil(5 d_eff), at least 100, where d_eff = tr(K (K +
         alpha I)^-1) is the effective dimension at the smallest alpha, estimated from the
         eigenvalues of the kernel matrix of 2,000 training rows drawn with ``random_state``
-        (Rudi, Camoriano and Rosasco, 2015: M of order d_eff times a log factor keeps the
-        optimal statistical rate; more landmarks add time, not accuracy; c and the figures
-        behind it: :mod:`kernelkit.estimators._ridge_auto`). For the "cg" preconditioner, which
+        (Rudi, Camoriano and Rosasco, 2015: M of order d_eff, up to a log factor, keeps the
+        optimal statistical rate; more landmarks add time, not accuracy; the factor and the
+        figures behind it: :mod:`kernelkit.estimators._ridge_auto`). For the "cg" preconditioner, which
         changes the speed, not the answer: ceil(sqrt(n) ln n). Either way at most 10,000 on the
         GPU and 4,000 on the CPU, and less when the landmark arrays (M x M float64 matrices;
         for "cg" also the n x M preconditioner factor) would take more than a quarter of the
