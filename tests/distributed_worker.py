@@ -381,9 +381,11 @@ def _ridge_triton(data, device):
 
 
 def _ridge_memory(data, rank, refuse=None):
-    """A Nyström fit with a dense fallback (max_iter=2) while the ranks read different free
-    memory: rank ``refuse`` (None: every rank but 0, with n_components="auto") reads 1 byte,
-    too little for any plan. Returns [M, dense fallback, coefficients]."""
+    """A Nyström fit with a dense fallback (tol=1e-30, out of CG's reach: "auto" takes all
+    n = 40 rows as landmarks, a system CG solves to 1e-10 in one step) while the ranks read
+    different free memory: rank ``refuse`` (None: every rank but 0, with
+    n_components="auto") reads 1 byte, too little for any plan. Returns [M, dense fallback,
+    coefficients]."""
     from kernelkit.estimators import _ridge_memory as _memory
 
     real = _memory.available_bytes
@@ -391,7 +393,7 @@ def _ridge_memory(data, rank, refuse=None):
         _memory.available_bytes = lambda where: 1
     try:
         model = ridge(solver="nystrom", n_components="auto" if refuse is None else 12,
-                      max_iter=2, random_state=0).fit(data["Xr"], data["yr"][:, 0])
+                      max_iter=2, tol=1e-30, random_state=0).fit(data["Xr"], data["yr"][:, 0])
     finally:
         _memory.available_bytes = real
     return np.concatenate([[model.n_components_, model.dense_fallback_], model.dual_coef_])

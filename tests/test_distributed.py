@@ -393,7 +393,7 @@ def test_kernel_ridge_memory_decisions_are_rank0s(ranks, data):
     """n_components="auto", the memory plan and the dense fallback from rank 0's free memory
     while every other rank reads too little for any plan: the one-process fit; rank 0 short of
     memory: its refusal on every rank."""
-    model = ridge(solver="nystrom", n_components="auto", max_iter=2, random_state=0)
+    model = ridge(solver="nystrom", n_components="auto", max_iter=2, tol=1e-30, random_state=0)
     model.fit(data["Xr"], data["yr"][:, 0])
     got = _result(ranks, "ridge_memory")
     assert got[:2].tolist() == [model.n_components_, True] and model.dense_fallback_

@@ -94,17 +94,13 @@ def _landmark_bytes(n, m, solver, n_alphas):
             + (16 * n * m if solver == "cg" else 0))
 
 
-def auto_components(*, n, d, k, solver, where, triton, n_alphas=1):
-    """M for ``n_components="auto"``: ceil(sqrt(n) ln n), the number of uniform landmarks that
-    keeps the Nyström estimator's optimal statistical rate (Rudi, Camoriano and Rosasco 2015,
-    "Less is more: Nyström computational regularization"), at most n and :data:`AUTO_M_MAX`,
-    and cut so that the landmark arrays take at most :data:`AUTO_MEMORY_SHARE` of the memory
-    left once the data (n x d) and the CG vectors are held.
-
-    Examples: n = 1e6 gives 10 000 on the GPU (13 816 uncapped; 4 000 on the CPU); n = 1e5,
-    3 641; n = 2e4, 1 401.
+def auto_components(wanted, *, n, d, k, solver, where, triton, n_alphas=1):
+    """M for ``n_components="auto"``: ``wanted`` landmarks (:mod:`kernelkit.estimators._ridge_auto`)
+    at most n and :data:`AUTO_M_MAX`, and cut so that the landmark arrays take at most
+    :data:`AUTO_MEMORY_SHARE` of the memory left once the data (n x d) and the CG vectors are
+    held.
     """
-    m = min(n, AUTO_M_MAX[where], math.ceil(math.sqrt(n) * math.log(max(n, 2))))
+    m = min(n, AUTO_M_MAX[where], wanted)
     avail = available_bytes(where)
     if avail is None:
         return max(1, m)

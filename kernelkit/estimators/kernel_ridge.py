@@ -134,14 +134,17 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
         "cg" up to 100,000 samples on the GPU (20,000 on
         the CPU), "nystrom" beyond.
     n_components : "auto" or int, default="auto"
-        Number M of Nyström landmarks (at most n_samples). "auto": ceil(sqrt(n) ln n) (Rudi,
-        Camoriano and Rosasco, 2015: M of order sqrt(n) log n keeps the optimal statistical
-        rate of the Nyström estimator), at most 10,000 on the GPU and 4,000 on the CPU, and
-        less when the landmark arrays (M x M float64 matrices; for "cg" also the n x M
-        preconditioner factor) would take more than a quarter of the free memory
-        (:func:`kernelkit.estimators._ridge_memory.auto_components`): 10,000 at n = 10^6, 3,641 at
-        n = 10^5. Past 10^4 landmarks at n = 10^6 the fit time grows much faster than the
-        accuracy (docs/benchmarks.md, "Figures behind choices in the code").
+        Number M of Nyström landmarks (at most n_samples). "auto": for ``solver="nystrom"``, as
+        many as the fit can use: ceil(5 d_eff), at least 100, where d_eff = tr(K (K +
+        alpha I)^-1) is the effective dimension at the smallest alpha, estimated from the
+        eigenvalues of the kernel matrix of 2,000 training rows drawn with ``random_state``
+        (Rudi, Camoriano and Rosasco, 2015: M of order d_eff, up to a log factor, keeps the
+        optimal statistical rate; more landmarks add time, not accuracy; the factor and the
+        figures behind it: :mod:`kernelkit.estimators._ridge_auto`). For the "cg" preconditioner, which
+        changes the speed, not the answer: ceil(sqrt(n) ln n). Either way at most 10,000 on the
+        GPU and 4,000 on the CPU, and less when the landmark arrays (M x M float64 matrices;
+        for "cg" also the n x M preconditioner factor) would take more than a quarter of the
+        free memory (:func:`kernelkit.estimators._ridge_memory.auto_components`).
         ``n_components_`` holds the value used.
     preconditioner : {"nystrom", None}, default="nystrom"
         For ``solver="cg"``: the Nyström preconditioner
@@ -362,12 +365,12 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
 
         op = self._operator(structure, X, where)
 
-        def plan():  # from the free memory: rank 0's under a process group
+        def plan():  # from the free memory and rng: rank 0's under a process group
             m = 0
             if solver == "nystrom" or self.preconditioner:
                 m = min(n_components, n) if n_components != "auto" else _ridge_memory.auto_components(
-                    n=n, d=d, k=k, solver=solver, where=where, triton=op.triton,
-                    n_alphas=np.unique(alpha).size)
+                    self._auto_wanted(solver, op, X, alpha, weights, rng), n=n, d=d, k=k,
+                    solver=solver, where=where, triton=op.triton, n_alphas=np.unique(alpha).size)
             return m, _ridge_memory.plan_blocks(op, n=n, d=d, k=k, m=m, solver=solver,
                                           n_alphas=np.unique(alpha).size)
 
@@ -433,6 +436,20 @@ class KernelRidge(MultiOutputMixin, RegressorMixin, BaseEstimator):
              cg_steps=result.n_iter, residual=float(result.residuals[-1]),
              dense_fallback=bool(fallback), seconds=seconds)
         return self
+
+    @staticmethod
+    def _auto_wanted(solver, op, X, alpha, weights, rng):
+        """Landmarks ``n_components="auto"`` asks for before the caps
+        (:mod:`kernelkit.estimators._ridge_auto`): from the effective dimension at the smallest
+        alpha for "nystrom" (the subsample drawn from ``rng``), sqrt(n) ln n for the "cg"
+        preconditioner."""
+        from kernelkit.estimators import _ridge_auto
+
+        n = len(X)
+        if solver == "cg":
+            return _ridge_auto.preconditioner_components(n)
+        d_eff = _ridge_auto.effective_dimension(op, X, float(np.min(alpha)), rng, weights)
+        return _ridge_auto.nystrom_components(d_eff, n)
 
     def _fit_inputs(self, X, y, sample_weight):
         """The checked parameters and data of :meth:`fit`: ``(alpha, n_components, tol,
