@@ -101,12 +101,14 @@ def _sync():
 
 
 def _warm_up(args, device, X, y, Xt):
-    """Compile the Triton kernels once (gram, kernel_matvec; D = features); seconds taken."""
+    """Compile the Triton kernels of both solvers once (D = features; the first "nystrom" fit
+    at n = 1e6 otherwise took 5-6 s more than the next: compilation, not work); seconds taken."""
     from kernelkit import KernelRidge
 
     t = time.perf_counter()
-    KernelRidge(alpha=1.0, gamma=args.gamma, solver="cg", n_components=64,
-                device=device).fit(X[:2000], y[:2000]).predict(Xt[:100])
+    for solver in ("cg", "nystrom"):
+        KernelRidge(alpha=1.0, gamma=args.gamma, solver=solver, n_components=64,
+                    device=device).fit(X[:2000], y[:2000]).predict(Xt[:100])
     warm = time.perf_counter() - t
     log(f"warm-up fit (compiles the kernels): {warm:.1f} s")
     return warm
