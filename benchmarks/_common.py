@@ -97,11 +97,18 @@ def device_facts(dev):
 
 
 def versions():
-    import torch
-    import triton
+    """torch, triton (its installed distribution's version, read without importing it; None
+    where it is not installed), Python and CUDA versions."""
+    import importlib.metadata
 
-    return dict(torch=torch.__version__, triton=triton.__version__,
-                python=platform.python_version(), cuda=torch.version.cuda)
+    import torch
+
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = None
+    return dict(torch=torch.__version__, triton=triton, python=platform.python_version(),
+                cuda=torch.version.cuda)
 
 
 def check_mode(script, smoke):
