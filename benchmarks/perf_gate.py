@@ -103,8 +103,9 @@ def _attention_call(attn, shape, dtype, dev, backward, **kw):
     return setup
 
 
-def headline_cases(smoke):
-    """The gate's cases, in timing order; tiny shapes on the CPU interpreter with ``smoke``.
+def headline_cases(smoke, dev=None):
+    """The gate's cases, in timing order, on ``dev`` (default: "cpu" with ``smoke``, else
+    "cuda"); tiny shapes with ``smoke``.
 
     Shapes: the README's Gram figure (N = 32768, D = 64); K·V as the solvers run it (16 columns,
     D = 8); softmax attention at B4 H16 T4096 D128 bf16; linear attention at B1 H16 T65536 D128
@@ -113,7 +114,7 @@ def headline_cases(smoke):
     attention's memory floor (q, k, v, o forward; q, k, v, o, dout, o, dq, dk, dv forward +
     backward, as ``benchmarks/attention_linear.py``).
     """
-    dev = "cpu" if smoke else "cuda"
+    dev = dev or ("cpu" if smoke else "cuda")
     n_gram, d_gram = (100, 8) if smoke else (32768, 64)
     n_kv, d_kv, r_kv = (100, 8, 4) if smoke else (65536, 8, 16)
     soft = dict(B=1, H=2, T=64, D=32) if smoke else dict(B=4, H=16, T=4096, D=128)
@@ -335,6 +336,16 @@ def git_commit():
 
 
 # ------------------------------------------------------------------------------------- main
+def smoke_device():
+    """``--smoke``'s device: the CPU under the Triton interpreter (TRITON_INTERPRET=1), else the
+    GPU (where the interpreter cannot run: triton 3.6's with NumPy >= 2.4)."""
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
+        return check_mode(SCRIPT, True)
+    return "cuda"
+
+
 def main(argv=None):
     """Run the gate; returns the exit code (1 when a case is SLOWER)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -346,9 +357,10 @@ def main(argv=None):
     ap.add_argument("--record", action="store_true",
                     help="write the JSON (the next baseline) even when a case is SLOWER")
     ap.add_argument("--smoke", action="store_true",
-                    help="tiny shapes on the CPU under TRITON_INTERPRET=1 (timings meaningless)")
+                    help="tiny shapes (timings meaningless): on the CPU under TRITON_INTERPRET=1, "
+                         "else on the GPU")
     args = ap.parse_args(argv)
-    dev = check_mode(SCRIPT, args.smoke)
+    dev = smoke_device() if args.smoke else check_mode(SCRIPT, False)
     t_start = time.perf_counter()
     device = device_facts(dev)
     folder = tempfile.gettempdir() if args.smoke else RESULTS
@@ -373,12 +385,12 @@ def main(argv=None):
         notes.append(f"baseline {base_path} ({base.get('date')}, commit "
                      f"{base.get('git', {}).get('commit')}, versions {base.get('versions')})")
     if args.smoke:
-        notes.append("--smoke: tiny shapes on the CPU interpreter; the timings are meaningless, "
-                     "only the script's logic runs")
+        notes.append(f"--smoke: tiny shapes on {dev}; the timings are meaningless, only the "
+                     "script's logic runs")
     for note in notes:
         log(note)
 
-    cases = headline_cases(args.smoke)
+    cases = headline_cases(args.smoke, dev)
     rounds = SMOKE_ROUNDS if args.smoke else ROUNDS
     log(f"== timing {len(cases)} cases, {rounds} rounds ({device['name']})")
     measured = measure(cases, dev, rounds)

@@ -174,8 +174,8 @@ def run_gp(case, data, device, settings=None, std=True):
     with EvaluationLog(device) as evals, FitRecords() as records:
         _, fit_s = _timed(lambda: gp.fit(X, y), device)
     if std:
-        (mean, std), predict_s = _timed(lambda: gp.predict(Xt, return_std=True), device)
-        rmse, nlpd = metrics(mean, std, yt)
+        (mean, sd), predict_s = _timed(lambda: gp.predict(Xt, return_std=True), device)
+        rmse, nlpd = metrics(mean, sd, yt)
     else:  # --std-max-n: the mean only
         mean, predict_s = _timed(lambda: gp.predict(Xt), device)
         rmse, nlpd = float(np.sqrt(np.mean((mean - yt) ** 2))), None

@@ -506,13 +506,15 @@ def real_cases():
 
 def export(folder, names=None):
     """Write each real case's preprocessed rows to ``folder/<name>.npz`` (``X``, ``y``),
-    atomically (a temporary file renamed onto the name). Returns the paths written."""
+    atomically (a temporary file renamed onto the name), from their sources or, where
+    ``KERNELKIT_ZOO_DIR`` is set, from its files (a copy where the sources cannot be installed).
+    Returns the paths written."""
     os.makedirs(folder, exist_ok=True)
     paths = []
     for case in real_cases():
         if names is not None and case.name not in names:
             continue
-        X, y = case.rows()
+        X, y = _real_rows(case)
         path = os.path.join(folder, f"{case.name}.npz")
         fd, tmp = tempfile.mkstemp(prefix=f".{case.name}-", suffix=".npz", dir=folder)
         try:

@@ -219,22 +219,27 @@ def test_main_needs_a_gpu_without_smoke(monkeypatch):
 
 # ------------------------------------------------------------------------------ end to end
 @pytest.mark.subprocess
-def test_smoke_run_end_to_end(tmp_path):
-    """The real script under the interpreter against a baseline that makes the Gram case 10^6
-    times slower: exit code 1, the case named, and with --record a valid JSON of every case."""
+def test_smoke_run_end_to_end(tmp_path, device):
+    """The real script under --smoke (the interpreter; with --device cuda the GPU) against a
+    baseline that makes the Gram case 10^6 times slower: exit code 1, the case named, and with
+    --record a valid JSON of every case."""
     cases = {c.name: record(1e-6, spread=0.0, shape=c.shape, dtype=c.dtype)
              for c in perf_gate.headline_cases(smoke=True) if c.name == "gram_rbf"}
-    base = baseline_file(tmp_path / "base.json", cases)
+    name = SMOKE_DEVICE if device == "cpu" else perf_gate.device_facts("cuda")["name"]
+    base = baseline_file(tmp_path / "base.json", cases, device=name)
     out = tmp_path / "run.json"
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    env.pop("TRITON_INTERPRET", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "perf_gate.py"), "--smoke",
                           "--baseline", str(base), "--out", str(out), "--record"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 1, res.stdout + res.stderr
     assert "SLOWER by more than 5%: gram_rbf; recorded anyway" in res.stdout
     data = perf_gate.load_baseline(str(out))
-    assert data["device"]["name"] == SMOKE_DEVICE and data["smoke"] is True
+    assert data["device"]["name"] == name and data["smoke"] is True
     assert list(data["cases"]) == NAMES and data["slower"] == ["gram_rbf"]
     assert {"torch", "triton"} <= set(data["versions"])
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
