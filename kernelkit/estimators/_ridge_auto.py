@@ -86,7 +86,7 @@ def effective_dimension(op, X, alpha, rng, weights=None, size=SUBSAMPLE):
 #: 2.2-2.9 (M = 500-600 within 1% for some landmark draws only), txhousing (6000, 341)
 #: 1.5-2.9, concrete (830, 254) 1.4-1.9; cps1988, flights, diabetes, spatial2d: every M
 #: within 1% (d_eff 16-369); ridge (alpha 1e-5, d_eff at the subsample's 2000): still
-#: improving at M = 4000. At n = 1e6 (benchmarks/kernel_ridge.py --parts defaults, H100,
+#: improving at M = 4000. At n = 1e6 (benchmarks/kernel_ridge.py --parts defaults, a GPU,
 #: d_eff ~ 1100 from 2000 rows) M = 5000 (4.5 d_eff) was within 1% of M = 2e4 (1.1995 against
 #: 1.1918) in 4.5 s, against 5.6 s for M = 1e4. 5 covers every lower end and gives M ~ 5600
 #: there. Theory's ln n factor (Rudi et al.) does not fit these figures: M / (d_eff ln n)

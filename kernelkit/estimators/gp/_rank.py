@@ -17,7 +17,7 @@ evaluation (:func:`cheapest_rank`),
 
 .. math::
 
-    T(k) = s_0 \\frac{k_0}{k} \\tau + a + b k^2,
+    T(k) = s_0 \\tau \\, k_0 / k + a + b k^2,
 
 when that saves at least :data:`MIN_SAVING` of T(k_0); the evaluation is then repeated with the
 new rank's draws (the optimiser never sees values from two sets of draws). The timings are
