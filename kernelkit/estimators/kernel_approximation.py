@@ -313,11 +313,11 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
         uniformly without replacement, scikit-learn's ``random_state.permutation(n)``.
         "kmeans++": k-means++ seeding on X (:func:`sklearn.cluster.kmeans_plusplus`, float64
         squared distances, from ``random_state``). "leverage": sampled without replacement with
-        probabilities proportional to approximate ridge leverage scores: from a uniform pilot
-        S of ``n_components`` rows, :math:`\tilde\ell_i = k(x_i, x_i) - K_{iS}(K_{SS} +
-        \lambda I)^{-1} K_{Si}` with :math:`\lambda` set so that the pilot's effective
-        dimension :math:`\sum_j s_j / (s_j + \lambda)` (s the eigenvalues of :math:`K_{SS}`) is
-        half of ``n_components`` (Alaoui and Mahoney, 2015). An array of shape
+        probabilities proportional to approximate ridge leverage scores from a uniform pilot S
+        of ``n_components`` rows, :math:`k(x_i, x_i) - K_{iS}(K_{SS} + \lambda I)^{-1} K_{Si}`
+        with :math:`\lambda` the mean of :math:`k(x_i, x_i)` (Alaoui and Mahoney, 2015; on the
+        whole data that is the ridge tr(K) / m, at which the effective dimension is at most m).
+        An array of shape
         (n_landmarks, n_features): those rows (then ``n_components`` is their count and
         ``component_indices_`` is not set). "kmeans++" and arrays are not for "precomputed".
     device : {"auto", "cpu", "cuda"}, default="auto"
@@ -550,42 +550,30 @@ def _index(idx, X):
 
 
 def _leverage_landmarks(op, data, exact, m, rng):
-    """``m`` row indices drawn without replacement with probabilities proportional to the
-    approximate ridge leverage scores of :class:`Nystroem`'s ``landmarks="leverage"``, from a
-    uniform pilot of ``m`` rows (``data`` / ``exact``: the rows as ``op``'s operands)."""
-    import torch
-
+    """``m`` row indices drawn without replacement with probabilities proportional to
+    :func:`_leverage_scores` from a uniform pilot of ``m`` rows (``data`` / ``exact``: the rows
+    as ``op``'s operands)."""
     n = len(data)
-    pilot = rng.permutation(n)[:m]
-    K_ss = op.block(op.take(exact, pilot))
-    eigenvalues = np.clip(torch.linalg.eigvalsh(K_ss).cpu().numpy(), 0, None)
-    ridge = _ridge_for_dimension(eigenvalues, m / 2)
-    L = torch.linalg.cholesky(K_ss + ridge * torch.eye(m, dtype=K_ss.dtype, device=K_ss.device))
-    scores = op.diag(exact).clone()
-    for lo, hi, block in op.row_blocks(data, op.take(data, pilot)):
-        W = torch.linalg.solve_triangular(L, block.to(torch.float64).T, upper=False)
-        scores[lo:hi] -= (W * W).sum(dim=0)
-    scores = scores.cpu().numpy()
+    scores = _leverage_scores(op, data, exact, rng.permutation(n)[:m])
     # rounding (float32 products on the GPU) can leave a score at or below 0: every row keeps a
     # chance, so m distinct rows can always be drawn
-    scores = np.clip(scores, np.finfo(np.float64).eps * max(scores.max(), ridge), None)
+    scores = np.clip(scores, np.finfo(np.float64).eps * scores.max(), None)
     return rng.choice(n, size=m, replace=False, p=scores / scores.sum())
 
 
-def _ridge_for_dimension(eigenvalues, target):
-    """The lambda with sum_j s_j / (s_j + lambda) = ``target`` (bisection in log lambda), at
-    least len(s) eps max(s) (positive definite K_SS + lambda I): that floor where the
-    eigenvalues cannot reach ``target`` (a kernel of lower rank)."""
-    top = max(float(eigenvalues.max()), np.finfo(np.float64).tiny)
-    low = len(eigenvalues) * np.finfo(np.float64).eps * top
-    high = len(eigenvalues) * top
+def _leverage_scores(op, data, exact, pilot):
+    """Approximate ridge leverage scores, up to one factor, from the rows ``pilot``:
+    k(x_i, x_i) - K_iS (K_SS + lambda I)^-1 K_Si with lambda the mean of k(x_i, x_i), a NumPy
+    float64 array of shape (n,). On the whole data that is lambda = tr(K) / m for m pilot rows
+    (scaled by n / m), where the effective dimension tr K (K + lambda I)^-1 is at most m."""
+    import torch
 
-    def dimension(ridge):
-        return float(np.sum(eigenvalues / (eigenvalues + ridge)))
-
-    if dimension(low) <= target:
-        return low
-    for _ in range(100):
-        mid = np.sqrt(low * high)
-        low, high = (mid, high) if dimension(mid) > target else (low, mid)
-    return high
+    scores = op.diag(exact).clone()
+    ridge = float(scores.mean())
+    K_ss = op.block(op.take(exact, pilot))
+    eye = torch.eye(len(pilot), dtype=K_ss.dtype, device=K_ss.device)
+    L = torch.linalg.cholesky(K_ss + ridge * eye)
+    for lo, hi, block in op.row_blocks(data, op.take(data, pilot)):
+        W = torch.linalg.solve_triangular(L, block.to(torch.float64).T, upper=False)
+        scores[lo:hi] -= (W * W).sum(dim=0)
+    return scores.cpu().numpy()
