@@ -254,9 +254,14 @@ def test_nystroem_triton_path(device, monkeypatch):
     within float32 rounding of the kernel values times sum_j |normalization_| of the CPU's."""
     if device == "cpu":
         monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
+    calls = []
+    triton_matmul = kernel_operator.triton_matmul
+    monkeypatch.setattr(kernel_operator, "triton_matmul",
+                        lambda *args: calls.append(1) or triton_matmul(*args))
     X, Y = _data(n=40)
     model = Nystroem(gamma=0.3, n_components=10, random_state=0, device=device).fit(X)
     out = model.transform(Y)
+    assert calls == [1]  # the matrix-free Triton K @ V ran
     monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", False)
     ref = Nystroem(gamma=0.3, n_components=10, random_state=0, device="cpu").fit(X)
     np.testing.assert_allclose(model.normalization_, ref.normalization_, rtol=0,
