@@ -25,7 +25,7 @@ from kernelkit.pairwise import (
     rbf_kernel,
     sigmoid_kernel,
 )
-from kernelkit.estimators import GaussianProcessRegressor, KernelRidge
+from kernelkit.estimators import GaussianProcessRegressor, KernelPCA, KernelRidge
 
 __version__ = "0.1.0"
 
@@ -38,5 +38,6 @@ __all__ = [
     *(name for name in _kernels.__all__ if name != "KERNEL_CLASSES"),
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
     "cosine_similarity", "pairwise_kernels", "gram", "KernelRidge", "GaussianProcessRegressor",
+    "KernelPCA",
     "__version__",
 ]

@@ -4,6 +4,7 @@
 """
 
 from kernelkit.estimators.gp import GaussianProcessRegressor
+from kernelkit.estimators.kernel_pca import KernelPCA
 from kernelkit.estimators.kernel_ridge import KernelRidge
 
-__all__ = ["KernelRidge", "GaussianProcessRegressor"]
+__all__ = ["KernelRidge", "GaussianProcessRegressor", "KernelPCA"]
