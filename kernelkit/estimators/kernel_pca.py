@@ -378,7 +378,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         """scikit-learn's eigensolvers on the explicit float64 K̃: ``(theta, V, residuals)``;
         the centring means kept for :meth:`transform`."""
         K = op.block(op.exact_data(X)).cpu().numpy()
-        centerer = KernelCenterer().fit(K)
+        centerer = KernelCenterer().set_output(transform="default").fit(K)
         K = centerer.transform(K, copy=False)
         self._row_means, self._all_mean = centerer.K_fit_rows_, float(centerer.K_fit_all_)
         n = K.shape[0]
