@@ -4,6 +4,7 @@ the block Krylov eigensolver (kernelkit.linalg.eigen) against its residual bound
 import numpy as np
 import pytest
 import torch
+from sklearn import config_context
 from sklearn.base import clone
 from sklearn.decomposition import KernelPCA as SKKernelPCA
 from sklearn.exceptions import NotFittedError
@@ -62,6 +63,18 @@ def test_matches_sklearn(rng, solver, kernel, params):
                                ref.inverse_transform(ref.transform(Xt)), rtol=0, atol=1e-8)
     assert ours.eigen_solver_ == solver
     assert ours.residual_bounds_.shape == (4,)
+
+
+def test_inverse_transform_default_gamma(rng):
+    """gamma=None is 1 / n_features of X for the pre-image kernel too (scikit-learn's gamma_),
+    not 1 / n_components of the projections it is evaluated on."""
+    X, Xt = _data(rng)
+    kw = dict(n_components=2, kernel="rbf", fit_inverse_transform=True)
+    ours = KernelPCA(device="cpu", **kw).fit(X)
+    ref = SKKernelPCA(**kw).fit(X)
+    assert ours.gamma_ == ref.gamma_ == 1 / X.shape[1]
+    np.testing.assert_allclose(ours.inverse_transform(ours.transform(Xt)),
+                               ref.inverse_transform(ref.transform(Xt)), rtol=0, atol=1e-8)
 
 
 @pytest.mark.parametrize("solver", ["dense", "arpack", "randomized"])
@@ -324,3 +337,13 @@ def test_triton_path_krylov(rng, device, monkeypatch):
                   * model.eigenvalues_[0])
     _assert_within_residual_bounds(model.eigenvalues_, model.eigenvectors_,
                                    model.residual_bounds_, Kc)
+
+
+def test_pandas_output(rng):
+    """Under transform_output="pandas" the internal centring still works on arrays."""
+    pd = pytest.importorskip("pandas")
+    X, _ = _data(rng, n=250)
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    with config_context(transform_output="pandas"):
+        Z = KernelPCA(2, eigen_solver="arpack", device="cpu", random_state=0).fit_transform(frame)
+    assert list(Z.columns) == ["kernelpca0", "kernelpca1"]

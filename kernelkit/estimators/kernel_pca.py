@@ -22,7 +22,7 @@ from sklearn.utils.validation import _check_psd_eigenvalues, check_is_fitted
 
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
-from kernelkit_math.registry import get_kernel
+from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -43,6 +43,11 @@ INVERSE_MAX = 20_000
 KRYLOV_MAX_ITER = 1000
 
 
+_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+
+
+@fill_doc(psd=kernel_list_doc(_PSD),
+          refused=kernel_list_doc(n for n in kernel_names() if n not in _PSD))
 class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     r"""Kernel principal component analysis, on the CPU or the GPU, up to large n.
 
@@ -51,7 +56,7 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 
     .. math::
 
-        \tilde K = H K H, \qquad H = I - \tfrac{1}{n} \mathbf{1}\mathbf{1}^T,
+        \tilde K = H K H, \qquad H = I - \mathbf{1}\mathbf{1}^T / n,
 
     and projects a point x on component i as
     :math:`\tilde k(x)^T v_i / \sqrt{\lambda_i}`, :math:`\tilde k(x)` the row K(x, X) centred
@@ -80,14 +85,13 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         Components kept (at most n_samples: more are cut to n_samples, as in scikit-learn).
         None: all, and those with a zero eigenvalue are removed.
     kernel : str or kernel object, default="linear"
-        A registry name of a positive semi-definite kernel ("linear", "poly" or "polynomial",
-        "rbf", "laplacian", "cosine", "matern", "rational_quadratic", "exponential"),
-        "precomputed" (X is the n x n kernel matrix at ``fit``, K(test, train) at
+        A registry name of a positive semi-definite kernel, {psd} (``"poly"`` for
+        ``"polynomial"``); "precomputed" (X is the n x n kernel matrix at ``fit``, K(test, train) at
         ``transform``; everything then runs on the CPU in float64), or a kernel object as
         :class:`kernelkit.KernelRidge` takes (kernelkit's classes, scikit-learn's
         ``RBF``, ``Matern``... and their sums, products and powers). Kernel PCA is PCA in the
         kernel's feature space, which exists for positive semi-definite kernels only: the
-        others ("sigmoid", "periodic") are refused.
+        others ({refused}) are refused.
     gamma : float or None, default=None
         For the kernels that have one (rbf, laplacian, polynomial); None means 1 / n_features.
     degree : int, default=3
