@@ -1,10 +1,12 @@
 """scikit-learn estimators on the kernel operators and the linear algebra below them:
-:class:`KernelRidge` (:mod:`.kernel_ridge`) and :class:`GaussianProcessRegressor`
-(:mod:`.gp`). Nothing numerical lives here that another estimator could share.
+:class:`KernelRidge` (:mod:`.kernel_ridge`), :class:`GaussianProcessRegressor` (:mod:`.gp`),
+:class:`KernelPCA` (:mod:`.kernel_pca`), :class:`Nystroem` and :class:`RBFSampler`
+(:mod:`.kernel_approximation`). Nothing numerical lives here that another estimator could share.
 """
 
 from kernelkit.estimators.gp import GaussianProcessRegressor
 from kernelkit.estimators.kernel_approximation import Nystroem, RBFSampler
+from kernelkit.estimators.kernel_pca import KernelPCA
 from kernelkit.estimators.kernel_ridge import KernelRidge
 
-__all__ = ["KernelRidge", "GaussianProcessRegressor", "Nystroem", "RBFSampler"]
+__all__ = ["KernelRidge", "GaussianProcessRegressor", "KernelPCA", "Nystroem", "RBFSampler"]
