@@ -236,3 +236,22 @@ def test_kernel_ridge_default_matches_sklearn(name):
                          float32_products=torch.cuda.is_available()).reshape(theirs.shape)
     err = np.abs(ours.predict(Xt) - theirs)
     assert (err <= bound).all(), (name, float((err / bound).max()), ours.residuals_[-1])
+
+
+# ------------------------------------------------------------------------------ the report
+@pytest.mark.parametrize("std_max_n, with_std", [(None, True), (100, False)])
+def test_zoo_report_gp_row(std_max_n, with_std, monkeypatch):
+    """``benchmarks/zoo.py``'s GP part in this process, on the iterative path: the fit's
+    warm-up record, its evaluations, and NLPD only where the predictive std is asked for
+    (``--std-max-n`` below n: the mean only)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("zoo_report", ROOT / "benchmarks" / "zoo.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    row = report.child(dict(case="spatial2d", n=150, part="gp", device="cpu",
+                            gp_settings={"exact_max_n": 0, "optimizer_max_iter": 3},
+                            std_max_n=std_max_n))
+    assert row["std"] is with_std and row["path"] == "iterative"
+    assert (row["nlpd"] is not None) is with_std and np.isfinite(row["rmse"])
+    assert [r["event"] for r in row["fit_records"]][:1] == ["warm_up"]
+    assert row["evaluations"] == len(row["eval_seconds"]) > 1
