@@ -131,11 +131,8 @@ class _BaseSVM(BaseEstimator):
             X = _validate_data(self, X, dtype=np.float64, order="C", reset=reset)
         else:
             X, y = _validate_data(self, X, y, dtype=np.float64, order="C", reset=reset)
-        if self._precomputed:
-            expected = X.shape[0] if reset else self.shape_fit_[0]
-            if X.shape[1] != expected:
-                what = "a square matrix" if reset else f"of {expected} columns (the training samples)"
-                raise ValueError(f"Precomputed matrix must be {what}; got shape {X.shape}")
+        if self._precomputed and reset and X.shape[0] != X.shape[1]:
+            raise ValueError(f"Precomputed matrix must be a square matrix; got shape {X.shape}")
         return X, y
 
     def _gamma_value(self, X):
@@ -528,7 +525,8 @@ _SVR_DOC = """Epsilon-support vector regression, on libsvm's dual solved by batc
     >>> import numpy as np
     >>> from kernelkit import SVR
     >>> X = np.linspace(0, 6, 80)[:, None]
-    >>> SVR(C=10.0, epsilon=0.05, device="cpu").fit(X, np.sin(X[:, 0])).score(X, np.sin(X[:, 0])) > 0.95
+    >>> y = np.sin(X[:, 0])
+    >>> SVR(C=10.0, epsilon=0.05, device="cpu").fit(X, y).score(X, y) > 0.95
     True
     """
 
@@ -578,7 +576,8 @@ class SVR(RegressorMixin, _BaseSVM):
         n = len(idx)
         eps, target = float(self.epsilon), y[idx]
         bound = np.tile(float(self.C) * weights[idx], 2)
-        result = self._solve(op, op.exact_data(X), idx, np.concatenate([eps - target, eps + target]),
+        result = self._solve(op, op.exact_data(X), idx,
+                             np.concatenate([eps - target, eps + target]),
                              np.concatenate([np.ones(n), -np.ones(n)]), bound, np.zeros(2 * n),
                              index=np.tile(np.arange(n), 2))
         a = result.alpha.cpu().numpy()
