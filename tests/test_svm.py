@@ -302,6 +302,8 @@ def test_linear_coef(rng):
     np.testing.assert_allclose(X @ ours.coef_.T + ours.intercept_,
                                ours.set_params(decision_function_shape="ovo")
                                .decision_function(X), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="read-only"):
+        ours.coef_[0, 0] = 1.0
     with pytest.raises(AttributeError, match="linear kernel"):
         SVC(device="cpu").fit(X, y).coef_
 
@@ -360,9 +362,20 @@ def test_max_iter_warns_and_sets_fit_status(rng):
     with pytest.warns(ConvergenceWarning, match="max_iter=5"):
         model = SVC(max_iter=5, device="cpu").fit(X, y)
     assert model.fit_status_ == 1 and model.n_iter_[0] == 5
+    n_iter = SVR(max_iter=3, device="cpu").fit(X, y).n_iter_
+    assert isinstance(n_iter, int) and n_iter == 3  # as scikit-learn's SVR and OneClassSVM
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
         assert SVC(device="cpu").fit(X, y).fit_status_ == 0
+
+
+def test_infinite_C_is_the_hard_margin(rng):
+    """C = inf on separable data: every point on or outside the margin, y f(x) >= 1 - tol."""
+    X, y = _classification(rng, n=60)
+    X = X + 3.0 * np.where(y == 1, 1.0, -1.0)[:, None]
+    model = SVC(C=np.inf, kernel="linear", tol=TOL, device="cpu").fit(X, y)
+    assert np.all(np.where(y == 1, 1.0, -1.0) * model.decision_function(X) >= 1 - TOL)
+    assert model.fit_status_ == 0
 
 
 def test_gamma_scale_and_auto(rng):
@@ -374,8 +387,9 @@ def test_gamma_scale_and_auto(rng):
 
 # ------------------------------------------------------------------------------ bad input
 @pytest.mark.parametrize("make, exc, match", [
-    (lambda: SVC(C=0.0), ValueError, r"C must be a finite real number > 0; got 0.0"),
-    (lambda: SVC(C=-1.0), ValueError, r"C must be a finite real number > 0; got -1.0"),
+    (lambda: SVC(C=0.0), ValueError, r"C must be a real number \(or inf\) > 0; got 0.0"),
+    (lambda: SVC(C=-1.0), ValueError, r"C must be a real number \(or inf\) > 0; got -1.0"),
+    (lambda: SVR(C=np.nan), ValueError, r"C must be a real number \(or inf\) > 0; got nan"),
     (lambda: SVR(epsilon=-0.1), ValueError, r"epsilon must be a finite real number >= 0"),
     (lambda: OneClassSVM(nu=0.0), ValueError, r"nu must be a finite real number > 0; got 0.0"),
     (lambda: OneClassSVM(nu=1.5), ValueError, r"nu must be in \(0, 1\]; got 1.5"),
@@ -390,8 +404,6 @@ def test_gamma_scale_and_auto(rng):
     (lambda: SVC(max_iter=-2), ValueError, r"max_iter must be an integer >= -1"),
     (lambda: SVC(probability=True), ValueError,
      r"probability must be False: Platt scaling \(predict_proba\) is not implemented"),
-    (lambda: SVC(break_ties=True, decision_function_shape="ovo"), ValueError,
-     r"break_ties must be False when decision_function_shape is 'ovo'"),
     (lambda: SVC(decision_function_shape="ova"), ValueError, r"decision_function_shape must be"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_parameters(rng, make, exc, match):
@@ -417,6 +429,12 @@ def test_bad_data(rng):
         SVC(device="cpu").fit(X, y, sample_weight=(y == 1).astype(float))
     with pytest.raises(ValueError, match="Precomputed matrix must be a square matrix"):
         SVC(kernel="precomputed").fit(X, y)
+    model = SVC(break_ties=True, decision_function_shape="ovo", device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="break_ties must be False when "
+                                         "decision_function_shape is 'ovo'"):
+        model.predict(X)
+    with pytest.raises(ValueError, match="all samples have zero or negative weights"):
+        OneClassSVM(device="cpu").fit(X, sample_weight=np.zeros(30))
 
 
 def test_inputs_not_modified(rng):

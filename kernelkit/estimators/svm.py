@@ -63,14 +63,16 @@ degree : int, default=3
         the gradient and every reduction are float64 on both devices."""
 
 
-def _check_real(value, name, low=None, *, closed=False):
+def _check_real(value, name, low=None, *, closed=False, infinite=False):
     """``value`` as a float; TypeError / ValueError naming ``name`` (range: > low, or >= low
-    when ``closed``)."""
+    when ``closed``; +inf allowed where ``infinite``)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number; got {value!r}")
-    if not np.isfinite(value) or (low is not None and (value < low if closed else value <= low)):
+    finite = np.isfinite(value) or (infinite and value == np.inf)
+    if not finite or (low is not None and (value < low if closed else value <= low)):
+        kind = "real number (or inf)" if infinite else "finite real number"
         bound = f" {'>=' if closed else '>'} {low:g}" if low is not None else ""
-        raise ValueError(f"{name} must be a finite real number{bound}; got {value!r}")
+        raise ValueError(f"{name} must be a {kind}{bound}; got {value!r}")
     return float(value)
 
 
@@ -161,7 +163,8 @@ class _BaseSVM(BaseEstimator):
     def _weights(self, sample_weight, X):
         """Sample weights (ones for None) and the mask of samples libsvm trains on (weight >
         0); ValueError where none is left."""
-        weights = _check_sample_weight(sample_weight, X, dtype=np.float64)
+        weights = _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                       allow_all_zero_weights=True)
         keep = weights > 0
         if not keep.any():
             raise ValueError("Invalid input - all samples have zero or negative weights.")
@@ -194,7 +197,8 @@ class _BaseSVM(BaseEstimator):
                                  else X[self.support_].copy())
         self.shape_fit_ = X.shape
         self.fit_status_ = int(not all(r.converged for r in results))
-        self.n_iter_ = np.array([r.n_iter for r in results], dtype=np.int32)
+        self.n_iter_ = (np.array([r.n_iter for r in results], dtype=np.int32)
+                        if isinstance(self, SVC) else results[0].n_iter)
         if self.fit_status_:
             warnings.warn(f"Solver terminated early (max_iter={self.max_iter}).  Consider "
                           "pre-processing your data with StandardScaler or MinMaxScaler.",
@@ -220,11 +224,13 @@ class _BaseSVM(BaseEstimator):
 
     @property
     def coef_(self):
-        """Weights in input space, ``dual_coef_ @ support_vectors_`` per decision function; only
-        for ``kernel="linear"``."""
+        """Weights in input space, ``dual_coef_ @ support_vectors_`` per decision function
+        (read-only); only for ``kernel="linear"``."""
         if not (isinstance(self.kernel, str) and self.kernel == "linear"):
             raise AttributeError("coef_ is only available when using a linear kernel")
-        return self._pair_coefficients() @ self.support_vectors_
+        coef = self._pair_coefficients() @ self.support_vectors_
+        coef.flags.writeable = False  # computed: writing to it would change nothing
+        return coef
 
 
 _SVC_DOC = """C-support vector classification, on libsvm's dual solved by batched SMO.
@@ -248,7 +254,8 @@ _SVC_DOC = """C-support vector classification, on libsvm's dual solved by batche
     Parameters
     ----------
     C : float, default=1.0
-        Box bound, > 0 (each sample's bound is C times its sample weight and class weight).
+        Box bound, > 0 (each sample's bound is C times its sample weight and class weight);
+        inf: the hard margin.
     {kernel}
     {common}
     shrinking : bool, default=True
@@ -337,7 +344,7 @@ class SVC(ClassifierMixin, _BaseSVM):
         self.device = device
 
     def _check_params(self):
-        _check_real(self.C, "C", 0.0)
+        _check_real(self.C, "C", 0.0, infinite=True)
         self._check_common()
         if self.probability is not False:
             raise ValueError(f"probability must be False: Platt scaling (predict_proba) is not "
@@ -345,8 +352,6 @@ class SVC(ClassifierMixin, _BaseSVM):
         if self.decision_function_shape not in ("ovo", "ovr"):
             raise ValueError(f"decision_function_shape must be 'ovo' or 'ovr'; got "
                              f"{self.decision_function_shape!r}")
-        if self.break_ties and self.decision_function_shape == "ovo":
-            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
 
     def fit(self, X, y, sample_weight=None):
         """Fit the one-vs-one support vector classifiers.
@@ -461,6 +466,8 @@ class SVC(ClassifierMixin, _BaseSVM):
         -------
         ndarray of shape (n_samples,)
         """
+        if self.break_ties and self.decision_function_shape == "ovo":
+            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
         dec = self._decision(X)
         n_classes = len(self.classes_)
         if n_classes == 2:
@@ -499,7 +506,7 @@ _SVR_DOC = """Epsilon-support vector regression, on libsvm's dual solved by batc
     {kernel}
     {common}
     C : float, default=1.0
-        Box bound, > 0 (times each sample's weight).
+        Box bound, > 0 (times each sample's weight); inf: no bound.
     epsilon : float, default=0.1
         Width of the insensitive tube, >= 0.
     shrinking : bool, default=True
@@ -515,7 +522,8 @@ _SVR_DOC = """Epsilon-support vector regression, on libsvm's dual solved by batc
         a_t - a*_t of the support vectors.
     intercept_ : ndarray of shape (1,)
     n_support_ : ndarray of shape (1,), dtype=int32
-    n_iter_ : ndarray of shape (1,)
+    n_iter_ : int
+        SMO steps.
     fit_status_ : int
     shape_fit_ : tuple
     n_features_in_ : int
@@ -564,7 +572,7 @@ class SVR(RegressorMixin, _BaseSVM):
         -------
         self : SVR
         """
-        _check_real(self.C, "C", 0.0)
+        _check_real(self.C, "C", 0.0, infinite=True)
         _check_real(self.epsilon, "epsilon", 0.0, closed=True)
         self._check_common()
         X, y = self._validate_X(X, y)
@@ -642,7 +650,8 @@ _ONE_CLASS_DOC = """Unsupervised outlier detection by the one-class SVM, on libs
     offset_ : float
         rho: ``decision_function = score_samples - offset_``.
     n_support_ : ndarray of shape (1,), dtype=int32
-    n_iter_ : ndarray of shape (1,)
+    n_iter_ : int
+        SMO steps.
     fit_status_ : int
     shape_fit_ : tuple
     n_features_in_ : int
