@@ -25,8 +25,8 @@ from kernelkit.pairwise import (
     rbf_kernel,
     sigmoid_kernel,
 )
-from kernelkit.estimators import (GaussianProcessRegressor, KernelPCA, KernelRidge, Nystroem,
-                                  RBFSampler)
+from kernelkit.estimators import (SVC, SVR, GaussianProcessRegressor, KernelPCA, KernelRidge,
+                                  Nystroem, OneClassSVM, RBFSampler)
 
 __version__ = "0.1.0"
 
@@ -39,5 +39,5 @@ __all__ = [
     *(name for name in _kernels.__all__ if name != "KERNEL_CLASSES"),
     "linear_kernel", "polynomial_kernel", "rbf_kernel", "laplacian_kernel", "sigmoid_kernel",
     "cosine_similarity", "pairwise_kernels", "gram", "KernelRidge", "GaussianProcessRegressor",
-    "KernelPCA", "Nystroem", "RBFSampler", "__version__",
+    "KernelPCA", "Nystroem", "RBFSampler", "SVC", "SVR", "OneClassSVM", "__version__",
 ]
