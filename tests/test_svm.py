@@ -402,8 +402,6 @@ def test_gamma_scale_and_auto(rng):
     (lambda: SVC(gamma=-1.0), ValueError, r"gamma must be a finite real number >= 0"),
     (lambda: SVC(tol=0), ValueError, r"tol must be a finite real number > 0"),
     (lambda: SVC(max_iter=-2), ValueError, r"max_iter must be an integer >= -1"),
-    (lambda: SVC(probability=True), ValueError,
-     r"probability must be False: Platt scaling \(predict_proba\) is not implemented"),
     (lambda: SVC(decision_function_shape="ova"), ValueError, r"decision_function_shape must be"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_bad_parameters(rng, make, exc, match):
