@@ -17,6 +17,7 @@ SMALL_RUNS = {
     "kernel_ridge.py": (["400"], "kernelkit nystrom"),
     "kernel_ridge_million.py": (["2000", "200"], "n = 2000: "),  # progress bar: test below
     "compare_attention.py": (["{tmp}", "32"], "wrote "),
+    "svm_large.py": (["400"], "dual objective"),
 }
 
 
