@@ -40,8 +40,18 @@ The intercept is libsvm's: :math:`\rho` is the mean of :math:`y_t G_t` over the 
 (0 < a_t < C_t), else the midpoint of the interval the bounded ones allow; the decision
 function of the machine is :math:`\sum_t y_t a_t k(x, x_t) - \rho`.
 
-Shrinking (libsvm's removal of variables stuck at a bound) is not done: every outer step
-looks at every variable.
+Shrinking (``shrinking=True``; libsvm's ``Solver::do_shrinking``, Fan, Chen and Lin, 2005):
+after every outer step, a variable at a bound that cannot enter a violating pair given the
+current m(a) and M(a) of the active variables (libsvm's ``be_shrunk``: in I_up only with
+:math:`u_t < M(a)`, or in I_low only with :math:`u_t > m(a)`) leaves the active set; working
+sets are taken from the active variables only, and only their gradient is updated. The
+removed variables' gradient is rebuilt from scratch, :math:`G_t = p_t + y_t \sum_{s: a_s > 0}
+K_{ts} y_s a_s` by the float64 kernel rows of the variables with :math:`a_s > 0`, and every
+variable made active again (libsvm's ``reconstruct_gradient``): once when the active gap first
+reaches 10 ``tol`` (libsvm's ``unshrink`` step), and whenever the solver would stop (the gap at
+most ``tol``, no pair able to move, or ``max_iter``), after which the stopping rule is checked
+again on the whole problem. The answer obeys the same stopping rule on the full problem with or
+without shrinking.
 
 Precision: a, G, the subproblem and every reduction are float64 torch tensors on the device of
 the kernel rows.
@@ -242,8 +252,27 @@ def _working_set(u, up, low, q):
     return torch.unique(chosen)
 
 
+def _shrunk(u, up, low, alpha, C, gap_ends):
+    """libsvm's ``be_shrunk``: the variables at a bound that cannot be in a violating pair given
+    ``gap_ends`` = (m(a), M(a)): in I_up only with u_t < M(a), or in I_low only with u_t > m(a)."""
+    m, M = gap_ends
+    bounded = (alpha <= 0) | (alpha >= C)
+    return bounded & ((up & ~low & (u < M)) | (low & ~up & (u > m)))
+
+
+def _reconstruct(cache, index, y, alpha, p, G, stale, chunk):
+    """libsvm's ``reconstruct_gradient``: G[stale] = p + Q[stale, :] a from scratch, by the
+    float64 kernel rows of the variables with a > 0, ``chunk`` rows at a time."""
+    support = torch.nonzero(alpha).flatten()
+    G[stale] = p[stale]
+    columns = index[stale]
+    for begin in range(0, len(support), chunk):
+        part = support[begin:begin + chunk]
+        G[stale] += y[stale] * (cache(index[part])[:, columns].T @ (y[part] * alpha[part]))
+
+
 def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
-          working_set=WORKING_SET, cache_bytes=200 * 2**20):
+          working_set=WORKING_SET, cache_bytes=200 * 2**20, shrinking=True):
     r"""Solve libsvm's dual (module docstring) from a feasible start ``alpha``.
 
     Parameters
@@ -269,6 +298,9 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         Variables per outer step (at least 2).
     cache_bytes : int, default=200 MiB
         Bound of the kernel-row cache.
+    shrinking : bool, default=True
+        Remove the variables stuck at a bound after every outer step (module docstring); the
+        stopping rule is checked on the whole problem either way.
 
     Returns
     -------
@@ -289,13 +321,28 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         G += y * (K_start[at][:, index].T @ (y[start] * alpha[start]))
     if max_iter < 0:
         max_iter = max(10_000_000, 100 * n_var)
+    active = torch.ones(n_var, dtype=torch.bool, device=device)
+    unshrunk = False  # libsvm's one unshrinking when the gap first reaches 10 tol
     n_iter = 0
+    steps = None
     while True:
         u = -y * G
         up, low = _sets(alpha, y, C)
+        up, low = up & active, low & active
         gap = _gap(u, up, low)
-        if gap <= tol or n_iter >= max_iter:
+        stopping = gap <= tol or n_iter >= max_iter or steps == 0
+        first_near = not unshrunk and gap <= 10 * tol
+        unshrunk = unshrunk or first_near
+        if (stopping or first_near) and not bool(active.all()):
+            _reconstruct(cache, index, y, alpha, p, G, ~active, working_set)
+            active[:] = True
+            steps = None
+            continue  # the stopping rule again, on the whole problem
+        if stopping:
             break
+        if shrinking:
+            active &= ~_shrunk(u, up, low, alpha, C, (float(u[up].max()), float(u[low].min())))
+            up, low = up & active, low & active
         ws = _working_set(u, up, low, working_set)
         points = index[ws]
         K_rows = cache(points)  # (q, n_points)
@@ -305,10 +352,11 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         budget = min(10 * len(ws), max_iter - n_iter)
         steps = _subproblem(a_ws, G_ws, y[ws], C[ws], K_ws, max(tol, local_gap / 10), budget)
         if steps == 0:  # no pair of the working set can move: numerically converged
-            break
+            continue
         n_iter += steps
         change = a_ws - alpha[ws]
         alpha[ws] = a_ws
         moved = change != 0
-        G += y * (K_rows[moved][:, index].T @ (y[ws][moved] * change[moved]))
+        kept = torch.nonzero(active).flatten()
+        G[kept] += y[kept] * (K_rows[moved][:, index[kept]].T @ (y[ws][moved] * change[moved]))
     return SMOResult(alpha, G, rho(alpha, G, y, C), gap, n_iter, gap <= tol)
