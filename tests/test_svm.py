@@ -455,3 +455,70 @@ _EXPECTED = {"check_sample_weight_equivalence_on_dense_data": _WEIGHT_REASON,
                          expected_failed_checks=lambda estimator: _EXPECTED)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+# ---------------------------------------------------------------------------- shrinking
+def _three_duals(rng, n=120):
+    """libsvm's dual of an SVC, an epsilon-SVR (2n variables on n kernel points) and a
+    one-class SVM (nu = 0.2, libsvm's start) on the same RBF kernel matrix:
+    (K, p, y, C, start, index) each."""
+    X = rng.normal(size=(n, 4))
+    K = torch.tensor(rbf_kernel(X, gamma=0.5))
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    label = np.where(X[:, 0] + 0.7 * rng.normal(size=n) > 0, 1.0, -1.0)
+    target, eps = np.sin(2 * X[:, 0]) + 0.3 * rng.normal(size=n), 0.1
+    nu_n = 0.2 * n
+    return {
+        "svc": (K, t(-np.ones(n)), t(label), t(np.ones(n)), t(np.zeros(n)), None),
+        "svr": (K, t(np.concatenate([eps - target, eps + target])),
+                t(np.r_[np.ones(n), -np.ones(n)]), t(np.ones(2 * n)), t(np.zeros(2 * n)),
+                torch.arange(n).repeat(2)),
+        "one-class": (K, t(np.zeros(n)), t(np.ones(n)), t(np.ones(n)),
+                      t(np.clip(np.minimum(1.0, nu_n - np.arange(n)), 0.0, None)), None),
+    }
+
+
+@pytest.mark.parametrize("problem", ["svc", "svr", "one-class"])
+def test_shrinking_keeps_the_full_problem_answer(rng, problem):
+    """With and without shrinking the solver ends on the whole problem: its gradient is Q a + p
+    recomputed from scratch (the variables set aside included), the gap of that gradient is at
+    most tol, and the dual objectives (from scratch) differ by at most tol S (each lies in
+    [f*, f* + tol S], module docstring)."""
+    K, p, y, C, start, index = _three_duals(rng)[problem]
+    points = torch.arange(len(p)) if index is None else index
+    Q = y[:, None] * y[None, :] * K[points][:, points]
+    tol = 1e-3
+    f = []
+    for shrinking in (False, True):
+        r = smo.solve(lambda i: K[i], p, y, C, start, index=index, tol=tol, working_set=16,
+                      shrinking=shrinking)
+        G = Q @ r.alpha + p
+        # float64 rounding of the gradient's running updates: at most one term of size
+        # max C max|K| per variable moved, 2 per pairwise step, plus the n of the start
+        atol = 10 * np.finfo(np.float64).eps * (2 * r.n_iter + len(p)) * float(C.max())
+        np.testing.assert_allclose(r.gradient, G, rtol=0, atol=atol)
+        u = -y * G
+        up, low = smo._sets(r.alpha, y, C)
+        assert r.converged and float(u[up].max() - u[low].min()) <= tol + 2 * atol
+        assert bool(((r.alpha >= 0) & (r.alpha <= C)).all())
+        f.append(float(r.alpha @ Q @ r.alpha) / 2 + float(p @ r.alpha))
+    assert abs(f[0] - f[1]) <= tol * float(C.sum())
+
+
+@pytest.mark.parametrize("Model", [SVC, SVR, OneClassSVM])
+def test_shrinking_parameter_reaches_the_solver(rng, monkeypatch, Model):
+    X, y = _classification(rng, n=60)
+    seen = []
+    solve = smo.solve
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["shrinking"])
+        return solve(*args, **kwargs)
+
+    monkeypatch.setattr(smo, "solve", spy)
+    args = (X,) if Model is OneClassSVM else (X, y)
+    Model(shrinking=False, device="cpu").fit(*args)
+    Model(device="cpu").fit(*args)
+    assert seen == [False, True]
+    with pytest.raises(TypeError, match="shrinking must be True or False; got 'yes'"):
+        Model(shrinking="yes", device="cpu").fit(*args)

@@ -117,6 +117,8 @@ class _BaseSVM(BaseEstimator):
                 or self.max_iter < -1:
             raise ValueError(f"max_iter must be an integer >= -1 (-1: no limit); got "
                              f"{self.max_iter!r}")
+        if not isinstance(self.shrinking, (bool, np.bool_)):
+            raise TypeError(f"shrinking must be True or False; got {self.shrinking!r}")
         check_device(self.device)
 
     def _validate_X(self, X, y=None, reset=True):
@@ -181,7 +183,7 @@ class _BaseSVM(BaseEstimator):
         index = None if index is None else torch.as_tensor(index, device=op.device)
         return smo.solve(rows, as_tensor(p), as_tensor(y), as_tensor(C), as_tensor(alpha),
                          index=index, tol=float(self.tol), max_iter=int(self.max_iter),
-                         cache_bytes=int(self.cache_size * 2**20))
+                         cache_bytes=int(self.cache_size * 2**20), shrinking=bool(self.shrinking))
 
     def _finish(self, X, support, results, fold_results=()):
         """Store what every SVM stores; warn where a solver (of ``results``, or of

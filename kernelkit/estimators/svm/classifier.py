@@ -46,7 +46,9 @@ _SVC_DOC = """C-support vector classification, on libsvm's dual solved by batche
     {kernel}
     {common}
     shrinking : bool, default=True
-        Accepted for scikit-learn compatibility; the solver does not shrink.
+        Shrink as libsvm does: after every outer step of the solver, set aside the variables
+        stuck at a bound (:mod:`kernelkit.linalg.smo`); the stopping rule is checked on the
+        whole problem either way, so the answer meets the same ``tol``.
     probability : bool, default=False
         Fit Platt's sigmoids (``probA_``, ``probB_``) and enable :meth:`predict_proba` and
         :meth:`predict_log_proba`; this fits 5 more machines per pair, on 4/5 of its samples.

@@ -32,7 +32,9 @@ _ONE_CLASS_DOC = """Unsupervised outlier detection by the one-class SVM, on libs
         In (0, 1]: an upper bound on the fraction of training errors and a lower bound on the
         fraction of support vectors.
     shrinking : bool, default=True
-        Accepted for scikit-learn compatibility; the solver does not shrink.
+        Shrink as libsvm does: after every outer step of the solver, set aside the variables
+        stuck at a bound (:mod:`kernelkit.linalg.smo`); the stopping rule is checked on the
+        whole problem either way, so the answer meets the same ``tol``.
     verbose : bool, default=False
         Accepted for scikit-learn compatibility.
 

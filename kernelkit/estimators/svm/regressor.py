@@ -33,7 +33,9 @@ _SVR_DOC = """Epsilon-support vector regression, on libsvm's dual solved by batc
     epsilon : float, default=0.1
         Width of the insensitive tube, >= 0.
     shrinking : bool, default=True
-        Accepted for scikit-learn compatibility; the solver does not shrink.
+        Shrink as libsvm does: after every outer step of the solver, set aside the variables
+        stuck at a bound (:mod:`kernelkit.linalg.smo`); the stopping rule is checked on the
+        whole problem either way, so the answer meets the same ``tol``.
     verbose : bool, default=False
         Accepted for scikit-learn compatibility.
 
