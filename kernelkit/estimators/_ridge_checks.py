@@ -1,4 +1,5 @@
-"""KernelRidge's parameter and input checks: numbers, alpha, the kernel as a kernel tree, sparse
+"""The kernel estimators' shared parameter and input checks (KernelRidge's first): numbers,
+alpha, a kernel name that must be positive semi-definite, the kernel as a kernel tree, sparse
 input. NumPy, SciPy and scikit-learn only (no torch)."""
 
 from __future__ import annotations
@@ -10,12 +11,36 @@ import scipy.sparse
 from sklearn.gaussian_process.kernels import Kernel
 
 from kernelkit.operators import kernel_tree
-from kernelkit_math.registry import get_kernel
+from kernelkit_math.registry import get_kernel, kernel_names
 
-__all__ = ["check_alpha", "check_number", "kernel_structure", "dense"]
+__all__ = ["ALIASES", "PSD_KERNELS", "check_alpha", "check_number", "psd_kernel_spec",
+           "kernel_structure", "dense"]
 
 #: scikit-learn's names for kernels the registry spells differently.
 ALIASES = {"poly": "polynomial"}
+#: The registry's positive semi-definite kernels, by name (the estimators' docstrings list them).
+PSD_KERNELS = [name for name in kernel_names() if get_kernel(name).psd]
+
+
+def psd_kernel_spec(kernel, reason):
+    """The registry spec of the kernel named ``kernel`` (scikit-learn's aliases too).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, or a kernel that is not positive semi-definite: "kernel NAME is not
+        positive semi-definite" + ``reason`` (what the estimator needs it for) + "; use a
+        positive semi-definite kernel".
+    """
+    name = ALIASES.get(kernel, kernel)
+    try:
+        spec = get_kernel(name)
+    except ValueError as exc:
+        raise ValueError(f"kernel: {exc}") from None
+    if not spec.psd:
+        raise ValueError(f"kernel {name!r} is not positive semi-definite{reason}; use a positive "
+                         "semi-definite kernel")
+    return spec
 
 
 def check_alpha(alpha):
@@ -72,11 +97,8 @@ def kernel_structure(kernel, n_features, *, gamma, degree, coef0, kernel_params)
             f"Kernel objects: {kernel_tree.SUPPORTED}")
     if kernel == "precomputed":
         return None
-    name = ALIASES.get(kernel, kernel)
-    try:
-        spec = get_kernel(name)
-    except ValueError as exc:
-        raise ValueError(f"kernel: {exc}") from None
+    spec = psd_kernel_spec(kernel, ", so K + alpha I may be indefinite and conjugate gradients "
+                                   "can fail")
     given = {"gamma": gamma, "degree": degree, "coef0": coef0}
     params = {p: v for p, v in given.items() if p in spec.param_names}
     if kernel_params is not None:
@@ -84,11 +106,7 @@ def kernel_structure(kernel, n_features, *, gamma, degree, coef0, kernel_params)
             raise TypeError(f"kernel_params must be a dict or None; got {kernel_params!r}")
         params.update(kernel_params)
     params = spec.resolve(n_features, **params)
-    if not spec.psd:
-        raise ValueError(
-            f"kernel {name!r} is not positive semi-definite, so K + alpha I may be indefinite "
-            "and conjugate gradients can fail; use a positive semi-definite kernel")
-    return kernel_tree.registry_kernel(name, params)
+    return kernel_tree.registry_kernel(spec.name, params)
 
 
 def dense(X):

@@ -9,8 +9,6 @@ the bytes one kernel block may use.
 
 from __future__ import annotations
 
-import math
-
 from kernelkit._util import host_memory
 from kernelkit.operators import kernel_operator
 

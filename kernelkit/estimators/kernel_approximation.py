@@ -27,7 +27,7 @@ from sklearn.utils.validation import (
 
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
-from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
+from kernelkit_math.registry import fill_doc, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -41,7 +41,7 @@ LANDMARKS = ("uniform", "kmeans++", "leverage")
 #: Smallest singular value of K_mm kept by ``normalization_`` (scikit-learn's clip).
 SINGULAR_FLOOR = 1e-12
 
-_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+_PSD = _ridge_checks.PSD_KERNELS
 
 
 # ----------------------------------------------------------------------------- inputs/outputs
@@ -414,16 +414,9 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator)
                 raise ValueError("Don't pass gamma, coef0 or degree to Nystroem with a kernel "
                                  "object or a precomputed kernel (set them on the kernel object)")
         elif isinstance(kernel, str):
-            name = _ridge_checks.ALIASES.get(kernel, kernel)
-            try:
-                spec = get_kernel(name)
-            except ValueError as exc:
-                raise ValueError(f"kernel: {exc}") from None
-            if not spec.psd:
-                raise ValueError(
-                    f"kernel {name!r} is not positive semi-definite, so its landmark matrix K_mm "
-                    "can have negative eigenvalues and Nystroem's normalization_ K_mm^(-1/2) does "
-                    "not exist; use a positive semi-definite kernel")
+            spec = _ridge_checks.psd_kernel_spec(
+                kernel, ", so its landmark matrix K_mm can have negative eigenvalues and "
+                "Nystroem's normalization_ K_mm^(-1/2) does not exist")
             defaults = {p.name: p.default for p in spec.params}
             given = {k: defaults.get(k) if v is None else v for k, v in given.items()}
         return _ridge_checks.kernel_structure(kernel, n_features, kernel_params=self.kernel_params,

@@ -22,7 +22,7 @@ from sklearn.utils.validation import _check_psd_eigenvalues, check_is_fitted
 
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
-from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
+from kernelkit_math.registry import fill_doc, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -43,7 +43,7 @@ INVERSE_MAX = 20_000
 KRYLOV_MAX_ITER = 1000
 
 
-_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+_PSD = _ridge_checks.PSD_KERNELS
 
 
 @fill_doc(psd=kernel_list_doc(_PSD),
@@ -258,16 +258,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         if self.fit_inverse_transform and self._precomputed:
             raise ValueError("Cannot fit_inverse_transform with a precomputed kernel.")
         if isinstance(self.kernel, str) and not self._precomputed:
-            name = _ridge_checks.ALIASES.get(self.kernel, self.kernel)
-            try:
-                psd = get_kernel(name).psd
-            except ValueError as exc:
-                raise ValueError(f"kernel: {exc}") from None
-            if not psd:
-                raise ValueError(
-                    f"kernel {name!r} is not positive semi-definite: kernel PCA is PCA in the "
-                    "kernel's feature space, which only a positive semi-definite kernel has; "
-                    "use a positive semi-definite kernel")
+            _ridge_checks.psd_kernel_spec(
+                self.kernel, ": kernel PCA is PCA in the kernel's feature space, which only a "
+                "positive semi-definite kernel has")
 
     def _kernel(self, n_features):
         """The ``kernel`` parameter as a kernel tree for data of ``n_features`` features

@@ -22,7 +22,7 @@ from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
 from kernelkit.estimators._verbosity import RECORD_ATTRIBUTE, check_verbose, displays
-from kernelkit_math.registry import fill_doc, get_kernel, kernel_list_doc, kernel_names
+from kernelkit_math.registry import fill_doc, kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -48,7 +48,7 @@ DENSE_MAX = 20_000
 DENSE_COPIES = 4
 
 
-_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+_PSD = _ridge_checks.PSD_KERNELS
 
 
 @fill_doc(psd=kernel_list_doc(_PSD),

@@ -17,7 +17,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
-from kernelkit_math.registry import get_kernel, kernel_list_doc, kernel_names
+from kernelkit_math.registry import kernel_list_doc, kernel_names
 
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
@@ -25,7 +25,7 @@ except ImportError:  # pragma: no cover - older scikit-learn
     def _validate_data(estimator, *args, **kwargs):
         return estimator._validate_data(*args, **kwargs)
 
-_PSD = [name for name in kernel_names() if get_kernel(name).psd]
+_PSD = _ridge_checks.PSD_KERNELS
 
 _KERNEL_DOC = """\
 kernel : str or kernel object, default="rbf"
@@ -86,16 +86,9 @@ class _BaseSVM(BaseEstimator):
     def _check_common(self):
         """Raise TypeError / ValueError naming the first shared parameter out of range."""
         if isinstance(self.kernel, str) and not self._precomputed:
-            name = _ridge_checks.ALIASES.get(self.kernel, self.kernel)
-            try:
-                psd = get_kernel(name).psd
-            except ValueError as exc:
-                raise ValueError(f"kernel: {exc}") from None
-            if not psd:
-                raise ValueError(
-                    f"kernel {name!r} is not positive semi-definite, so the SVM's dual is not "
-                    "convex and the SMO solver may stop at a point that is not its minimum; use a "
-                    "positive semi-definite kernel")
+            _ridge_checks.psd_kernel_spec(
+                self.kernel, ", so the SVM's dual is not convex and the SMO solver may stop at a "
+                "point that is not its minimum")
         elif not (self._precomputed or isinstance(self.kernel, Kernel)):
             raise TypeError(
                 "kernel must be a registry name such as 'rbf', 'precomputed', or a kernel object "
