@@ -262,9 +262,10 @@ def test_input_not_modified(rng):
 
 
 # ----------------------------------------------------------------- scikit-learn contract
+# device "auto": the CPU where CI runs, the GPU under ``pytest --device cuda``
 @parametrize_with_checks([
-    KernelPCA(device="cpu"),
-    KernelPCA(n_components=2, kernel="rbf", eigen_solver="krylov", device="cpu", random_state=0),
+    KernelPCA(device="auto"),
+    KernelPCA(n_components=2, kernel="rbf", eigen_solver="krylov", device="auto", random_state=0),
 ])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)

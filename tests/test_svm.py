@@ -451,7 +451,8 @@ _EXPECTED = {"check_sample_weight_equivalence_on_dense_data": _WEIGHT_REASON,
              "check_sample_weight_equivalence_on_sparse_data": _WEIGHT_REASON}
 
 
-@parametrize_with_checks([SVC(device="cpu"), SVR(device="cpu"), OneClassSVM(device="cpu")],
+# device "auto": the CPU where CI runs, the GPU under ``pytest --device cuda``
+@parametrize_with_checks([SVC(device="auto"), SVR(device="auto"), OneClassSVM(device="auto")],
                          expected_failed_checks=lambda estimator: _EXPECTED)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
