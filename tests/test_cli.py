@@ -433,7 +433,9 @@ def test_demo_sections_are_listed_and_printed(quick_demo):
 def test_demo_svc_agrees_with_sklearn(quick_demo):
     m = quick_demo[0]["svc"].metrics
     assert m["sklearn"]["accuracy"] > 0.9
-    for key in ("kernelkit_rbf", "gram"):
+    # kernelkit.SVC stops at the same tol as libsvm at another point: decision values differ by
+    # O(tol), far from every test digit's margin, so the predictions agree all the same
+    for key in ("kernelkit_rbf", "gram", "svc"):
         assert m[key]["agreement"] == 1.0
         assert m[key]["accuracy"] == m["sklearn"]["accuracy"]
 
