@@ -271,6 +271,51 @@ def test_nystroem_triton_path(device, monkeypatch):
     np.testing.assert_allclose(out, ref.transform(Y), rtol=0, atol=bound)
 
 
+@pytest.mark.usefixtures("triton_can_run")
+def test_nystroem_wide_features_take_gram_blocks_and_float64_gemms(device, monkeypatch):
+    """Past TRITON_MATMUL_MAX_COLUMNS features (here 4; 10^4 landmarks in practice) the
+    transform takes Triton Gram blocks made float64 and GEMMs, not the per-column Triton K @ V:
+    within float32 rounding of the kernel values of the CPU's float64 features; in row chunks
+    of TRANSFORM_BLOCK_ELEMENTS output values (here 7 rows) as in one."""
+    from kernelkit.estimators import kernel_approximation
+
+    if device == "cpu":
+        monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(kernel_operator, "TRITON_MATMUL_MAX_COLUMNS", 4)
+    monkeypatch.setattr(kernel_operator, "triton_matmul", None)  # must not be called
+    X, Y = _data(n=40)
+    model = Nystroem(gamma=0.3, n_components=10, random_state=0, device=device).fit(X)
+    whole = model.transform(Y)
+    monkeypatch.setattr(kernel_approximation, "TRANSFORM_BLOCK_ELEMENTS", 7 * 10)
+    chunked = model.transform(Y)
+    monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", False)
+    ref = Nystroem(gamma=0.3, n_components=10, random_state=0, device="cpu").fit(X)
+    bound = 10 * EPS32 * np.abs(ref.normalization_).sum(axis=1).max()
+    np.testing.assert_allclose(whole, ref.transform(Y), rtol=0, atol=bound)
+    # the same float32 kernel values and float64 sums per row: chunks change only the GEMM's order
+    np.testing.assert_allclose(chunked, whole, rtol=0,
+                               atol=10 * EPS64 * np.abs(ref.normalization_).sum(axis=1).max())
+
+
+def test_nystroem_transform_chunks_keep_the_input_form():
+    """A tensor comes back as a tensor, an array as an array, of every row, in row chunks."""
+    import torch
+
+    from kernelkit.estimators import kernel_approximation
+
+    X, Y = _data(n=40)
+    model = Nystroem(gamma=0.3, n_components=10, random_state=0, device="cpu").fit(X)
+    ref = model.transform(Y)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kernel_approximation, "TRANSFORM_BLOCK_ELEMENTS", 5 * 10)  # 5-row chunks
+        as_array = model.transform(Y)
+        as_tensor = model.transform(torch.from_numpy(Y))
+    assert isinstance(as_array, np.ndarray) and isinstance(as_tensor, torch.Tensor)
+    bound = 10 * EPS64 * np.abs(model.normalization_).sum(axis=1).max()
+    np.testing.assert_allclose(as_array, ref, rtol=0, atol=bound)
+    np.testing.assert_allclose(as_tensor.numpy(), ref, rtol=0, atol=bound)
+
+
 # ------------------------------------------------------------------------------ the contract
 # device "auto": the CPU where CI runs, the GPU under ``pytest --device cuda``
 @parametrize_with_checks([Nystroem(device="auto"), RBFSampler(device="auto")])

@@ -33,7 +33,16 @@ import torch
 
 from kernelkit.operators import kernel_tree as S
 
-__all__ = ["Operator", "ScaledLeaf", "evaluate", "triton_block", "triton_matmul"]
+__all__ = ["Operator", "ScaledLeaf", "evaluate", "triton_block", "triton_matmul",
+           "TRITON_MATMUL_MAX_COLUMNS", "WIDE_BLOCK_ELEMENTS"]
+
+#: Most columns of V for the Triton K @ V (few-column products: CG, residuals, eigensolver
+#: blocks); wider V goes to row blocks and GEMMs: the Triton K @ V costs about a fixed time per
+#: column, torch row blocks a large fixed time and little per column, Triton Gram blocks less
+#: still (docs/benchmarks.md, "Figures behind choices in the code").
+TRITON_MATMUL_MAX_COLUMNS = 768
+#: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
+WIDE_BLOCK_ELEMENTS = 2**27
 
 
 class ScaledLeaf(NamedTuple):

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from kernelkit.operators import fused_tree
-from kernelkit.operators.base import Operator
+from kernelkit.operators.base import TRITON_MATMUL_MAX_COLUMNS, WIDE_BLOCK_ELEMENTS, Operator
 from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import prepare as P
 from kernelkit_gpu.pairwise import naive as N
@@ -54,13 +54,6 @@ BLOCK_ELEMENTS = 2**24
 DENSE_GPU_SHARE = 0.5
 #: Largest dense K on the CPU, in bytes.
 DENSE_CPU_BYTES = 2**30
-#: Most columns of V for the Triton K @ V (few-column products: CG, residuals); wider V goes to
-#: row blocks and GEMMs: the Triton K @ V costs about a fixed time per column, torch row blocks
-#: a large fixed time and little per column, Triton Gram blocks less still (docs/benchmarks.md,
-#: "Figures behind choices in the code").
-TRITON_MATMUL_MAX_COLUMNS = 768
-#: Kernel values in one Triton Gram row block of a wide product (1 GiB of float64).
-WIDE_BLOCK_ELEMENTS = 2**27
 
 
 def dense_budget(device):

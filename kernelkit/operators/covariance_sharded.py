@@ -31,7 +31,6 @@ Errors inside a rank's part (its rows, or the replicated preconditioner) are sha
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from kernelkit.operators.covariance import CovarianceOperator

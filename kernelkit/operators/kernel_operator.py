@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from kernelkit.operators import kernel_tree
-from kernelkit.operators.base import Operator, triton_block, triton_matmul
+from kernelkit.operators.base import (TRITON_MATMUL_MAX_COLUMNS, WIDE_BLOCK_ELEMENTS, Operator,
+                                      triton_block, triton_matmul)
 
 __all__ = ["KernelOperator", "PrecomputedOperator", "CPU_BLOCK_BYTES", "TRITON_ON_CPU"]
 
@@ -156,21 +157,31 @@ class KernelOperator(Operator):
     def matmul(self, A, B, V):
         """K(A, B) @ V for V of shape (len(B), k); float64 result of shape (len(A), k).
 
-        On the GPU, the Triton K @ V for one registry leaf times constants, V rounded to the
-        operands' dtype (float32 for :meth:`data`, none for :meth:`exact_data`); otherwise row
-        blocks times V (float64 sums).
+        On the GPU, for at most :data:`~.base.TRITON_MATMUL_MAX_COLUMNS` columns, the Triton
+        K @ V for one registry leaf times constants, V rounded to the operands' dtype (float32
+        for :meth:`data`, none for :meth:`exact_data`); otherwise row blocks times V with
+        float64 sums: float32 blocks of a narrow V by the mixed-precision GEMV, of a wide V
+        (Nystroem's features) made float64 in Triton Gram blocks of
+        :data:`~.base.WIDE_BLOCK_ELEMENTS` values and multiplied by one float64 GEMM each.
         """
-        scaled = self.scaled_leaf() if self.triton else None
+        wide = V.shape[1] > TRITON_MATMUL_MAX_COLUMNS
+        scaled = self.scaled_leaf() if self.triton and not wide else None
         if scaled is not None:
             amplitude = math.prod(c.value for c in scaled.constants)
             numbers = scaled.leaf.fixed_numbers(A.shape[1])
             return triton_matmul(A, B, V.to(A.dtype), scaled.leaf.spec.name, numbers,
                                  amplitude).to(torch.float64)
-        times = torch.matmul
-        if self._dtype(A) != torch.float64:  # float32 blocks: float64 products and sums
-            from kernelkit_gpu.mixed_gemv import gemv_float64 as times
-        return self.chunked_matmul((0, A.shape[0]), self.rows_per_block(B.shape[0]), V,
-                                   lambda lo, hi: self.block(A[lo:hi], B), times)
+        rows = (0, A.shape[0])
+        if self._dtype(A) == torch.float64:
+            return self.chunked_matmul(rows, self.rows_per_block(B.shape[0]), V,
+                                       lambda lo, hi: self.block(A[lo:hi], B))
+        if wide:
+            return self.chunked_matmul(rows, max(1, WIDE_BLOCK_ELEMENTS // B.shape[0]), V,
+                                       lambda lo, hi: self.block(A[lo:hi], B).double())
+        from kernelkit_gpu.mixed_gemv import gemv_float64
+
+        return self.chunked_matmul(rows, self.rows_per_block(B.shape[0]), V,
+                                   lambda lo, hi: self.block(A[lo:hi], B), gemv_float64)
 
 
 class PrecomputedOperator(KernelOperator):
