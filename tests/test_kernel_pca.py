@@ -16,6 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from kernelkit import KernelPCA, KernelRidge
 from kernelkit.linalg.eigen import block_krylov_eigsh
+from kernelkit.operators import kernel_operator
 
 EPS = np.finfo(np.float64).eps
 SOLVERS = ["dense", "arpack", "randomized", "krylov"]
@@ -165,6 +166,25 @@ def test_krylov_stops_at_max_iter_with_a_warning(rng):
     with pytest.warns(Warning, match=r"stopped at max_iter=1 block products"):
         KernelPCA(3, kernel="linear", eigen_solver="krylov", tol=1e-15, max_iter=1,
                   device="cpu", random_state=0).fit(X @ rng.normal(size=(4, 4)))
+
+
+def test_block_rounds_up_to_the_columns_a_product_costs(monkeypatch, rng):
+    """On the Triton path the block is rounded up to the K @ V's chunk of 64 columns (64
+    components: 96 -> 128 columns per product, as the products show); elsewhere not."""
+    from kernelkit.linalg import eigen
+
+    assert eigen.block_size(10_000, 64) == 96
+    assert eigen.block_size(10_000, 64, 64) == 128
+    assert eigen.block_size(100, 64, 64) == 100  # at most n
+    widths = []
+    monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
+    monkeypatch.setattr(kernel_operator.KernelOperator, "matmul", lambda self, A, B, V: (
+        widths.append(V.shape[1]) or torch.from_numpy(rbf_kernel(
+            np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64), gamma=0.1)) @ V))
+    X, _ = _data(rng, n=300)
+    KernelPCA(5, kernel="rbf", gamma=0.1, eigen_solver="krylov", max_iter=2, device="cpu",
+              random_state=0).fit(X)
+    assert 64 in widths and 15 not in widths  # the block: 5 + 10 columns made 64
 
 
 def test_eigsh_finds_an_invariant_subspace():

@@ -110,8 +110,9 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         "dense" (LAPACK on the explicit K̃), "arpack" (Lanczos, SciPy's ``eigsh``) and
         "randomized" (Halko et al.) are scikit-learn's. "krylov": matrix-free randomized block
         Krylov with thick restarts (above); each step is one product of the n x n kernel matrix
-        with a block of ``n_components + max(10, n_components / 2)`` columns (float32 kernel
-        values on the GPU, everything else float64). "auto": for n_samples <= 5000,
+        with a block of ``n_components + max(10, n_components / 2)`` columns, on the GPU
+        rounded up to a multiple of 64 (the Triton product's chunk of columns; float32 kernel
+        values there, everything else float64). "auto": for n_samples <= 5000,
         scikit-learn's rule ("arpack" when n_samples > 200 and n_components < 10, else
         "dense"); beyond, "krylov" when n_components < n_samples / 10, else "dense".
     tol : float, default=0
@@ -420,7 +421,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         tol = self.tol if self.tol > 0 else default_tol(op.eps)
         max_iter = KRYLOV_MAX_ITER if self.max_iter is None else self.max_iter
         result = block_krylov_eigsh(centred(Xo), n, k, tol=tol, max_iter=max_iter,
-                                    rng=check_random_state(self.random_state), device=op.device)
+                                    rng=check_random_state(self.random_state), device=op.device,
+                                    multiple=_product_columns(op))
         theta, V = result.eigenvalues, result.eigenvectors
         residuals = result.residuals
         if op.eps > np.finfo(np.float64).eps:  # float32 products: one float64 product gives
@@ -520,6 +522,17 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         out = op.matmul(op.data(Z), op.data(self.X_transformed_fit_),
                         op.vectors(self.dual_coef_)).cpu().numpy()
         return _to_torch(out.astype(Z.dtype, copy=False), tensor_device)
+
+
+def _product_columns(op):
+    """Columns that one product of ``op`` computes at the cost of one: the Triton K @ V's chunk
+    of V (each chunk evaluates the kernel once; a block of k = 64 components and 96 columns cost
+    two chunks, as 128 columns do, which took 9 products where 96 took 13), 1 elsewhere."""
+    if not op.triton:
+        return 1
+    from kernelkit_gpu.pairwise.matvec_fused import MAX_BLOCK_R
+
+    return MAX_BLOCK_R
 
 
 def _check_real(value, name):
