@@ -238,13 +238,13 @@ def subproblem(alpha, G, y, C, K, tol, budget):
             raise ValueError(f"tol must be a float or a one-element float64 tensor on "
                              f"{alpha.device}; got {tol.dtype} of shape {tuple(tol.shape)} on "
                              f"{tol.device}")
-        consts = torch.cat([tol.reshape(1), torch.tensor([TAU], dtype=torch.float64,
-                                                          device=alpha.device)])
-    elif isinstance(tol, numbers.Real) and not isinstance(tol, bool):
-        consts = torch.tensor([float(tol), TAU], dtype=torch.float64, device=alpha.device)
-    else:
+        tol = tol.reshape(1)
+    elif not isinstance(tol, numbers.Real) or isinstance(tol, bool):
         raise TypeError(f"tol must be a float or a one-element float64 tensor; got "
                         f"{type(tol).__name__}")
+    # filled on the device (a float64 fill, exact), not copied from the host: no wait
+    consts = torch.full((2,), TAU, dtype=torch.float64, device=alpha.device)
+    consts[:1] = tol
     device = alpha.device
     a_out = _launch.alloc((q,), torch.float64, device)
     g_out = _launch.alloc((q,), torch.float64, device)

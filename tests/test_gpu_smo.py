@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from kernelkit.linalg import smo
+from kernelkit_gpu._launch import tl, triton
+from kernelkit_gpu.smo_subproblem import _pair_update
 from kernelkit_math import smo as ref
 
 EPS = np.finfo(np.float64).eps
@@ -39,33 +41,48 @@ def _objective(a, y, K, p):
 
 
 # ------------------------------------------------------------------ the reference, checked alone
+def _random_pairs(rng, n):
+    """n inputs of the pair update, one per column: both label relations, boxes of different
+    sizes, starts at 0, at C and free, and curvatures positive or 0 (two copies of a point)."""
+    yi, yj = rng.choice([-1.0, 1.0], (2, n))
+    Ci, Cj = rng.uniform(0.1, 3.0, (2, n))
+    ai = np.choose(rng.integers(0, 3, n), [np.zeros(n), Ci, rng.uniform(0, 1, n) * Ci])
+    aj = np.choose(rng.integers(0, 3, n), [np.zeros(n), Cj, rng.uniform(0, 1, n) * Cj])
+    Gi, Gj = rng.normal(size=(2, n)) * 3
+    Kii, Kjj = rng.uniform(0.5, 2.0, (2, n))
+    Kij = np.where(rng.random(n) < 0.8, rng.uniform(-1, 1, n) * np.sqrt(Kii * Kjj),
+                   (Kii + Kjj) / 2)
+    return np.array([ai, aj, yi, yj, Ci, Cj, Gi, Gj, Kii, Kjj, Kij])
+
+
 def test_pair_update_is_the_projected_minimiser(rng):
     """libsvm's clipped step is the minimiser of f along the pair's feasible line, projected
     onto the segment the box allows: for y_i != y_j a_i and a_j move by the same t, for
     y_i == y_j by -t and +t, and f changes by t g + t^2 quad / 2 (g = G_i + G_j, resp.
     G_j - G_i). Computed here from that description, not from libsvm's case analysis; both
     round a handful of float64 operations, so they agree to a few ulps of C."""
-    for _ in range(2000):
-        yi, yj = rng.choice([-1.0, 1.0], 2)
-        Ci, Cj = rng.uniform(0.1, 3.0, 2)
-        ai = rng.choice([0.0, Ci, rng.uniform(0, Ci)])
-        aj = rng.choice([0.0, Cj, rng.uniform(0, Cj)])
-        Gi, Gj = rng.normal(size=2) * 3
-        Kii, Kjj = rng.uniform(0.5, 2.0, 2)
-        Kij = rng.choice([rng.uniform(-1, 1) * np.sqrt(Kii * Kjj), (Kii + Kjj) / 2])
+    hits = set()
+    for ai, aj, yi, yj, Ci, Cj, Gi, Gj, Kii, Kjj, Kij in _random_pairs(rng, 2000).T:
         quad = Kii + Kjj - 2 * Kij
         quad = quad if quad > 0 else ref.TAU
         if yi != yj:
-            step, lo, hi = -(Gi + Gj) / quad, max(-ai, -aj), min(Ci - ai, Cj - aj)
+            step, lows, highs = -(Gi + Gj) / quad, [-ai, -aj], [Ci - ai, Cj - aj]
+            lo, hi = max(lows), min(highs)
             want = ai + np.clip(step, lo, hi), aj + np.clip(step, lo, hi)
         else:
-            step, lo, hi = -(Gj - Gi) / quad, max(ai - Ci, -aj), min(ai, Cj - aj)
+            step, lows, highs = -(Gj - Gi) / quad, [ai - Ci, -aj], [ai, Cj - aj]
+            lo, hi = max(lows), min(highs)
             want = ai - np.clip(step, lo, hi), aj + np.clip(step, lo, hi)
         got = ref.pair_update(ai, aj, yi, yj, Ci, Cj, Gi, Gj, Kii, Kjj, Kij)
         np.testing.assert_allclose(got, want, rtol=0, atol=8 * EPS * max(Ci, Cj))
         # in the box up to the rounding of C_i - diff or C_j + diff (libsvm's own)
         slack = 4 * EPS * max(Ci, Cj)
         assert -slack <= got[0] <= Ci + slack and -slack <= got[1] <= Cj + slack
+        clipped = (("low", np.argmax(lows)) if step <= lo else ("high", np.argmin(highs))
+                   if step >= hi else "inside")
+        hits.add((yi == yj, clipped))
+    # both label relations: inside, and each of the four bounds (a_i or a_j at 0 or C) reached
+    assert len(hits) == 10
 
 
 @pytest.mark.parametrize("labels", ["mixed", "same"])
@@ -82,7 +99,8 @@ def test_reference_reaches_the_subproblem_optimum(rng, labels):
                                atol=4 * EPS * (2 * steps + 40) * C.max())
     assert np.all((a >= 0) & (a <= C))
     assert y @ a == pytest.approx(y @ a0, abs=1e-12)
-    up, low = (torch.as_tensor(m).numpy() for m in smo._sets(*map(torch.as_tensor, (a, y, C))))
+    up = ((y > 0) & (a < C)) | ((y < 0) & (a > 0))
+    low = ((y > 0) & (a > 0)) | ((y < 0) & (a < C))
     u = -y * (y * (K @ (y * a)) + p)
     assert u[up].max() - u[low].min() <= tol + 1e-12
     f = [_objective(a0, y, K, p)]
@@ -126,6 +144,35 @@ def test_kernel_matches_reference(q, labels, k_dtype, device, rng):
     if q == 200:
         assert want[2] == budget
     _assert_same(subproblem(*args, 1e-3, budget), want)
+
+
+@triton.jit
+def _pairs_kernel(v_ptr, tau_ptr, out_ptr, N: tl.constexpr):
+    """The kernel's pair update on the N pairs of the columns of v (11 rows: a_i, a_j, y_i,
+    y_j, C_i, C_j, G_i, G_j, K_ii, K_jj, K_ij); the new a_i and a_j to the rows of out."""
+    offs = tl.arange(0, N)
+    new_i, new_j = _pair_update(
+        tl.load(v_ptr + offs), tl.load(v_ptr + N + offs), tl.load(v_ptr + 2 * N + offs),
+        tl.load(v_ptr + 3 * N + offs), tl.load(v_ptr + 4 * N + offs),
+        tl.load(v_ptr + 5 * N + offs), tl.load(v_ptr + 6 * N + offs),
+        tl.load(v_ptr + 7 * N + offs), tl.load(v_ptr + 8 * N + offs),
+        tl.load(v_ptr + 9 * N + offs), tl.load(v_ptr + 10 * N + offs), tl.load(tau_ptr))
+    tl.store(out_ptr + offs, new_i)
+    tl.store(out_ptr + N + offs, new_j)
+
+
+@kernel_test
+def test_kernel_pair_update_matches_reference(device, rng):
+    """Every branch of libsvm's clipping (the random pairs reach all of them: see
+    test_pair_update_is_the_projected_minimiser), each ``if`` a select in the kernel: the same
+    bits as the reference."""
+    n = 2048
+    v = _random_pairs(rng, n)
+    out = torch.full((2, n), float("nan"), dtype=torch.float64, device=device)
+    tau = torch.tensor([ref.TAU], dtype=torch.float64, device=device)
+    _pairs_kernel[(1,)](torch.tensor(v, device=device), tau, out, N=n, enable_fp_fusion=False)
+    want = np.array([ref.pair_update(*column) for column in v.T]).T
+    np.testing.assert_array_equal(out.cpu().numpy(), want)
 
 
 @kernel_test
@@ -277,7 +324,8 @@ def test_solver_on_the_device(device, rng):
     # rounding of the running gradient: two terms of size max C max|K| per pairwise step
     slack = 4 * EPS * (2 * got.n_iter + len(p))
     assert got.converged and float(u[up].max() - u[low].min()) <= tol + slack
-    assert abs(smo.objective(a, G, p) - smo.objective(cpu.alpha, cpu.gradient, p)) <= tol * len(p)
+    G_cpu = y * (K @ (y * cpu.alpha)) + p
+    assert abs(smo.objective(a, G, p) - smo.objective(cpu.alpha, G_cpu, p)) <= tol * float(C.sum())
 
 
 def test_row_cache_grows_for_a_large_request_and_evicts_the_oldest(rng):

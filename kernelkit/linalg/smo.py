@@ -59,14 +59,18 @@ the kernel rows.
 Where it runs: the subproblem is one Triton program on a CUDA device
 (:func:`kernelkit_gpu.smo_subproblem.subproblem`) and its float64 NumPy reference on the CPU
 (:func:`kernelkit_math.smo.subproblem`), the same arithmetic. Everything else stays on the
-device: an outer step reads the host once, one list holding m(a), M(a), the sizes of the two
-sets after shrinking, whether every variable is active, the previous subproblem's step count
-and the candidates of the next working set; the kernel rows are cached in one block of device
-memory with the bookkeeping on the host (:class:`RowCache`).
+device, and the host waits for it once per outer step, for one array: m(a), M(a), the sizes of
+the two sets after shrinking, whether every variable is active, the previous subproblem's step
+count and the candidates of the next working set (shrinking and the candidates are computed
+before the host knows whether the solver goes on). Index arrays go to the device through pinned
+memory, without a wait. The kernel rows are cached in one block of device memory with the
+bookkeeping in NumPy on the host (:class:`RowCache`), and the gradient update is one product
+K_rows^T (y (a_W - a_W^old))_W over the rows of the working set.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -191,15 +195,17 @@ class RowCache:
             self._used = np.concatenate([self._used, np.zeros(extra, dtype=np.int64)])
         free = np.flatnonzero(self._point_of < 0)
         if len(free) < len(missing):
-            idle = np.flatnonzero((self._point_of >= 0) & (self._used < self._calls))
-            victims = idle[np.argsort(self._used[idle], kind="stable")][:len(missing) - len(free)]
+            # the rows this call uses carry its stamp, the newest, and the block holds at least
+            # n_wanted rows: the victims are rows that it does not use
+            held = np.flatnonzero(self._point_of >= 0)
+            victims = held[np.argsort(self._used[held], kind="stable")][:len(missing) - len(free)]
             self._slot_of[self._point_of[victims]] = -1
             free = np.concatenate([free, victims])
         slots = free[:len(missing)]
         self._point_of[slots] = missing
         self._slot_of[missing] = slots
         self._used[slots] = self._calls
-        self._block[_to_device(slots, fresh.device)] = fresh
+        self._block.index_copy_(0, _to_device(slots, fresh.device), fresh)
 
 
 def objective(alpha, gradient, p):
@@ -217,8 +223,7 @@ def _sets(alpha, y, C):
 def _ends(u, up, low):
     """The float64 tensor (m(a), M(a)): the largest u in I_up and the smallest in I_low (-inf
     and inf where the set is empty, so that m - M is -inf then)."""
-    inf = torch.tensor(float("inf"), dtype=u.dtype, device=u.device)
-    return torch.stack([torch.where(up, u, -inf).max(), torch.where(low, u, inf).min()])
+    return torch.stack([torch.where(up, u, -math.inf).max(), torch.where(low, u, math.inf).min()])
 
 
 def rho(alpha, gradient, y, C):
@@ -334,7 +339,6 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     alpha = alpha.clone()
     if max_iter < 0:
         max_iter = max(10_000_000, 100 * n_var)
-    inf = torch.tensor(float("inf"), dtype=torch.float64, device=device)
     unshrunk = False  # libsvm's one unshrinking when the gap first reaches 10 tol
     n_iter = 0
     ran = False  # a subproblem ran since the start or the last reconstruction
@@ -348,8 +352,8 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         # goes on, so that one read brings every number the host decides on
         kept = active & ~_shrunk(u, up, low, alpha, C, ends) if shrinking else active
         up_kept, low_kept = up & kept, low & kept
-        order_up = torch.argsort(torch.where(up_kept, -u, inf))[:working_set]
-        order_low = torch.argsort(torch.where(low_kept, u, inf))[:working_set]
+        order_up = torch.argsort(torch.where(up_kept, -u, math.inf))[:working_set]
+        order_low = torch.argsort(torch.where(low_kept, u, math.inf))[:working_set]
         numbers = torch.cat([
             ends, *(t.to(torch.float64).reshape(1) for t in (up_kept.sum(), low_kept.sum(),
                                                              active.all(), steps)),
