@@ -317,7 +317,8 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     max_iter : int, default=-1
         Most pairwise steps in all; -1: libsvm's own limit, max(10^7, 100 n_variables).
     working_set : int, default=:data:`WORKING_SET`
-        Variables per outer step (at least 2).
+        Variables per outer step (at least 2; on a GPU at most 1024, the block of the
+        subproblem's one program).
     cache_bytes : int, default=200 MiB
         Bound of the kernel-row cache.
     shrinking : bool, default=True
