@@ -15,7 +15,8 @@ and linear attention, each beside its twin (``naive.py``, ``linear_naive.py``). 
 the epilogue table (``epilogues.py``: one row per registry kernel), operand preparation
 (``prepare.py``), argument checks (``checks.py``), host-read flags (``flags.py``) and launch helpers (``_launch.py``).
 ``mixed_gemv.py``: a float32 matrix times float64 vectors with float64 sums (the solvers'
-Nyström iteration), beside its reference. No module
+Nyström iteration), beside its reference. ``smo_subproblem.py``: one SMO working set's pairwise
+steps in one program (the SVM solver's subproblem; reference ``kernelkit_math.smo``). No module
 shares its name with a function it exports.
 
 Public functions

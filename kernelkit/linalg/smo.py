@@ -55,21 +55,34 @@ without shrinking.
 
 Precision: a, G, the subproblem and every reduction are float64 torch tensors on the device of
 the kernel rows.
+
+Where it runs: the subproblem is one Triton program on a CUDA device
+(:func:`kernelkit_gpu.smo_subproblem.subproblem`) and its float64 NumPy reference on the CPU
+(:func:`kernelkit_math.smo.subproblem`), the same arithmetic. Everything else stays on the
+device, and the host waits for it once per outer step, for one array: m(a), M(a), the sizes of
+the two sets after shrinking, whether every variable is active, the previous subproblem's step
+count and the candidates of the next working set (shrinking and the candidates are computed
+before the host knows whether the solver goes on). Index arrays go to the device through pinned
+memory, without a wait. The kernel rows are cached in one block of device memory with the
+bookkeeping in NumPy on the host (:class:`RowCache`), and the gradient update is one product
+K_rows^T (y (a_W - a_W^old))_W over the rows of the working set.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
+
+from kernelkit_math import smo as _reference
+from kernelkit_math.smo import TAU
 
 __all__ = ["SMOResult", "RowCache", "solve", "objective", "WORKING_SET", "TAU"]
 
 #: Most variables of one outer step's working set (ThunderSVM's batch).
 WORKING_SET = 512
-#: libsvm's stand-in for a curvature K_ii + K_jj - 2 K_ij that is not positive.
-TAU = 1e-12
 
 
 class SMOResult(NamedTuple):
@@ -99,41 +112,100 @@ class SMOResult(NamedTuple):
     converged: bool
 
 
+def _to_device(values, device):
+    """A host int64 array as a tensor on ``device``; to a GPU through pinned memory, without
+    waiting for the work queued on it."""
+    t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 class RowCache:
-    """Kernel rows ``rows(indices) = K[indices, :]`` kept in least-recently-used order, at most
-    ``max_bytes`` of them (at least one working set's rows are always held while in use).
+    """Kernel rows ``rows(indices) = K[indices, :]`` kept in one block of memory on their
+    device, evicted least recently used first: rows of at most ``max_bytes`` in all, or of the
+    largest request where that is more (a request's rows are all held while in use).
+
+    The bookkeeping (which point's row is in which slot of the block, and when it was last
+    used) is NumPy arrays on the host: a request costs a few array operations and one gather
+    on the device, whatever its number of rows.
 
     Parameters
     ----------
     rows : callable
-        ``rows(indices)`` for a 1-D int64 tensor of kernel-row indices returns a float64 tensor
-        of shape (len(indices), n_points).
+        ``rows(indices)`` for a 1-D int64 CPU tensor of kernel-row indices returns a float64
+        tensor of shape (len(indices), n_points).
     max_bytes : int
         Bytes of rows kept between calls.
+
+    Attributes
+    ----------
+    computed : int
+        Rows computed so far (``rows`` called on them).
     """
 
     def __init__(self, rows, max_bytes):
         self.rows = rows
         self.max_bytes = int(max_bytes)
-        self.kept = OrderedDict()
         self.computed = 0
+        self._block = None  # (slots, n_points): the rows held
+        self._slot_of = None  # per point: the slot of its row, -1 where none is held
+        self._point_of = np.zeros(0, dtype=np.int64)  # per slot: its point, -1 where free
+        self._used = np.zeros(0, dtype=np.int64)  # per slot: the call that last used it
+        self._calls = 0
+
+    @property
+    def kept(self):
+        """The points whose rows are held, in increasing order (an int64 array)."""
+        if self._slot_of is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self._slot_of >= 0)
 
     def __call__(self, indices):
-        """K[indices, :] as a float64 tensor, computing only the rows not in the cache."""
-        wanted = indices.tolist()
-        missing = sorted({i for i in wanted if i not in self.kept})
-        if missing:
-            fresh = self.rows(torch.tensor(missing, dtype=torch.int64))
+        """K[indices, :] (``indices`` a 1-D int64 tensor, best on the CPU), computing only the
+        rows not held."""
+        wanted = np.asarray(indices.cpu(), dtype=np.int64)
+        self._calls += 1
+        held = (np.full(len(wanted), -1) if self._slot_of is None else self._slot_of[wanted])
+        self._used[held[held >= 0]] = self._calls
+        missing = np.unique(wanted[held < 0])
+        if len(missing):
+            fresh = self.rows(torch.from_numpy(missing))
             self.computed += len(missing)
-            for i, row in zip(missing, fresh):
-                self.kept[i] = row
-        for i in wanted:
-            self.kept.move_to_end(i)
-        out = torch.stack([self.kept[i] for i in wanted])
-        row_bytes = out.shape[1] * out.element_size()
-        while len(self.kept) > max(len(wanted), self.max_bytes // max(row_bytes, 1)):
-            self.kept.popitem(last=False)
-        return out
+            self._store(missing, fresh, len(np.unique(wanted)))
+        slots = self._slot_of[wanted]
+        return self._block.index_select(0, _to_device(slots, self._block.device))
+
+    def _store(self, missing, fresh, n_wanted):
+        """Put the rows ``fresh`` of the points ``missing`` in free slots or in place of the
+        least recently used rows that this call does not use (the block grown to ``n_wanted``
+        rows where it is smaller)."""
+        n_points = fresh.shape[1]
+        if self._slot_of is None:
+            self._slot_of = np.full(n_points, -1, dtype=np.int64)
+        row_bytes = max(n_points * fresh.element_size(), 1)
+        capacity = max(self.max_bytes // row_bytes, n_wanted)
+        if self._block is None or len(self._block) < capacity:
+            block = torch.empty((capacity, n_points), dtype=fresh.dtype, device=fresh.device)
+            extra = capacity - len(self._point_of)
+            if self._block is not None:
+                block[:len(self._block)] = self._block
+            self._block = block
+            self._point_of = np.concatenate([self._point_of, np.full(extra, -1)])
+            self._used = np.concatenate([self._used, np.zeros(extra, dtype=np.int64)])
+        free = np.flatnonzero(self._point_of < 0)
+        if len(free) < len(missing):
+            # the rows this call uses carry its stamp, the newest, and the block holds at least
+            # n_wanted rows: the victims are rows that it does not use
+            held = np.flatnonzero(self._point_of >= 0)
+            victims = held[np.argsort(self._used[held], kind="stable")][:len(missing) - len(free)]
+            self._slot_of[self._point_of[victims]] = -1
+            free = np.concatenate([free, victims])
+        slots = free[:len(missing)]
+        self._point_of[slots] = missing
+        self._slot_of[missing] = slots
+        self._used[slots] = self._calls
+        self._block.index_copy_(0, _to_device(slots, fresh.device), fresh)
 
 
 def objective(alpha, gradient, p):
@@ -148,11 +220,10 @@ def _sets(alpha, y, C):
     return (positive & below) | (~positive & above), (positive & above) | (~positive & below)
 
 
-def _gap(u, up, low):
-    """m(a) - M(a) (-inf when one of the sets is empty)."""
-    if not bool(up.any()) or not bool(low.any()):
-        return float("-inf")
-    return float(u[up].max() - u[low].min())
+def _ends(u, up, low):
+    """The float64 tensor (m(a), M(a)): the largest u in I_up and the smallest in I_low (-inf
+    and inf where the set is empty, so that m - M is -inf then)."""
+    return torch.stack([torch.where(up, u, -math.inf).max(), torch.where(low, u, math.inf).min()])
 
 
 def rho(alpha, gradient, y, C):
@@ -171,85 +242,32 @@ def rho(alpha, gradient, y, C):
     return (ub + lb) / 2
 
 
-def _pair_update(ai, aj, yi, yj, Ci, Cj, Gi, Gj, Kii, Kjj, Kij):
-    """libsvm's analytic step on the pair (i, j), clipped to the box; the new (a_i, a_j)."""
-    if yi != yj:
-        quad = Kii + Kjj - 2 * Kij  # Q_ii + Q_jj + 2 Q_ij with Q_ij = -K_ij
-        delta = (-Gi - Gj) / (quad if quad > 0 else TAU)
-        diff = ai - aj
-        ai, aj = ai + delta, aj + delta
-        if diff > 0:
-            if aj < 0:
-                aj, ai = 0.0, diff
-        elif ai < 0:
-            ai, aj = 0.0, -diff
-        if diff > Ci - Cj:
-            if ai > Ci:
-                ai, aj = Ci, Ci - diff
-        elif aj > Cj:
-            aj, ai = Cj, Cj + diff
-    else:
-        quad = Kii + Kjj - 2 * Kij
-        delta = (Gi - Gj) / (quad if quad > 0 else TAU)
-        total = ai + aj
-        ai, aj = ai - delta, aj + delta
-        if total > Ci:
-            if ai > Ci:
-                ai, aj = Ci, total - Ci
-        elif aj < 0:
-            aj, ai = 0.0, total
-        if total > Cj:
-            if aj > Cj:
-                aj, ai = Cj, total - Cj
-        elif ai < 0:
-            ai, aj = 0.0, total
-    return ai, aj
-
-
 def _subproblem(alpha, G, y, C, K, tol, budget):
-    """Pairwise SMO with WSS3 on one working set (its a, G, y, C and q x q block K, modified in
-    place) until its gap is at most ``tol`` or ``budget`` steps ran; the steps taken."""
-    diagK = torch.diagonal(K)
-    steps = 0
-    while steps < budget:
-        u = -y * G
-        up, low = _sets(alpha, y, C)
-        if not bool(up.any()) or not bool(low.any()):
-            break
-        u_up = torch.where(up, u, torch.tensor(float("-inf"), dtype=u.dtype))
-        i = int(torch.argmax(u_up))
-        ui = float(u[i])
-        grad_diff = ui - u
-        candidates = low & (grad_diff > 0)
-        if ui - float(u[low].min()) <= tol or not bool(candidates.any()):
-            break
-        quad = diagK[i] + diagK - 2 * K[i]
-        quad = torch.where(quad > 0, quad, torch.full_like(quad, TAU))
-        score = torch.where(candidates, -grad_diff * grad_diff / quad,
-                            torch.tensor(float("inf"), dtype=u.dtype))
-        j = int(torch.argmin(score))
-        old_i, old_j = float(alpha[i]), float(alpha[j])
-        new_i, new_j = _pair_update(old_i, old_j, float(y[i]), float(y[j]), float(C[i]),
-                                    float(C[j]), float(G[i]), float(G[j]), float(K[i, i]),
-                                    float(K[j, j]), float(K[i, j]))
-        alpha[i], alpha[j] = new_i, new_j
-        # G += Q[:, i] da_i + Q[:, j] da_j with Q[:, t] = y y_t K[:, t]
-        G += y * (K[:, i] * (y[i] * (new_i - old_i)) + K[:, j] * (y[j] * (new_j - old_j)))
-        steps += 1
-    return steps
+    """Pairwise SMO with WSS3 on one working set (its a, G, y, C and q x q block K; not
+    modified) until its gap is at most ``tol`` (a one-element float64 tensor) or ``budget``
+    steps ran (:func:`kernelkit_math.smo.subproblem`): the Triton kernel on a CUDA device, the
+    NumPy reference elsewhere. Returns the new a and G and the steps taken (a one-element
+    tensor on the device)."""
+    if K.is_cuda:
+        from kernelkit_gpu import HAS_TRITON, smo_subproblem
+
+        if HAS_TRITON:
+            return smo_subproblem.subproblem(alpha, G, y, C, K, tol, budget)
+    host = [t.cpu().numpy() for t in (alpha, G, y, C, K)]
+    a, g, steps = _reference.subproblem(*host, float(tol), budget)
+    return (torch.from_numpy(a).to(K.device), torch.from_numpy(g).to(K.device),
+            torch.tensor([steps], device=K.device))
 
 
-def _working_set(u, up, low, q):
-    """Up to q indices: the q/2 largest u in I_up and the q/2 smallest in I_low (their union,
-    filled from the longer list when one is short)."""
-    inf = torch.tensor(float("inf"), dtype=u.dtype, device=u.device)
-    order_up = torch.argsort(torch.where(up, -u, inf))[:int(up.sum())]
-    order_low = torch.argsort(torch.where(low, u, inf))[:int(low.sum())]
+def _working_set(order_up, order_low, n_up, n_low, q):
+    """Up to q indices, sorted and distinct: the q/2 largest u in I_up and the q/2 smallest in
+    I_low (their union, filled from the longer list when one is short). ``order_up``: I_up by
+    decreasing u, ``order_low``: I_low by increasing u (at least their first q); ``n_up``,
+    ``n_low``: the sizes of the two sets."""
     half = q // 2
-    take_up = min(len(order_up), max(half, q - len(order_low)))
-    take_low = min(len(order_low), q - take_up)
-    chosen = torch.cat([order_up[:take_up], order_low[:take_low]])
-    return torch.unique(chosen)
+    take_up = min(n_up, max(half, q - n_low))
+    take_low = min(n_low, q - take_up)
+    return np.unique(np.concatenate([order_up[:take_up], order_low[:take_low]]))
 
 
 def _shrunk(u, up, low, alpha, C, gap_ends):
@@ -260,15 +278,19 @@ def _shrunk(u, up, low, alpha, C, gap_ends):
     return bounded & ((up & ~low & (u < M)) | (low & ~up & (u > m)))
 
 
-def _reconstruct(cache, index, y, alpha, p, G, stale, chunk):
-    """libsvm's ``reconstruct_gradient``: G[stale] = p + Q[stale, :] a from scratch, by the
-    float64 kernel rows of the variables with a > 0, ``chunk`` rows at a time."""
+def _reconstruct(cache, points, index, y, alpha, p, G, stale, chunk):
+    """libsvm's ``reconstruct_gradient``: G with G[stale] = p + Q[stale, :] a from scratch, by
+    the float64 kernel rows of the variables with a > 0, ``chunk`` rows at a time (``points``:
+    ``index`` on the host)."""
     support = torch.nonzero(alpha).flatten()
-    G[stale] = p[stale]
-    columns = index[stale]
+    coef = y[support] * alpha[support]
+    support = support.cpu().numpy()
+    w = None  # K[:, support] (y a)[support] over all kernel points
     for begin in range(0, len(support), chunk):
-        part = support[begin:begin + chunk]
-        G[stale] += y[stale] * (cache(index[part])[:, columns].T @ (y[part] * alpha[part]))
+        rows = cache(torch.from_numpy(points[support[begin:begin + chunk]]))
+        part = rows.T @ coef[begin:begin + chunk]
+        w = part if w is None else w + part
+    return torch.where(stale, p if w is None else p + y * w[index], G)
 
 
 def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
@@ -295,7 +317,8 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     max_iter : int, default=-1
         Most pairwise steps in all; -1: libsvm's own limit, max(10^7, 100 n_variables).
     working_set : int, default=:data:`WORKING_SET`
-        Variables per outer step (at least 2).
+        Variables per outer step (at least 2; on a GPU at most 1024, the block of the
+        subproblem's one program).
     cache_bytes : int, default=200 MiB
         Bound of the kernel-row cache.
     shrinking : bool, default=True
@@ -308,55 +331,62 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     """
     n_var = y.shape[0]
     device = y.device
-    if index is None:
-        index = torch.arange(n_var, device=device)
-    alpha = alpha.clone()
+    points = (np.arange(n_var) if index is None
+              else np.asarray(index.cpu(), dtype=np.int64))  # the kernel point of each variable
+    index = _to_device(points, device)
     cache = RowCache(rows, cache_bytes)
-    start = torch.nonzero(alpha).flatten()
-    G = p.clone()
-    if len(start):
-        K_start = cache(torch.unique(index[start]))
-        lookup = {int(k): r for r, k in enumerate(torch.unique(index[start]).tolist())}
-        at = torch.tensor([lookup[int(k)] for k in index[start].tolist()], device=device)
-        G += y * (K_start[at][:, index].T @ (y[start] * alpha[start]))
+    active = torch.ones(n_var, dtype=torch.bool, device=device)
+    G = _reconstruct(cache, points, index, y, alpha, p, p, active, working_set)
+    alpha = alpha.clone()
     if max_iter < 0:
         max_iter = max(10_000_000, 100 * n_var)
-    active = torch.ones(n_var, dtype=torch.bool, device=device)
     unshrunk = False  # libsvm's one unshrinking when the gap first reaches 10 tol
     n_iter = 0
-    steps = None
+    ran = False  # a subproblem ran since the start or the last reconstruction
+    steps = torch.zeros(1, device=device)  # its steps, read with the next outer step's numbers
     while True:
         u = -y * G
         up, low = _sets(alpha, y, C)
         up, low = up & active, low & active
-        gap = _gap(u, up, low)
-        stopping = gap <= tol or n_iter >= max_iter or steps == 0
+        ends = _ends(u, up, low)
+        # shrinking and the next working set, computed before the host knows whether the solver
+        # goes on, so that one read brings every number the host decides on
+        kept = active & ~_shrunk(u, up, low, alpha, C, ends) if shrinking else active
+        up_kept, low_kept = up & kept, low & kept
+        order_up = torch.argsort(torch.where(up_kept, -u, math.inf))[:working_set]
+        order_low = torch.argsort(torch.where(low_kept, u, math.inf))[:working_set]
+        numbers = torch.cat([
+            ends, *(t.to(torch.float64).reshape(1) for t in (up_kept.sum(), low_kept.sum(),
+                                                             active.all(), steps)),
+            order_up.to(torch.float64), order_low.to(torch.float64)]).cpu().numpy()
+        m, M, n_up, n_low, every, last = numbers[:6].tolist()
+        n_iter += int(last) if ran else 0
+        gap = m - M
+        stopping = gap <= tol or n_iter >= max_iter or (ran and last == 0)
         first_near = not unshrunk and gap <= 10 * tol
         unshrunk = unshrunk or first_near
-        if (stopping or first_near) and not bool(active.all()):
-            _reconstruct(cache, index, y, alpha, p, G, ~active, working_set)
-            active[:] = True
-            steps = None
+        if (stopping or first_near) and not every:
+            G = _reconstruct(cache, points, index, y, alpha, p, G, ~active, working_set)
+            active = torch.ones_like(active)
+            ran = False
             continue  # the stopping rule again, on the whole problem
         if stopping:
             break
-        if shrinking:
-            active &= ~_shrunk(u, up, low, alpha, C, (float(u[up].max()), float(u[low].min())))
-            up, low = up & active, low & active
-        ws = _working_set(u, up, low, working_set)
-        points = index[ws]
-        K_rows = cache(points)  # (q, n_points)
-        K_ws = K_rows[:, points]
-        a_ws, G_ws = alpha[ws].clone(), G[ws].clone()
-        local_gap = _gap(-y[ws] * G_ws, *_sets(a_ws, y[ws], C[ws]))
-        budget = min(10 * len(ws), max_iter - n_iter)
-        steps = _subproblem(a_ws, G_ws, y[ws], C[ws], K_ws, max(tol, local_gap / 10), budget)
-        if steps == 0:  # no pair of the working set can move: numerically converged
-            continue
-        n_iter += steps
-        change = a_ws - alpha[ws]
-        alpha[ws] = a_ws
-        moved = change != 0
-        kept = torch.nonzero(active).flatten()
-        G[kept] += y[kept] * (K_rows[moved][:, index[kept]].T @ (y[ws][moved] * change[moved]))
+        active = kept
+        ranked = numbers[6:].astype(np.int64)
+        ws_host = _working_set(ranked[:len(order_up)], ranked[len(order_up):], int(n_up),
+                               int(n_low), working_set)
+        ws = _to_device(ws_host, device)
+        K_rows = cache(torch.from_numpy(points[ws_host]))  # (q, n_points)
+        K_ws = K_rows[:, index[ws]]
+        a_ws, y_ws, C_ws, G_ws = alpha[ws], y[ws], C[ws], G[ws]
+        local = _ends(-y_ws * G_ws, *_sets(a_ws, y_ws, C_ws))
+        local_tol = torch.clamp((local[0] - local[1]) / 10, min=tol).reshape(1)
+        budget = min(10 * len(ws_host), max_iter - n_iter)
+        a_new, _, steps = _subproblem(a_ws, G_ws, y_ws, C_ws, K_ws, local_tol, budget)
+        ran = True
+        # G += Q[:, W] (a_W - a_W^old) on the active variables, one product over the rows
+        w = K_rows.T @ (y_ws * (a_new - a_ws))
+        alpha[ws] = a_new
+        G = torch.where(active, G + y * w[index], G)
     return SMOResult(alpha, G, rho(alpha, G, y, C), gap, n_iter, gap <= tol)
