@@ -12,6 +12,9 @@ Parts (``--parts``, comma-separated):
 - ``oneclass``: RBF OneClassSVM (nu = 0.1) on the HIGGS-shaped rows.
 - ``multiclass``: 10 classes, d = 64 (``make_classification``), OvO SVC: both at ``--n-multi``
   (agreement of ``predict`` on the test rows), kernelkit alone at ``--n-multi-large``.
+- ``profile``: kernelkit's SVC on the HIGGS-shaped rows at ``--n``, with the solver's parts
+  timed (synchronised): the subproblems (:func:`kernelkit.linalg.smo._subproblem`), the kernel
+  rows (``RowCache``), the gradient reconstructions, and the rest of the outer loop.
 - ``large``: kernelkit's SVC alone on HIGGS-shaped data at each ``--large-n``: time, time per
   point, test accuracy, n_iter and the KKT gap at exit, peak GPU memory.
 
@@ -35,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (check_mode, default_out, device_facts, log, now, versions,  # noqa: E402
                      write_json_atomic)
 
-PARTS = ("binary", "svr", "oneclass", "multiclass", "large")
+PARTS = ("binary", "svr", "oneclass", "multiclass", "large", "profile")
 
 
 def cps1988(n, seed=0):
@@ -167,6 +170,56 @@ def compare(rec, part, dataset, kind, make_kk, make_sk, X, y, Xt, yt, gamma, dev
     log("  " + ", ".join(f"{k}={_short(v)}" for k, v in row.items()))
 
 
+def profile_fit(fit, device):
+    """Seconds of ``fit()`` in the SMO solver's parts, each call synchronised: subproblems (and
+    their count and steps), kernel rows, gradient reconstructions; ``kernelkit_s`` the whole."""
+    from unittest import mock
+
+    import torch
+
+    from kernelkit.linalg import smo
+
+    spent = dict(subproblem_s=0.0, subproblem_calls=0, subproblem_steps=0, rows_s=0.0,
+                 rows_calls=0, reconstruct_s=0.0, reconstruct_calls=0)
+
+    inside = []  # non-empty within a reconstruction (its rows are counted there)
+
+    def timed(name, fn, count_steps=False):
+        def wrapper(*a, **k):
+            if name == "reconstruct":
+                inside.append(1)
+                try:
+                    return measured(*a, **k)
+                finally:
+                    inside.pop()
+            return measured(*a, **k)
+
+        def measured(*a, **k):
+            if device == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = fn(*a, **k)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            key = "rows_in_reconstruct" if name == "rows" and inside else name
+            spent[key + "_s"] = spent.get(key + "_s", 0.0) + time.perf_counter() - start
+            spent[key + "_calls"] = spent.get(key + "_calls", 0) + 1
+            if count_steps:
+                spent["subproblem_steps"] += int(out[2])
+            return out
+        return wrapper
+
+    with mock.patch.object(smo, "_subproblem", timed("subproblem", smo._subproblem, True)), \
+            mock.patch.object(smo.RowCache, "__call__", timed("rows", smo.RowCache.__call__)), \
+            mock.patch.object(smo, "_reconstruct", timed("reconstruct", smo._reconstruct)):
+        seconds, peak = timed_fit(type("Fit", (), {"fit": staticmethod(lambda *a: fit())})(),
+                                  None, None, device)
+    spent.update(kernelkit_s=seconds, kernelkit_peak_mib=peak,
+                 rest_s=seconds - spent["subproblem_s"] - spent["rows_s"]
+                 - spent["reconstruct_s"])
+    return spent
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="binary,svr,oneclass,multiclass")
@@ -266,6 +319,13 @@ def main(argv=None):
                          n_support=int(len(model.support_))))
             if seconds > args.large_time_limit:
                 break
+    if "profile" in parts:
+        log("profile of one SVC fit")
+        X, y, _, _ = higgs(args.n, 10)
+        g = gamma_scale(X)
+        spent = profile_fit(lambda: SVC(C=args.C, gamma=g, device=device, **common).fit(X, y),
+                            device)
+        rec.add(dict(part="profile", dataset="higgs_like", n=args.n, d=28, gamma=g, **spent))
     log(f"wrote {out}")
     log(f"{'part':<11}{'dataset':<30}{'n':>8}{'kk s':>9}{'sk s':>9}{'ratio':>8}"
         f"{'dual rel':>10}")

@@ -285,9 +285,10 @@ def _svc(rng, n=40):
 
 
 @kernel_test
-def test_solver_with_the_kernel_equals_the_solver_with_the_reference(rng, monkeypatch):
+def test_solver_with_the_kernel_equals_the_solver_with_the_reference(device, rng, monkeypatch):
     """The solver's CPU path runs the reference; with the Triton kernel in its place (under the
-    interpreter) every subproblem gives the same bits, so the whole solve does."""
+    interpreter, or on the GPU with ``--device cuda``) every subproblem gives the same bits, so
+    the whole solve does."""
     from kernelkit_gpu.smo_subproblem import subproblem
 
     K, p, y = _svc(rng)
@@ -297,8 +298,9 @@ def test_solver_with_the_kernel_equals_the_solver_with_the_reference(rng, monkey
 
     def with_kernel(alpha, G, y, C, K, tol, budget):
         calls.append(budget)
-        a, g, steps = subproblem(*(torch.from_numpy(v) for v in (alpha, G, y, C, K)), tol, budget)
-        return a.numpy(), g.numpy(), int(steps.item())
+        a, g, steps = subproblem(*(torch.from_numpy(v).to(device) for v in (alpha, G, y, C, K)),
+                                 tol, budget)
+        return a.cpu().numpy(), g.cpu().numpy(), int(steps.item())
 
     monkeypatch.setattr(ref, "subproblem", with_kernel)
     got = smo.solve(lambda i: K[i], p, y, C, torch.zeros_like(p), tol=1e-4, working_set=8)
