@@ -64,7 +64,8 @@ from _common import (check_mode, default_out, device_facts, log, now, sync,  # n
                      versions, wall_s, write_json_atomic)
 from kernel_ridge import higgs_like  # noqa: E402
 
-PARTS = ("kpca_small", "kpca_mid", "kpca_large", "kpca_real", "nystroem", "rbf_sampler")
+PARTS = ("kpca_small", "kpca_mid", "kpca_large", "kpca_real", "nystroem", "rbf_sampler",
+         "kpca_products")
 #: Issue 41's floors: (limit, "max" for value <= limit or "min" for value >= limit).
 FLOORS = {
     "kpca_small.max_rel_eigenvalue_error": (1e-4, "max"),
@@ -80,7 +81,8 @@ FLOORS = {
 SMOKE = dict(n_small=300, n_mid=400, n_large=600, components=8, warmup_n=100, real_rows=300,
              real_test=60, real_components=6, nystroem_n=2000, nystroem_m=40, sklearn_rows=500,
              check_rows=200, pipeline_n=1000, pipeline_m=40, pipeline_test=300, rbf_n=2000,
-             rbf_components=64, rbf_check_n=300, rbf_check_components=32)
+             rbf_components=64, rbf_check_n=300, rbf_check_components=32, product_n=[300, 500],
+             product_columns=20, product_check_n=400)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -161,8 +163,9 @@ def free_device_memory(dev):
 
 
 class Trace:
-    """Times the kernel products (``KernelOperator.matmul``, by operand dtype and columns) and
-    the block Krylov orthonormalisations (``eigen._orthonormal_block``) inside a ``with``,
+    """Times the kernel products (``KernelOperator.matmul``, by operand dtype and columns), the
+    block Krylov orthonormalisations (``eigen._orthonormal_block``) and ``torch.linalg.eigh``
+    (Rayleigh-Ritz, by shape) inside a ``with``,
     synchronising after each call; :meth:`summary` adds what the rest of the fit took."""
 
     def __init__(self, dev):
@@ -187,8 +190,12 @@ class Trace:
         from kernelkit.linalg import eigen
         from kernelkit.operators import kernel_operator
 
-        self._saved = (kernel_operator.KernelOperator.matmul, eigen._orthonormal_block)
-        matmul, block = self._saved
+        import torch
+
+        self._saved = (kernel_operator.KernelOperator.matmul, eigen._orthonormal_block,
+                       torch.linalg.eigh)
+        matmul, block, eigh = self._saved
+        torch.linalg.eigh = self._wrap(eigh, lambda A, *a, **k: f"eigh {tuple(A.shape)}")
 
         def product_key(op, A, B, V):
             dtype = str(A.dtype).replace("torch.", "")
@@ -202,7 +209,10 @@ class Trace:
         from kernelkit.linalg import eigen
         from kernelkit.operators import kernel_operator
 
-        kernel_operator.KernelOperator.matmul, eigen._orthonormal_block = self._saved
+        import torch
+
+        (kernel_operator.KernelOperator.matmul, eigen._orthonormal_block,
+         torch.linalg.eigh) = self._saved
         return False
 
     def summary(self, total_s):
@@ -384,6 +394,51 @@ def part_kpca_large(bench):
                  gpu_peak_GiB=peak_gib(bench.dev))
     bench.floor("kpca_large.fit_s", fit["fit_s"])
     bench.floor("kpca_large.max_residual_over_lambda1", fit["max_residual_over_lambda1"])
+
+
+def part_kpca_products(bench):
+    """One krylov product, K V with V of ``--product-columns`` float64 columns (the block of 64
+    components) at each n of ``--product-n``, three ways: the fused Triton K @ V (what "krylov"
+    runs), Triton Gram row blocks made float64 times V (float64 GEMMs, KernelOperator.matmul's
+    wide path), and the float32 Gram blocks times V in float32 (TF32 off); their relative
+    Frobenius errors against the float64 product where n <= ``--product-check-n``."""
+    import torch
+
+    from kernelkit.operators.base import WIDE_BLOCK_ELEMENTS
+    from kernelkit.operators.kernel_operator import KernelOperator
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for n in bench.args.product_n:
+        X, _ = higgs(n)
+        gamma = 1.0 / X.shape[1]
+        op = KernelOperator("rbf", {"gamma": gamma}, bench.est_device)
+        Xo = op.data(X)
+        V = torch.randn(n, bench.args.product_columns, dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(0)).to(op.device)
+        step = max(1, WIDE_BLOCK_ELEMENTS // n)
+        V32 = V.float()
+        ways = {
+            "fused_triton_kv": lambda: op.matmul(Xo, Xo, V),
+            "gram_blocks_float64_gemm": lambda: op.chunked_matmul(
+                (0, n), step, V, lambda lo, hi: op.block(Xo[lo:hi], Xo).double()),
+            "gram_blocks_float32_gemm": lambda: op.chunked_matmul(
+                (0, n), step, V32, lambda lo, hi: op.block(Xo[lo:hi], Xo)).double(),
+        }
+        row = dict(n=n, columns=V.shape[1], gamma=gamma)
+        outs = {}
+        for name, way in ways.items():
+            way()  # compiles; the second call is timed
+            seconds, outs[name] = timed(way, bench.dev)
+            row[name + "_s"] = seconds
+        if n <= bench.args.product_check_n:
+            Xe = op.exact_data(X)
+            exact = op.matmul(Xe, Xe, V)
+            for name, out in outs.items():
+                row[name + "_rel_error"] = float(torch.linalg.norm(out - exact)
+                                                 / torch.linalg.norm(exact))
+        bench.record("kpca_products", **{f"n{n}": row})
+        del outs, Xo, V, V32
+        free_device_memory(bench.dev)
 
 
 def part_kpca_real(bench):
@@ -608,7 +663,8 @@ def part_rbf_sampler(bench):
 
 # ------------------------------------------------------------------------------------ main
 RUNNERS = dict(kpca_small=part_kpca_small, kpca_mid=part_kpca_mid, kpca_large=part_kpca_large,
-               kpca_real=part_kpca_real, nystroem=part_nystroem, rbf_sampler=part_rbf_sampler)
+               kpca_real=part_kpca_real, nystroem=part_nystroem, rbf_sampler=part_rbf_sampler,
+               kpca_products=part_kpca_products)
 
 
 def table(result):
@@ -680,6 +736,11 @@ def main(argv=None):
     p.add_argument("--pipeline-n", type=count, default=100_000)
     p.add_argument("--pipeline-m", type=count, default=2000)
     p.add_argument("--pipeline-test", type=count, default=20_000)
+    p.add_argument("--product-n", type=lambda v: [count(x) for x in v.split(",")],
+                   default=[100_000, 1_000_000], help="kpca_products: comma-separated n")
+    p.add_argument("--product-columns", type=count, default=128)
+    p.add_argument("--product-check-n", type=count, default=100_000,
+                   help="kpca_products: errors against the float64 product up to this n")
     p.add_argument("--rbf-n", type=count, default=1_000_000)
     p.add_argument("--rbf-components", type=count, default=4096)
     p.add_argument("--rbf-check-n", type=count, default=2000)
