@@ -435,6 +435,36 @@ def test_bad_data(rng):
         OneClassSVM(device="cpu").fit(X, sample_weight=np.zeros(30))
 
 
+def test_string_labels_with_class_weight_dicts(rng):
+    """Class weights keyed by string labels, as scikit-learn takes them; a key that is no class
+    is refused with scikit-learn's message."""
+    X, y = _classification(rng, n=40)
+    labels = np.where(y == y[0], "cat", "dog")
+    ours = SVC(class_weight={"cat": 3.0}, device="cpu").fit(X, labels)
+    ref = sksvm.SVC(class_weight={"cat": 3.0}).fit(X, labels)
+    np.testing.assert_array_equal(ours.class_weight_, ref.class_weight_)
+    assert list(ours.classes_) == ["cat", "dog"] and set(ours.predict(X)) <= {"cat", "dog"}
+    with pytest.raises(ValueError, match=r"The classes, \['cat', 'dog'\], are not in "
+                                         r"class_weight"):
+        SVC(class_weight={"cow": 2.0}, device="cpu").fit(X, labels)
+
+
+def test_sparse_input_too_large_to_make_dense_is_refused(rng, monkeypatch):
+    """Sparse X is made dense (the kernel rows need dense rows) where that fits; where the dense
+    copy would not fit in host memory, a ValueError that names the fix, before any copy."""
+    import scipy.sparse
+
+    from kernelkit._util import host_memory
+
+    X, y = _classification(rng, n=40)
+    model = SVC(device="cpu").fit(scipy.sparse.csr_matrix(X), y)
+    np.testing.assert_array_equal(model.predict(X), SVC(device="cpu").fit(X, y).predict(X))
+    monkeypatch.setattr(host_memory, "available_bytes", lambda: 1000)
+    with pytest.raises(ValueError,
+                       match=r"X is a sparse matrix of shape \(40, 3\); .*TruncatedSVD"):
+        SVC(device="cpu").fit(scipy.sparse.csr_matrix(X), y)
+
+
 def test_inputs_not_modified(rng):
     X, y = _classification(rng, n=50)
     w = rng.uniform(0.5, 2.0, size=50)

@@ -109,7 +109,24 @@ def kernel_structure(kernel, n_features, *, gamma, degree, coef0, kernel_params)
     return kernel_tree.registry_kernel(spec.name, params)
 
 
+#: Share of the available host memory a sparse X may take once made dense.
+DENSE_HOST_SHARE = 0.5
+
+
 def dense(X):
     """A SciPy sparse ``X`` as a dense array (the kernel products need dense rows); anything
-    else as it is."""
-    return X.toarray() if scipy.sparse.issparse(X) else X
+    else as it is. ValueError, naming the fix, where the dense float64 copy would take more
+    than :data:`DENSE_HOST_SHARE` of the available host memory."""
+    if not scipy.sparse.issparse(X):
+        return X
+    from kernelkit._util import host_memory
+
+    need = 8 * X.shape[0] * X.shape[1]
+    available = host_memory.available_bytes()
+    if available is not None and need > DENSE_HOST_SHARE * available:
+        raise ValueError(
+            f"X is a sparse matrix of shape {X.shape}; the kernel products need dense rows, and "
+            f"made dense it would take {need / 2**30:.3g} GiB of the {available / 2**30:.3g} GiB "
+            "of host memory available. Reduce the features first (e.g. "
+            "sklearn.decomposition.TruncatedSVD), or fit on fewer rows")
+    return X.toarray()
