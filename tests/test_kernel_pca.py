@@ -168,6 +168,7 @@ def test_krylov_stops_at_max_iter_with_a_warning(rng):
                   device="cpu", random_state=0).fit(X @ rng.normal(size=(4, 4)))
 
 
+@pytest.mark.usefixtures("triton_can_run")
 def test_block_rounds_up_to_the_columns_a_product_costs(monkeypatch, rng):
     """On the Triton path the block is rounded up to the K @ V's chunk of 64 columns (64
     components: 96 -> 128 columns per product, as the products show); elsewhere not."""
