@@ -9,6 +9,12 @@ Layers (see ARCHITECTURE.md):
   masked tiles (the causal diagonal and the ragged last tile). With ``is_causal`` the mask is
   ``j <= i + SHIFT`` (a runtime integer: 0 top-left, S - T bottom-right, possibly negative), the
   tiles above that diagonal are never visited, and query blocks are scheduled longest-first.
+  A sliding window is the band ``i + LOWER <= j <= i + SHIFT``: its right edge is that causal
+  diagonal (moved by ``right``), its left edge the ``WINDOW`` constexpr with the runtime
+  ``LOWER``; the key loop then starts at the tile of the block's first row's left edge and
+  runs masked tiles, full tiles, masked tiles, so a query block reads about
+  (left + right + BLOCK_M) / BLOCK_N + 2 tiles. Without a window the loops are the causal /
+  full ones, unchanged (the branch is on the constexpr).
 * the backward kernels and their launcher ``attn_bwd``: :mod:`kernelkit_gpu.attention.softmax_bwd`;
   config sets, pruning and the ``AUTOTUNE`` switch: :mod:`kernelkit_gpu.attention._configs`; the
   ``@triton.jit`` tile helpers: :mod:`kernelkit_gpu.attention._tiles`.

@@ -55,7 +55,7 @@ def _attn_bwd_preprocess(o_ptr, do_ptr, dlse_ptr, delta_ptr, H, T, DV,
 
 @triton.jit
 def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, offs_n, offs_d,
-                        offs_dv, T, SHIFT, LOWER, D, DV, qk_scale,
+                        offs_dv, T, S, SHIFT, LOWER, D, DV, qk_scale,
                         stride_qt, stride_qd, stride_gt, stride_gd,
                         BLOCK_M1: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
                         WINDOW: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
@@ -77,7 +77,8 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
         if CAUSAL:
             valid = valid & (offs_n[:, None] <= offs_m[None, :] + SHIFT)
         if WINDOW:
-            valid = valid & (offs_n[:, None] >= offs_m[None, :] + LOWER)
+            # (and j < S: a row whose window holds only the padding keys past S has lse -inf)
+            valid = valid & (offs_n[:, None] >= offs_m[None, :] + LOWER) & (offs_n[:, None] < S)
         pT = tl.where(valid, pT, 0.0)  # also drops exp2(+inf) of rows without keys (lse -inf)
     dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
     dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
@@ -174,19 +175,19 @@ def _attn_bwd_dkdv_kernel(
             delta_base += start
         for m0 in range(lo, diag_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, LOWER, D, DV,
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
                                          qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
                                          UPCAST)
         for m0 in range(mid, r_full, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, LOWER, D, DV,
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
                                          qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, False, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
                                          UPCAST)
         for m0 in range(tl.maximum(mid, r_full), r_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, LOWER, D, DV,
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
                                          qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
                                          BLOCK_M1, True, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
                                          UPCAST)
