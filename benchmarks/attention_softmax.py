@@ -315,7 +315,8 @@ def run_window_impl(kind, ctx, q, k, v, window, mask):
 
 
 def window_correctness(dev, smoke):
-    """Errors of kernelkit's window and of the masked SDPA backends against float64 (bf16 inputs)."""
+    """Errors of kernelkit's window and of the masked SDPA backends against float64, on the same
+    bfloat16 inputs."""
     log("== window correctness (bfloat16 inputs; errors against float64 torch on the same inputs)")
     b, h, t, d, window = (1, 2, 96, 32, (24, 0)) if smoke else (1, 16, 2048, 128, (256, 0))
     gen = torch.Generator(device="cpu").manual_seed(0)
@@ -342,64 +343,69 @@ def window_correctness(dev, smoke):
     return [row]
 
 
+def _time_window_shape(dev, shape, b, h, t, d, window):
+    """Rows of every window implementation on one shape (its tensors freed on return)."""
+    q, k, v, g = (torch.randn(b, h, t, d, device=dev, dtype=DTYPE) for _ in range(4))
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    mask = None
+    rows = []
+    for name, (kind, ctx) in window_impls(dev).items():
+        row = dict(impl=name, shape=shape, B=b, H=h, T=t, D=d, causal=True,
+                   window=list(window) if kind != "causal" else None)
+        n_pairs = visible_pairs(t, window) if kind != "causal" else t * (t + 1) / 2
+        ff = 4.0 * b * h * d * n_pairs
+        if kind == "masked":
+            need, free = _masked_sdpa_bytes(name, b, h, t), _free_bytes(dev)
+            if need > 0.8 * free:
+                what = "mask and scores" if name == "sdpa_masked_math" else "mask"
+                row["skipped"] = (f"does not fit: needs ~{need / 2**30:.1f} GiB for the (T, T) "
+                                  f"{what}, {free / 2**30:.1f} GiB free")
+                rows.append(row)
+                log(f"  {shape:22s} {name:22s} skipped: {row['skipped']}")
+                continue
+            if mask is None:
+                mask = window_mask(t, window, dev)
+
+        def fwd(kind=kind, ctx=ctx):
+            with torch.no_grad():
+                return run_window_impl(kind, ctx, q, k, v, window, mask)
+
+        def fwd_bwd(kind=kind, ctx=ctx):
+            run_window_impl(kind, ctx, qg, kg, vg, window, mask).backward(g)
+
+        try:
+            t0 = time.perf_counter()
+            fwd()
+            fwd_bwd()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            row["first_call_s"] = round(time.perf_counter() - t0, 3)
+            rep = 20 if t >= 32768 else 100
+            ms_f = median_ms(fwd, dev, rep=rep)
+            ms_fb = median_ms(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
+            row.update(fwd_ms=ms_f, fwd_tflops=ff / ms_f * 1e-9, fwd_bwd_ms=ms_fb,
+                       fwd_bwd_tflops=3.5 * ff / ms_fb * 1e-9,
+                       fwd_peak_mib=peak_mib(fwd, dev), fwd_bwd_peak_mib=peak_mib(fwd_bwd, dev))
+        except Exception as e:  # a backend that refuses the mask or runs out of memory
+            row["skipped"] = f"{type(e).__name__}: {str(e)[:160]}"
+        for x in (qg, kg, vg):
+            x.grad = None
+        rows.append(row)
+        if "skipped" in row:
+            log(f"  {shape:22s} {name:22s} skipped: {row['skipped'][:80]}")
+        else:
+            log(f"  {shape:22s} {name:22s} fwd {row['fwd_ms']:9.3f} ms "
+                f"{row['fwd_tflops']:6.1f} TF/s | fwd+bwd {row['fwd_bwd_ms']:9.3f} ms "
+                f"{row['fwd_bwd_tflops']:6.1f} TF/s")
+    return rows
+
+
 def window_timings(dev, smoke):
     """Forward and forward + backward of each window implementation at each window shape."""
     log("== window timings (causal, bfloat16, median ms of do_bench)")
     rows = []
-    for shape, b, h, t, d, window in (WINDOW_SMOKE if smoke else WINDOW_SHAPES):
-        q, k, v, g = (torch.randn(b, h, t, d, device=dev, dtype=DTYPE) for _ in range(4))
-        qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
-        mask = None
-        pairs = visible_pairs(t, window)
-        for name, (kind, ctx) in window_impls(dev).items():
-            row = dict(impl=name, shape=shape, B=b, H=h, T=t, D=d, causal=True,
-                       window=list(window) if kind != "causal" else None)
-            n_pairs = pairs if kind != "causal" else t * (t + 1) / 2
-            ff = 4.0 * b * h * d * n_pairs
-            if kind == "masked":
-                need, free = _masked_sdpa_bytes(name, b, h, t), _free_bytes(dev)
-                if need > 0.8 * free:
-                    row["skipped"] = (f"does not fit: needs ~{need / 2**30:.1f} GiB for the "
-                                      f"(T, T) mask{' and scores' if name == 'sdpa_masked_math' else ''},"
-                                      f" {free / 2**30:.1f} GiB free")
-                    rows.append(row)
-                    log(f"  {shape:22s} {name:22s} skipped: {row['skipped']}")
-                    continue
-                if mask is None:
-                    mask = window_mask(t, window, dev)
-
-            def fwd():
-                with torch.no_grad():
-                    return run_window_impl(kind, ctx, q, k, v, window, mask)
-
-            def fwd_bwd():
-                run_window_impl(kind, ctx, qg, kg, vg, window, mask).backward(g)
-
-            try:
-                t0 = time.perf_counter()
-                fwd()
-                fwd_bwd()
-                if dev == "cuda":
-                    torch.cuda.synchronize()
-                row["first_call_s"] = round(time.perf_counter() - t0, 3)
-                rep = 20 if t >= 32768 else 100
-                ms_f = median_ms(fwd, dev, rep=rep)
-                ms_fb = median_ms(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
-                row.update(fwd_ms=ms_f, fwd_tflops=ff / ms_f * 1e-9, fwd_bwd_ms=ms_fb,
-                           fwd_bwd_tflops=3.5 * ff / ms_fb * 1e-9,
-                           fwd_peak_mib=peak_mib(fwd, dev), fwd_bwd_peak_mib=peak_mib(fwd_bwd, dev))
-            except Exception as e:  # a backend that refuses the mask or runs out of memory
-                row["skipped"] = f"{type(e).__name__}: {str(e)[:160]}"
-            for x in (qg, kg, vg):
-                x.grad = None
-            rows.append(row)
-            if "skipped" in row:
-                log(f"  {shape:22s} {name:22s} skipped: {row['skipped'][:80]}")
-            else:
-                log(f"  {shape:22s} {name:22s} fwd {row['fwd_ms']:9.3f} ms "
-                    f"{row['fwd_tflops']:6.1f} TF/s | fwd+bwd {row['fwd_bwd_ms']:9.3f} ms "
-                    f"{row['fwd_bwd_tflops']:6.1f} TF/s")
-        del q, k, v, g, qg, kg, vg, mask
+    for shape in (WINDOW_SMOKE if smoke else WINDOW_SHAPES):
+        rows += _time_window_shape(dev, *shape)
         if dev == "cuda":
             torch.cuda.empty_cache()
     index = {(r["impl"], r["shape"]): r for r in rows}

@@ -529,8 +529,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     top-left aligned, S - T bottom-right aligned: ``causal_alignment``), intersected with the
     sliding window ``{i + shift - left <= j <= i + shift + right}`` of ``window_size``. Rows
     without visible keys (S = 0, bottom-right with T > S, a window that misses every key) output
-    0 and their lse is -inf (not NaN), as FlashAttention, whatever k and v hold. Masked keys are left out of the sums, not given a
-    zero weight: a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j.
+    0 and their lse is -inf (not NaN), as FlashAttention, whatever k and v hold. Masked keys
+    are left out of the sums, not given a zero weight: a NaN or infinity in v_j (or k_j)
+    reaches exactly the rows that see key j.
 
     Parameters
     ----------

@@ -1,4 +1,5 @@
-"""Sliding-window softmax attention: ``window_size=(left, right)``, FlashAttention's local attention.
+"""Sliding-window softmax attention: ``window_size=(left, right)``, FlashAttention's local
+attention.
 
 Query i sees the keys j with i + shift - left <= j <= i + shift + right (-1: no bound on that
 side), shift = 0 ("top_left") or S - T ("bottom_right", FlashAttention's alignment), cut at the
@@ -244,7 +245,8 @@ _CPU = [
 #: On a GPU: every window (and two wider than a 128-key tile) x causal x alignment x dtype on
 #: lengths that cross several 128-row tiles.
 _GPU = [
-    (w, c, a, t, s, dt, 4, 2 if i % 2 else 4, "bthd" if i % 3 else "bhtd", 3.0 if i % 5 == 0 else 0.0)
+    (w, c, a, t, s, dt, 4, 2 if i % 2 else 4, "bthd" if i % 3 else "bhtd",
+     3.0 if i % 5 == 0 else 0.0)
     for i, (w, c, a, dt, (t, s)) in enumerate(itertools.product(
         WINDOWS + [(200, 0), (129, 77)], (False, True), ALIGNMENTS, list(ATTN_DTYPES),
         [(1000, 777), (300, 513)]))
@@ -455,7 +457,8 @@ def test_tiles_outside_the_window_are_never_read(t, s, window, causal, alignment
 
     q64, k64, v64 = (f64(x).requires_grad_(True) for x in (q, k, v))  # without the NaN
     o64, l64 = softmax_attention_naive(q64, k64, v64, **kw, return_lse=True)
-    want = torch.autograd.grad((o64, l64[keys]), (q64, k64, v64), (g.double(), g_lse[keys].double()))
+    want = torch.autograd.grad((o64, l64[keys]), (q64, k64, v64),
+                               (g.double(), g_lse[keys].double()))
     tol = dict(rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(to_numpy64(out), to_numpy64(o64), **tol)
     np.testing.assert_allclose(to_numpy64(lse[keys]), to_numpy64(l64[keys]), **tol)
@@ -631,7 +634,7 @@ def test_window_matches_masked_sdpa_on_gpu(window, causal, dt, device, rng):
     """On the GPU: output and gradients as close to the float64 reference as torch SDPA's with
     the window as an explicit boolean mask (every row sees a key: T = S)."""
     if device != "cuda":
-        pytest.skip("compares with torch SDPA on the GPU (the CPU case is covered by the naive rule)")
+        pytest.skip("compares with torch SDPA on the GPU (the CPU cases: the naive rule)")
     import torch.nn.functional as F
 
     sa = _softmax_module()

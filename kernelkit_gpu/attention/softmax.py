@@ -102,9 +102,10 @@ def _attn_fwd_kernel(
 ):
     """out[b, h, block] and lse2 (log2-domain log-sum-exp) of BLOCK_M queries; with CAUSAL, query
     i sees keys j <= i + SHIFT; with WINDOW, keys j >= i + LOWER (a sliding window's left edge;
-    its right edge is the CAUSAL diagonal, :func:`attn_fwd`). With VARLEN (B = 1, T = S = the packed tokens), the block is row
-    ``pid`` of the tile table (:mod:`kernelkit_gpu.attention._varlen`): its sequence's rows are
-    the batch, of length TQ = SK = the sequence's length."""
+    its right edge is the CAUSAL diagonal, :func:`attn_fwd`). With VARLEN (B = 1, T = S = the
+    packed tokens), the block is row ``pid`` of the tile table
+    (:mod:`kernelkit_gpu.attention._varlen`): its sequence's rows are the batch, of length
+    TQ = SK = the sequence's length."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -309,9 +310,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     plain-PyTorch twin :func:`kernelkit_gpu.softmax_attention_naive` (exact, slower), forward
     and backward. Their backward checks dO and dlse the same way and, if one is not finite,
     computes that call's gradients through the twin (its forward recomputed from q, k, v).
-    Calls without a causal mask or a window are never checked. Under CUDA graph capture or torch.compile tracing the
-    check is skipped (no host read is possible): non-finite inputs then run the kernels as they
-    are (IEEE arithmetic over their tiles).
+    Calls without a causal mask or a window are never checked. Under CUDA graph capture or
+    torch.compile tracing the check is skipped (no host read is possible): non-finite inputs
+    then run the kernels as they are (IEEE arithmetic over their tiles).
 
     Parameters
     ----------
