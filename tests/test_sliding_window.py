@@ -520,6 +520,38 @@ def test_window_that_bounds_nothing_is_the_plain_path(alignment, device, rng, mo
 
 
 @pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
+def test_extreme_windows_and_empty_inputs(device, rng, poisoned_outputs):
+    """Windows of 2^40 keys (their diagonals reach the kernels clamped into int32) bound nothing:
+    the plain causal / full results within the rule; rows whose window misses every key give
+    0, lse -inf and zero gradients; S = 0 gives 0 and lse -inf, T = 0 empty results."""
+    sa = _softmax_module()
+    t, s = 37, 29
+    q, k, v = (_randn(rng, (1, 2, n, 16), torch.float32, device).requires_grad_(True)
+               for n in (t, s, s))
+    huge = 2 ** 40
+    for causal, window in ((True, (huge, 0)), (False, (huge, huge)), (False, (huge, -1))):
+        out, lse = sa.softmax_attention(q, k, v, is_causal=causal, window_size=window,
+                                        return_lse=True)
+        plain, plain_lse = sa.softmax_attention(q, k, v, is_causal=causal, return_lse=True)
+        ref_out, ref_lse = ref_attn.softmax_attention(*(to_numpy64(x) for x in (q, k, v)),
+                                                      is_causal=causal, return_lse=True)
+        check_rule(out, plain, ref_out, "float32", f"out {window}")
+        check_rule(lse, plain_lse, ref_lse, "float32", f"lse {window}")
+    # top-left (0, 0) with 3 keys: rows i >= 3 have no key i (their tiles hold no key at all)
+    far = sa.softmax_attention(q, k[:, :, :3], v[:, :, :3], window_size=(0, 0), return_lse=True)
+    rows = torch.arange(t, device=device) >= 3
+    assert torch.all(far[0][:, :, rows] == 0) and torch.isneginf(far[1][:, :, rows]).all()
+    dq, dk, dv = torch.autograd.grad(far[0].sum(), (q, k, v))
+    assert torch.all(dq[:, :, rows] == 0) and torch.isfinite(dq).all()
+    assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
+    for tq, sk in ((5, 0), (0, 7)):
+        out, lse = sa.softmax_attention(q[:, :, :tq], k[:, :, :sk], v[:, :, :sk],
+                                        window_size=(2, 1), return_lse=True)
+        assert out.shape == (1, 2, tq, 16) and torch.all(out == 0)
+        assert lse.shape == (1, 2, tq) and torch.isneginf(lse).all()
+
+
+@pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
 @pytest.mark.parametrize("window,causal", [((5, 2), False), ((-1, 4), False), ((3, 0), True)],
                          ids=["w5_2", "w-1_4", "w3_0-causal"])
 def test_window_gate_routes_non_finite_to_the_twin(window, causal, device, rng, monkeypatch):

@@ -229,8 +229,9 @@ def attn_fwd(q, k, v, *, shift, scale, config=None, varlen=None, lower=None):
 
     _attn_configs.launch(_attn_fwd_kernel, grid, (
         q, k, v, out, lse2, table,
-        H, H // H_kv, T, S, 0 if shift is None else shift, 0 if lower is None else lower, n_seqs,
-        D, DV, scale * LOG2E, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        H, H // H_kv, T, S, _attn_configs.diagonal_arg(shift, T, S),
+        _attn_configs.diagonal_arg(lower, T, S), n_seqs, D, DV, scale * LOG2E,
+        *q.stride(), *k.stride(), *v.stride(), *out.stride(),
     ), dict(_attn_configs.constexprs(D, DV, shift is not None, q.dtype), WINDOW=lower is not None,
             VARLEN=varlen is not None), config)
     return out, lse2

@@ -342,8 +342,8 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)
     common = dict(_attn_configs.constexprs(D, DV, shift is not None, q.dtype),
                   WINDOW=lower is not None, VARLEN=varlen is not None)
     table, n_seqs = (delta, 0) if varlen is None else varlen
-    shift_arg = 0 if shift is None else shift
-    lower_arg = 0 if lower is None else lower
+    shift_arg = _attn_configs.diagonal_arg(shift, T, S)
+    lower_arg = _attn_configs.diagonal_arg(lower, T, S)
     pre_m = 64 if not _launch.INTERPRET else 32
     _attn_bwd_preprocess[(triton.cdiv(T, pre_m), B * H)](
         out, do, dlse if has_dlse else delta, delta, H, T, DV,
