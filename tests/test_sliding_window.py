@@ -520,11 +520,22 @@ def test_window_that_bounds_nothing_is_the_plain_path(alignment, device, rng, mo
 
 
 @pytest.mark.usefixtures("triton_can_run", "attention_autotune_off")
-def test_extreme_windows_and_empty_inputs(device, rng, poisoned_outputs):
+def test_extreme_windows_and_empty_inputs(device, rng, poisoned_outputs, monkeypatch):
     """Windows of 2^40 keys (their diagonals reach the kernels clamped into int32) bound nothing:
     the plain causal / full results within the rule; rows whose window misses every key give
     0, lse -inf and zero gradients; S = 0 gives 0 and lse -inf, T = 0 empty results."""
+    from kernelkit_gpu.attention import _configs as _attn_configs
+
     sa = _softmax_module()
+    diagonals = []  # the SHIFT and LOWER arguments of every launch
+    real_launch = _attn_configs.launch
+
+    def launch(kernel, grid, args, kwargs, config):
+        named = dict(zip(kernel.arg_names, args))
+        diagonals.extend((named["SHIFT"], named["LOWER"]))
+        return real_launch(kernel, grid, args, kwargs, config)
+
+    monkeypatch.setattr(_attn_configs, "launch", launch)
     t, s = 37, 29
     q, k, v = (_randn(rng, (1, 2, n, 16), torch.float32, device).requires_grad_(True)
                for n in (t, s, s))
@@ -537,6 +548,8 @@ def test_extreme_windows_and_empty_inputs(device, rng, poisoned_outputs):
                                                       is_causal=causal, return_lse=True)
         check_rule(out, plain, ref_out, "float32", f"out {window}")
         check_rule(lse, plain_lse, ref_lse, "float32", f"lse {window}")
+        torch.autograd.grad(out.sum(), (q, k, v))
+    assert len(diagonals) == 2 * 3 * 4 and all(-t <= d <= s for d in diagonals)  # 4 launches
     # top-left (0, 0) with 3 keys: rows i >= 3 have no key i (their tiles hold no key at all)
     far = sa.softmax_attention(q, k[:, :, :3], v[:, :, :3], window_size=(0, 0), return_lse=True)
     rows = torch.arange(t, device=device) >= 3
