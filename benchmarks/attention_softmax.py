@@ -24,6 +24,17 @@ Order of work, all in one process so that every ratio compares numbers from the 
 The JSON goes to ``--out`` (default
 ``benchmarks/results/attention_softmax-<gpu>-<date>.json``), written atomically; a short table is
 printed last. ``--smoke`` runs tiny shapes on the CPU under the Triton interpreter (code paths only).
+
+``--window`` runs the sliding-window part instead (about 2 minutes on an H200, estimated;
+JSON ``attention_softmax_window-<gpu>-<date>.json``): causal attention with ``window_size=(1024,
+0)``, bfloat16, D = 128, H = 16, at B = 1, T = 65536 and at FlashAttention's benchmark shape
+B = 2, T = 8192 (16k tokens, model dim 2048), forward and forward + backward, against
+kernelkit's dense causal call at the same shape (the window's kernels visit ~T (1024 + BLOCK_M)
+/ BLOCK_N key tiles instead of ~T^2 / 2) and torch SDPA with the window as an explicit boolean
+(T, T) mask on each backend that takes one (skipped, with the reason, where it does not fit in
+memory); TFLOP/s count the visible (query, key) pairs exactly. A correctness check first: output
+and dq, dk, dv of kernelkit's window and of the masked SDPA against float64 on the same bfloat16
+inputs (T = 2048, window (256, 0)).
 """
 
 from __future__ import annotations
@@ -239,6 +250,205 @@ def timings(dev, quick, smoke, lengths=None):
     return rows
 
 
+# -------------------------------------------------------------------------- sliding window
+#: (name, B, H, T, D, window_size) of the window part; causal, bfloat16.
+WINDOW_SHAPES = [
+    ("T65536", 1, 16, 65536, 128, (1024, 0)),
+    ("flash_standard_T8192", 2, 16, 8192, 128, (1024, 0)),
+]
+WINDOW_SMOKE = [("smoke", 1, 2, 160, 32, (40, 0))]
+
+
+def visible_pairs(t, window):
+    """(query, key) pairs a causal window (left, 0) leaves visible (T = S, top-left): the exact
+    FLOP count's sum of min(i, left) + 1 over the rows."""
+    left = window[0]
+    i = torch.arange(t, dtype=torch.float64)
+    return float((torch.clamp(i, max=left if left >= 0 else t) + 1).sum())
+
+
+def window_mask(t, window, dev):
+    """The (T, T) bool mask of a causal window (left, 0), built in row blocks (no (T, T) int
+    temporaries): key j visible to query i iff i - left <= j <= i."""
+    mask = torch.empty((t, t), dtype=torch.bool, device=dev)
+    j = torch.arange(t, device=dev)[None, :]
+    for r0 in range(0, t, 4096):
+        i = torch.arange(r0, min(t, r0 + 4096), device=dev)[:, None]
+        mask[r0:r0 + 4096] = (j <= i) & (j >= i - window[0])
+    return mask
+
+
+def _free_bytes(dev):
+    return torch.cuda.mem_get_info()[0] if dev == "cuda" else float("inf")
+
+
+def _masked_sdpa_bytes(name, b, h, t):
+    """Rough extra memory of SDPA with a (T, T) bool mask: the mask and its bfloat16 bias; the
+    math backend also holds the (B, H, T, T) scores and probabilities (float32 and bfloat16)."""
+    bias = t * t * 3
+    return bias + (b * h * t * t * 6 if name == "sdpa_math" else 0)
+
+
+def window_impls(dev):
+    """name -> (kind, context manager factory or None): kernelkit's window and dense causal
+    calls, and SDPA with an explicit mask on each backend that takes one (the CPU, for
+    ``--smoke``: the math backend)."""
+    impls = {"kernelkit_window": ("window", None), "kernelkit_causal": ("causal", None)}
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH") if dev == "cuda" else ("MATH",)
+    for name in backends:
+        backend = getattr(SDPBackend, name, None)
+        if backend is not None:
+            impls["sdpa_masked_" + name.split("_")[0].lower()] = (
+                "masked", lambda b=backend: sdpa_kernel(b))
+    return impls
+
+
+def run_window_impl(kind, ctx, q, k, v, window, mask):
+    if kind == "window":
+        return sa_mod.softmax_attention(q, k, v, is_causal=True, window_size=window)
+    if kind == "causal":
+        return sa_mod.softmax_attention(q, k, v, is_causal=True)
+    with ctx():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def window_correctness(dev, smoke):
+    """Errors of kernelkit's window and of the masked SDPA backends against float64, on the same
+    bfloat16 inputs."""
+    log("== window correctness (bfloat16 inputs; errors against float64 torch on the same inputs)")
+    b, h, t, d, window = (1, 2, 96, 32, (24, 0)) if smoke else (1, 16, 2048, 128, (256, 0))
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    q, k, v, g = (torch.randn(b, h, t, d, generator=gen).to(dev, DTYPE) for _ in range(4))
+    q, k, v = (x.requires_grad_(True) for x in (q, k, v))
+    q64, k64, v64 = (x.detach().double().requires_grad_(True) for x in (q, k, v))
+    o64 = softmax_attention_naive(q64, k64, v64, is_causal=True, window_size=window)
+    r64 = torch.autograd.grad(o64, (q64, k64, v64), g.double())
+    mask = window_mask(t, window, dev)
+    row = dict(B=b, H=h, T=t, D=d, window=list(window), causal=True)
+    for name, (kind, ctx) in window_impls(dev).items():
+        if kind == "causal":
+            continue
+        try:
+            out = run_window_impl(kind, ctx, q, k, v, window, mask)
+            grads = torch.autograd.grad(out, (q, k, v), g)
+        except Exception as e:  # a backend that refuses the mask or the shape
+            row[name] = f"skipped: {type(e).__name__}: {str(e)[:120]}"
+            continue
+        row[name] = dict(out=max_abs(out, o64), **{
+            gn: max_abs(a, r) for gn, a, r in zip(("dq", "dk", "dv"), grads, r64)})
+    log("  ", {k_: (v_ if not isinstance(v_, dict) else {a: f"{c:.2e}" for a, c in v_.items()})
+               for k_, v_ in row.items()})
+    return [row]
+
+
+def _time_window_shape(dev, shape, b, h, t, d, window):
+    """Rows of every window implementation on one shape (its tensors freed on return)."""
+    q, k, v, g = (torch.randn(b, h, t, d, device=dev, dtype=DTYPE) for _ in range(4))
+    qg, kg, vg = (x.clone().requires_grad_(True) for x in (q, k, v))
+    mask = None
+    rows = []
+    for name, (kind, ctx) in window_impls(dev).items():
+        row = dict(impl=name, shape=shape, B=b, H=h, T=t, D=d, causal=True,
+                   window=list(window) if kind != "causal" else None)
+        n_pairs = visible_pairs(t, window) if kind != "causal" else t * (t + 1) / 2
+        ff = 4.0 * b * h * d * n_pairs
+        if kind == "masked":
+            need, free = _masked_sdpa_bytes(name, b, h, t), _free_bytes(dev)
+            if need > 0.8 * free:
+                what = "mask and scores" if name == "sdpa_masked_math" else "mask"
+                row["skipped"] = (f"does not fit: needs ~{need / 2**30:.1f} GiB for the (T, T) "
+                                  f"{what}, {free / 2**30:.1f} GiB free")
+                rows.append(row)
+                log(f"  {shape:22s} {name:22s} skipped: {row['skipped']}")
+                continue
+            if mask is None:
+                mask = window_mask(t, window, dev)
+
+        def fwd(kind=kind, ctx=ctx):
+            with torch.no_grad():
+                return run_window_impl(kind, ctx, q, k, v, window, mask)
+
+        def fwd_bwd(kind=kind, ctx=ctx):
+            run_window_impl(kind, ctx, qg, kg, vg, window, mask).backward(g)
+
+        try:
+            t0 = time.perf_counter()
+            fwd()
+            fwd_bwd()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+            row["first_call_s"] = round(time.perf_counter() - t0, 3)
+            rep = 20 if t >= 32768 else 100
+            ms_f = median_ms(fwd, dev, rep=rep)
+            ms_fb = median_ms(fwd_bwd, dev, grad_to_none=[qg, kg, vg], rep=rep)
+            row.update(fwd_ms=ms_f, fwd_tflops=ff / ms_f * 1e-9, fwd_bwd_ms=ms_fb,
+                       fwd_bwd_tflops=3.5 * ff / ms_fb * 1e-9,
+                       fwd_peak_mib=peak_mib(fwd, dev), fwd_bwd_peak_mib=peak_mib(fwd_bwd, dev))
+        except Exception as e:  # a backend that refuses the mask or runs out of memory
+            row["skipped"] = f"{type(e).__name__}: {str(e)[:160]}"
+        for x in (qg, kg, vg):
+            x.grad = None
+        rows.append(row)
+        if "skipped" in row:
+            log(f"  {shape:22s} {name:22s} skipped: {row['skipped'][:80]}")
+        else:
+            log(f"  {shape:22s} {name:22s} fwd {row['fwd_ms']:9.3f} ms "
+                f"{row['fwd_tflops']:6.1f} TF/s | fwd+bwd {row['fwd_bwd_ms']:9.3f} ms "
+                f"{row['fwd_bwd_tflops']:6.1f} TF/s")
+    return rows
+
+
+def window_timings(dev, smoke):
+    """Forward and forward + backward of each window implementation at each window shape."""
+    log("== window timings (causal, bfloat16, median ms of do_bench)")
+    rows = []
+    for shape in (WINDOW_SMOKE if smoke else WINDOW_SHAPES):
+        rows += _time_window_shape(dev, *shape)
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+    index = {(r["impl"], r["shape"]): r for r in rows}
+    for r in rows:  # speedups of the window over each other implementation, same shape
+        ours = index.get(("kernelkit_window", r["shape"]))
+        if r["impl"] != "kernelkit_window" and ours and "fwd_ms" in ours and "fwd_ms" in r:
+            r["window_fwd_speedup"] = r["fwd_ms"] / ours["fwd_ms"]
+            r["window_fwd_bwd_speedup"] = r["fwd_bwd_ms"] / ours["fwd_bwd_ms"]
+    return rows
+
+
+def run_window(smoke):
+    """The sliding-window part (``--window``): correctness, then timings; the JSON's dict."""
+    dev = check_mode("benchmarks/attention_softmax.py --window", smoke)
+    device = device_facts(dev)
+    t_start = time.time()
+    ver = versions()
+    log(f"device {device['name']}; torch {ver['torch']}; triton {ver['triton']}")
+    correct = window_correctness(dev, smoke)
+    rows = window_timings(dev, smoke)
+    return dict(
+        benchmark="attention_softmax_window", date=now(), device=device, versions=ver,
+        smoke=smoke, dtype="bfloat16", causal=True,
+        flops="fwd 4 B H D x (visible (query, key) pairs); fwd+bwd 3.5x fwd",
+        correctness=correct, timings=rows, autotune=autotune_choices(),
+        wall_s=round(time.time() - t_start, 1),
+    )
+
+
+def window_summary(rows):
+    lines = ["", "== window summary (causal, bf16): ms fwd | fwd+bwd; window speedup over it"]
+    for r in rows:
+        if "fwd_ms" not in r:
+            lines.append(f"{r['shape']:22s} {r['impl']:22s} {r.get('skipped', '')[:70]}")
+            continue
+        speed = ""
+        if "window_fwd_speedup" in r:
+            speed = f"   window {r['window_fwd_speedup']:.1f}x | {r['window_fwd_bwd_speedup']:.1f}x"
+        lines.append(f"{r['shape']:22s} {r['impl']:22s} {r['fwd_ms']:9.3f} | {r['fwd_bwd_ms']:9.3f}"
+                     + speed)
+    return "\n".join(lines)
+
+
 def autotune_choices():
     out = {}
     for mod, name in ((sa_mod, "_attn_fwd_kernel"), (sa_bwd, "_attn_bwd_dkdv_kernel"),
@@ -304,8 +514,17 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="D 128, T 16384 and 1024 only (about a minute)")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU interpreter (code paths)")
+    ap.add_argument("--window", action="store_true",
+                    help="the sliding-window part only (causal, window 1024; module docstring)")
     ap.add_argument("--out", default=None, help="JSON path (default benchmarks/results/...)")
     args = ap.parse_args(argv)
+    if args.window:
+        result = run_window(args.smoke)
+        out = args.out or default_out("attention_softmax_window", result["device"]["name"])
+        write_json_atomic(out, result)
+        log(f"wrote {out} ({result['wall_s']} s)")
+        log(window_summary(result["timings"]))
+        return
     result = run(args.quick, args.smoke)
     out = args.out or default_out("attention_softmax", result["device"]["name"])
     write_json_atomic(out, result)

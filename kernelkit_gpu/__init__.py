@@ -30,9 +30,9 @@ gram_log_gradient(x, kernel="rbf", **params)
     (:mod:`kernelkit_gpu.pairwise.log_gradient`; what scikit-learn's
     ``kernel(X, eval_gradient=True)`` returns).
 softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
-                  enable_gqa=False, return_lse=False)
-    FlashAttention-style online-softmax attention, forward and backward
-    (:mod:`kernelkit_gpu.attention.softmax`).
+                  enable_gqa=False, return_lse=False, window_size=None)
+    FlashAttention-style online-softmax attention, forward and backward, with an optional
+    sliding window (:mod:`kernelkit_gpu.attention.softmax`).
 kernel_attention(q, k, v, kernel="rbf", *, is_causal=False, causal_alignment="top_left",
                  eps=1e-6, enable_gqa=False, **params)
     The exact kernel smoother for any registry kernel (:mod:`kernelkit_gpu.attention.smoother`).

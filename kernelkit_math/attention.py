@@ -33,6 +33,15 @@ Causal mask
 
     With T == S the two coincide. A row with no visible key (bottom-right with T > S, or S = 0)
     outputs 0 (lse = -inf for softmax attention, FlashAttention's convention), never NaN.
+Sliding window (softmax attention)
+    ``window_size=(left, right)``, FlashAttention's local attention: key j is visible to query i
+    iff ``i + shift - left <= j <= i + shift + right``, -1 meaning no bound on that side, with
+    the same ``shift`` as the causal mask (``causal_alignment``: 0 top-left, S - T
+    bottom-right), read whether or not the call is causal. With ``is_causal`` the window is
+    also cut at the causal diagonal, so ``right`` is 0 in effect (as FlashAttention, which sets
+    it to 0). FlashAttention aligns both masks bottom-right: its ``window_size`` is
+    ``causal_alignment="bottom_right"`` here. Both bounds together form a band
+    ``i + lower <= j <= i + upper`` (:func:`mask_band`, :func:`band_mask`).
 Masked keys are absent
     A query row's output depends only on the keys and values it is allowed to see: a masked
     position (a key after the causal diagonal) is left out of the sums, not multiplied by a
@@ -67,6 +76,9 @@ __all__ = [
     "repeat_kv",
     "causal_mask",
     "causal_shift",
+    "check_window_size",
+    "mask_band",
+    "band_mask",
     "CAUSAL_ALIGNMENTS",
     "resolve_is_causal",
     "guard_denominator",
@@ -196,6 +208,114 @@ def causal_shift(is_causal, causal_alignment, T, S):
     if not is_causal:
         return None
     return 0 if causal_alignment == "top_left" else int(S) - int(T)
+
+
+def check_window_size(window_size):
+    """Validate a sliding window: None, or ``(left, right)`` of two ints >= -1.
+
+    Parameters
+    ----------
+    window_size : None or tuple (left, right) of int
+        FlashAttention's ``window_size``: keys at most ``left`` positions before and ``right``
+        after the query's (aligned) position; -1: no bound on that side. A list is taken too.
+
+    Returns
+    -------
+    tuple (left, right) of int, or None
+        None when the window bounds nothing (None or ``(-1, -1)``, FlashAttention's default).
+
+    Raises
+    ------
+    TypeError
+        Not None and not a tuple / list, or an entry that is not an int (bool included).
+    ValueError
+        Not two entries, or an entry below -1.
+
+    Examples
+    --------
+    >>> check_window_size((128, 0)), check_window_size((-1, -1)), check_window_size(None)
+    ((128, 0), None, None)
+    """
+    if window_size is None:
+        return None
+    if not isinstance(window_size, (tuple, list)):
+        raise TypeError("window_size must be None or a tuple (left, right) of two ints >= -1; "
+                        f"got {window_size!r}")
+    if len(window_size) != 2:
+        raise ValueError("window_size must be a tuple (left, right) of two ints >= -1; got "
+                         f"{len(window_size)} entries: {tuple(window_size)!r}")
+    for side, w in zip(("left", "right"), window_size):
+        if isinstance(w, bool) or not isinstance(w, numbers.Integral):
+            raise TypeError(f"window_size must hold two ints >= -1; its {side} entry is {w!r}")
+        if w < -1:
+            raise ValueError(f"window_size entries must be >= -1 (-1: no bound on that side); its "
+                             f"{side} entry is {w}")
+    left, right = int(window_size[0]), int(window_size[1])
+    return None if (left, right) == (-1, -1) else (left, right)
+
+
+def mask_band(is_causal, causal_alignment, window_size, T, S):
+    """The visible band of a causal mask and / or a sliding window: ``(lower, upper)``.
+
+    Key j is visible to query i iff ``i + lower <= j <= i + upper`` (and 0 <= j < S); a side
+    that is None has no bound. ``shift`` is the alignment's (0 ``"top_left"``, S - T
+    ``"bottom_right"``: :func:`causal_shift`); ``upper`` is ``shift`` with ``is_causal``, else
+    ``shift + right`` when the window has a right bound; ``lower`` is ``shift - left`` when the
+    window has a left bound. With ``is_causal`` and a window, ``right`` is cut to 0 (the causal
+    diagonal), as FlashAttention does.
+
+    Parameters
+    ----------
+    is_causal : bool
+    causal_alignment : {"top_left", "bottom_right"}
+        Validated always; read with ``is_causal`` or a window.
+    window_size : None or tuple (left, right) of int
+        :func:`check_window_size`.
+    T, S : int
+        Query and key lengths.
+
+    Returns
+    -------
+    (lower, upper) : int or None each
+        Both None: every key is visible.
+
+    Examples
+    --------
+    >>> mask_band(True, "top_left", None, 4, 4), mask_band(False, "top_left", (2, 1), 4, 4)
+    ((None, 0), (-2, 1))
+    >>> mask_band(True, "bottom_right", (3, 5), 2, 6)  # causal: the right edge is the diagonal
+    (1, 4)
+    """
+    window = check_window_size(window_size)
+    causal = causal_shift(is_causal, causal_alignment, T, S)
+    shift = causal_shift(True, causal_alignment, T, S)
+    lower = upper = None
+    if window is not None:
+        left, right = window
+        lower = None if left < 0 else shift - left
+        upper = None if right < 0 else shift + right
+    if causal is not None:
+        upper = causal if upper is None else min(upper, causal)
+    return lower, upper
+
+
+def band_mask(T, S, lower=None, upper=None):
+    """The bool (T, S) mask of a band: ``mask[i, j] = i + lower <= j <= i + upper``.
+
+    A bound that is None is absent; ``band_mask(T, S, None, shift) == causal_mask(T, S, shift)``.
+
+    Examples
+    --------
+    >>> band_mask(3, 4, -1, 0).astype(int).tolist()
+    [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0]]
+    """
+    d = np.arange(S)[None, :] - np.arange(T)[:, None]  # j - i
+    mask = np.ones((T, S), dtype=bool)
+    if lower is not None:
+        mask &= d >= lower
+    if upper is not None:
+        mask &= d <= upper
+    return mask
 
 
 def guard_denominator(den, eps):
@@ -391,7 +511,7 @@ def kernel_smoother(q, k, v, kernel="exponential", *, is_causal=False,
 
 # -------------------------------------------------------------------------- softmax attention
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
-                      return_lse=False, causal=None):
+                      return_lse=False, causal=None, window_size=None):
     r"""Scaled dot-product (softmax) attention, numerically stable, float64.
 
     .. math::
@@ -406,10 +526,12 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     Equal to ``kernel_smoother(q, k, v, "exponential", scale=scale)`` (without overflow), and to
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
     enable_gqa=True)``. V(i) is every key, or ``{j <= i + shift}`` with ``is_causal`` (shift 0
-    top-left aligned, S - T bottom-right aligned: ``causal_alignment``). Rows without visible
-    keys (S = 0, or bottom-right with T > S) output 0 and their lse is -inf (not NaN), as
-    FlashAttention, whatever k and v hold. Masked keys are left out of the sums, not given a
-    zero weight: a NaN or infinity in v_j (or k_j) reaches exactly the rows that see key j.
+    top-left aligned, S - T bottom-right aligned: ``causal_alignment``), intersected with the
+    sliding window ``{i + shift - left <= j <= i + shift + right}`` of ``window_size``. Rows
+    without visible keys (S = 0, bottom-right with T > S, a window that misses every key) output
+    0 and their lse is -inf (not NaN), as FlashAttention, whatever k and v hold. Masked keys
+    are left out of the sums, not given a zero weight: a NaN or infinity in v_j (or k_j)
+    reaches exactly the rows that see key j.
 
     Parameters
     ----------
@@ -428,6 +550,15 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         Finite; None means 1 / sqrt(D).
     return_lse : bool
         Also return the log-sum-exp of the scaled scores over the visible keys.
+    window_size : None or tuple (left, right) of int, default None
+        Sliding window (FlashAttention's local attention): key j visible to query i iff
+        ``i + shift - left <= j <= i + shift + right``; -1 means no bound on that side, and None
+        or (-1, -1) no window. ``shift`` is the alignment's, as for the causal mask (0 for
+        ``"top_left"``, S - T for ``"bottom_right"``; ``causal_alignment`` is read with a
+        window even when ``is_causal`` is False). FlashAttention's ``window_size`` is
+        ``causal_alignment="bottom_right"``; with T == S the two coincide. With ``is_causal``
+        the window also ends at the causal diagonal (``right`` is 0 in effect). See
+        :func:`mask_band`.
 
     Returns
     -------
@@ -437,9 +568,11 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     Raises
     ------
     ValueError
-        Mismatched D or S, heads not divisible, non-finite scale, bad ``causal_alignment``.
+        Mismatched D or S, heads not divisible, non-finite scale, bad ``causal_alignment``,
+        a ``window_size`` that does not have two entries or has one below -1.
     TypeError
-        A non-string ``causal_alignment``.
+        A non-string ``causal_alignment``, a ``window_size`` that is not None or a tuple of
+        two ints.
 
     Examples
     --------
@@ -452,13 +585,13 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     causal = resolve_is_causal(is_causal, causal, "softmax_attention")
     q, k, v, _ = _prepare_qkv(q, k, v)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
-    shift = causal_shift(causal, causal_alignment, T, S)
+    lower, upper = mask_band(causal, causal_alignment, window_size, T, S)
     if scale is None:
         scale = 1.0 / np.sqrt(D)
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not np.isfinite(scale):
         raise ValueError(f"scale must be a finite number or None; got {scale!r}")
     scores = float(scale) * (q @ _swap(k))
-    visible = None if shift is None else causal_mask(T, S, shift)
+    visible = None if lower is None and upper is None else band_mask(T, S, lower, upper)
     if visible is not None:
         scores = np.where(visible, scores, -np.inf)
     m = scores.max(axis=-1, keepdims=True, initial=-np.inf)

@@ -96,7 +96,7 @@ def make_qkv(rng, b, h, hkv, t, s, d, dv, dtype, device, requires_grad=False):
     return [x.requires_grad_(requires_grad) for x in out]
 
 
-def gradient_term_scales(q, k, v, g_out, g_lse, shift, scale=None):
+def gradient_term_scales(q, k, v, g_out, g_lse, shift, scale=None, lower=None):
     """Largest single term summed into dq and into dk (float64): (t_dq, t_dk, 0 for dv).
 
     dq_i = scale sum_j dS_ij k_j and dk_j = scale sum_i dS_ij q_i with dS_ij = P_ij (dP_ij - delta_i),
@@ -109,16 +109,19 @@ def gradient_term_scales(q, k, v, g_out, g_lse, shift, scale=None):
     sums (seen on an H100: dq error 8.5e-7 with max|dq| < 1, against 4.9e-8 for eager
     float32). The terms are bounded per element, so this scale does not grow with S, and a
     wrong or missing term (an error of the size of a term) still fails by ~1 / (8u).
-    ``shift``: None (no mask) or the causal diagonal j <= i + shift (rows without keys: P = 0).
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift (rows without keys: P = 0);
+    ``lower``: None or a sliding window's left edge j >= i + lower.
     """
     q64, k64, v64 = (f64(x).cpu() for x in (q, k, v))
     rep = q64.shape[1] // k64.shape[1]
     k64, v64 = k64.repeat_interleave(rep, dim=1), v64.repeat_interleave(rep, dim=1)
     sc = q64.shape[-1] ** -0.5 if scale is None else scale
     s = sc * q64 @ k64.transpose(-1, -2)
+    t, n = s.shape[-2:]
     if shift is not None:
-        t, n = s.shape[-2:]
         s = s.masked_fill(~torch.ones(t, n, dtype=torch.bool).tril(shift), -float("inf"))
+    if lower is not None:
+        s = s.masked_fill(~torch.ones(t, n, dtype=torch.bool).triu(lower), -float("inf"))
     p = torch.nan_to_num(torch.softmax(s, dim=-1))
     o = p @ v64
     go, gl = f64(g_out).cpu().abs(), f64(g_lse).cpu().abs()

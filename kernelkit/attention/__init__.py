@@ -27,6 +27,9 @@ autograd. The same interface in all three functions:
   FlashAttention's varlen functions and flash-linear-attention; each token attends within its
   own sequence. Softmax runs one Triton launch over all sequences (forward and backward);
   linear attention runs one dense call per sequence.
+- ``window_size=(left, right)`` (softmax attention): FlashAttention's sliding window, query i
+  seeing keys i + shift - left .. i + shift + right (shift from ``causal_alignment``); the
+  Triton kernels visit only the window's key tiles.
 
 Which path runs (``backend="auto"``, the default): float16, bfloat16 and float32 tensors run the
 Triton kernels on CUDA, and on the CPU when ``TRITON_INTERPRET=1`` was set before import (the
@@ -40,9 +43,9 @@ Float64 references live in :mod:`kernelkit_math.attention`.
 measure how far and how fast the approximations are against softmax; they run the methods
 through the functions above, and load on first use.
 
-Masked keys are absent, on every path: a causal mask leaves the keys a query may not see out of
-its sums (not weighted by 0), so a NaN or infinity in a key or value reaches exactly the rows
-that see it (and their gradients), and rows that see no key output 0 (the rule of
+Masked keys are absent, on every path: a causal mask or a window leaves the keys a query may
+not see out of its sums (not weighted by 0), so a NaN or infinity in a key or value reaches
+exactly the rows that see it (and their gradients), and rows that see no key output 0 (the rule of
 :mod:`kernelkit_math.attention`; :func:`kernel_attention` refuses non-finite input).
 """
 

@@ -9,7 +9,7 @@ there); this module sits below both that API and the comparison tool
 from __future__ import annotations
 
 from kernelkit_math import random_features as rf
-from kernelkit_math.attention import resolve_is_causal
+from kernelkit_math.attention import causal_shift, check_window_size, resolve_is_causal
 from kernelkit_math.registry import fill_doc
 
 __all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
@@ -129,7 +129,7 @@ def _check_q_scale(scale):
 
 def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
                       enable_gqa=False, return_lse=False, layout="bhtd", cu_seqlens=None,
-                      max_seqlen=None, backend="auto"):
+                      max_seqlen=None, backend="auto", window_size=None):
     r"""Softmax attention, ``scaled_dot_product_attention``'s signature where they overlap.
 
     .. math::
@@ -149,12 +149,12 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     is_causal : bool
         Causal mask, aligned by ``causal_alignment``.
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
-        Only read when ``is_causal`` is True (validated always). ``"top_left"``: key j visible
-        to query i iff j <= i (torch ``CausalVariant.UPPER_LEFT``, SDPA's ``is_causal=True``);
-        ``"bottom_right"``: iff j <= i + S - T (torch ``CausalVariant.LOWER_RIGHT``,
-        FlashAttention's alignment for decoding with a KV cache: the T queries are the last T of
-        S positions). With T > S the first T - S queries see no key: output 0, lse -inf, no
-        gradient through them, whatever k and v hold.
+        Only read when ``is_causal`` is True or a window is given (validated always).
+        ``"top_left"``: key j visible to query i iff j <= i (torch ``CausalVariant.UPPER_LEFT``,
+        SDPA's ``is_causal=True``); ``"bottom_right"``: iff j <= i + S - T (torch
+        ``CausalVariant.LOWER_RIGHT``, FlashAttention's alignment for decoding with a KV cache:
+        the T queries are the last T of S positions). With T > S the first T - S queries see no
+        key: output 0, lse -inf, no gradient through them, whatever k and v hold.
     scale : float or None
         None means 1 / sqrt(D).
     enable_gqa : bool
@@ -184,6 +184,17 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         above), the plain-PyTorch path otherwise; ``"triton"`` the Triton kernels, or a
         ValueError that says why they cannot run the call; ``"torch"`` the plain-PyTorch path
         (``kernelkit_gpu``'s ``*_naive`` twins) on any device and dtype.
+    window_size : None or tuple (left, right) of int, default None
+        Sliding-window (local) attention, FlashAttention's ``window_size``: query i sees the
+        keys j with i + shift - left <= j <= i + shift + right, -1 meaning no bound on that
+        side; None or (-1, -1): no window. ``shift`` is the causal mask's, from
+        ``causal_alignment`` (0 ``"top_left"``, S - T ``"bottom_right"``), read with a window
+        whether or not ``is_causal``; FlashAttention aligns its window bottom-right, so
+        ``causal_alignment="bottom_right"`` reproduces its mask for any T and S (T == S: both
+        agree). With ``is_causal`` the window stops at the causal diagonal (``right`` is 0 in
+        effect, as in FlashAttention). With ``cu_seqlens`` positions count within each
+        sequence. The Triton kernels visit only the key tiles of the window (cost O(T (left +
+        right)) instead of O(T S)); queries whose window holds no key output 0, lse -inf.
 
     Returns
     -------
@@ -198,8 +209,9 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
         For mismatched shapes, devices or dtypes, a head count H_kv that does not divide H,
         ``scale <= 0``, a ``causal_alignment`` other than "top_left" / "bottom_right", a
         ``layout`` other than "bhtd" / "bthd", a bad ``cu_seqlens`` (dtype, shape, device,
-        not starting at 0, decreasing, not ending at total) or ``max_seqlen``, an unknown
-        ``backend``, or ``backend="triton"`` where the Triton kernels cannot run.
+        not starting at 0, decreasing, not ending at total) or ``max_seqlen``, a
+        ``window_size`` that is not None or a tuple of two ints >= -1, an unknown ``backend``,
+        or ``backend="triton"`` where the Triton kernels cannot run.
 
     Notes
     -----
@@ -218,18 +230,20 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     >>> cu = torch.tensor([0, 4, 9], dtype=torch.int32)
     >>> softmax_attention(packed, packed, packed, cu_seqlens=cu, is_causal=True).shape
     torch.Size([9, 2, 16])
+    >>> softmax_attention(q, k, v, is_causal=True, window_size=(2, 0)).shape  # keys i - 2 .. i
+    torch.Size([1, 2, 5, 16])
     """
     _check_layout(layout)
+    check_window_size(window_size)
     if cu_seqlens is not None:
-        from kernelkit_math.attention import causal_shift
-
         causal_shift(is_causal, causal_alignment, 0, 0)  # validates both
         if runs_triton(backend, q):
             from kernelkit_gpu.attention.varlen import softmax_attention_varlen as vimpl
         else:
             from kernelkit_gpu.attention.varlen_naive import softmax_attention_varlen_naive as vimpl
         return vimpl(q, k, v, cu_seqlens, max_seqlen=max_seqlen, is_causal=is_causal,
-                     scale=scale, enable_gqa=enable_gqa, return_lse=return_lse)
+                     scale=scale, enable_gqa=enable_gqa, return_lse=return_lse,
+                     window_size=window_size)
     if max_seqlen is not None:
         raise ValueError("max_seqlen is only read with cu_seqlens")
     q, k, v = _to_bhtd(layout, q, k, v)
@@ -238,7 +252,7 @@ def softmax_attention(q, k, v, *, is_causal=False, causal_alignment="top_left", 
     else:
         from kernelkit_gpu.attention.naive import softmax_attention_naive as impl
     res = impl(q, k, v, is_causal=is_causal, causal_alignment=causal_alignment, scale=scale,
-               enable_gqa=enable_gqa, return_lse=return_lse)
+               enable_gqa=enable_gqa, return_lse=return_lse, window_size=window_size)
     if return_lse:
         return _from_bhtd(layout, res[0]), res[1]
     return _from_bhtd(layout, res)
@@ -434,7 +448,6 @@ def _linear_varlen(impl, q, k, v, cu_seqlens, max_seqlen, initial_state, return_
     """Packed linear attention: ``impl`` (a dense linear attention) on each sequence's rows."""
     import torch
     from kernelkit_gpu.attention import varlen_naive as VN
-    from kernelkit_math.attention import causal_shift
 
     causal_shift(kwargs["is_causal"], kwargs["causal_alignment"], 0, 0)  # validates both
     total = VN.check_packed(q, k, v)

@@ -43,6 +43,13 @@ def constexprs(d, dv, causal, dtype):
                 CAUSAL=causal, PREC=dot_precision(dtype), UPCAST=upcast(dtype))
 
 
+def diagonal_arg(diagonal, t, s):
+    """The kernels' int32 argument of a band diagonal (j <= i + d or j >= i + d; None: 0, unused):
+    clamped to [-T, S], where it bounds every row of queries i < T and keys j < S as any
+    value beyond does (a window of 2^40 keys stays in int32)."""
+    return 0 if diagonal is None else min(max(int(diagonal), -int(t)), int(s))
+
+
 def alloc_like(t, shape, dtype):
     """An output of ``shape`` (B, H, T, X) laid out as ``t``: (B, T, H, X) in memory when t's heads
     are inner to its positions (the (B, T, H, D) layout seen through ``transpose(1, 2)``)."""

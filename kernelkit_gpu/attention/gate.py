@@ -1,9 +1,10 @@
-"""The finiteness gate of the causal Triton attention paths.
+"""The finiteness gate of the masked (causal or sliding-window) Triton attention paths.
 
 Masked keys are absent (the rule of :mod:`kernelkit_math.attention`). Only a masked call can
 break that rule in floating point: in a partially masked tile a masked pair's weight is 0 and
-0 * inf or 0 * NaN would reach a row that does not see the key. Non-causal calls mask nothing
-(keys beyond S load as 0) and run the Triton kernels with no check. A causal call first asks
+0 * inf or 0 * NaN would reach a row that does not see the key. Calls with neither a causal
+mask nor a window mask nothing (keys beyond S load as 0) and run the Triton kernels with no
+check. A masked call first asks
 :func:`all_finite` about its inputs: if they are finite, the Triton kernels run (no pair can
 leak); if not, the call runs the plain-PyTorch twin, which follows the rule exactly. The
 backward asks the same about its incoming gradients.

@@ -25,7 +25,7 @@ from kernelkit_gpu import epilogues as E
 from kernelkit_gpu import prepare as P
 from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 from kernelkit_gpu.pairwise.naive import epilogue_torch
-from kernelkit_math.attention import causal_shift
+from kernelkit_math.attention import causal_shift, mask_band
 from kernelkit_math.registry import get_kernel
 
 __all__ = ["softmax_attention_naive", "kernel_attention_naive"]
@@ -47,9 +47,40 @@ def _causal_mask(t0, t1, s, shift, device):
     return j <= i + shift
 
 
+def _band_mask(t, s, lower, upper, device):
+    """(t, s) bool: key j visible to query i iff i + lower <= j <= i + upper (a None bound is
+    absent; :func:`kernelkit_math.attention.mask_band`)."""
+    d = torch.arange(s, device=device)[None, :] - torch.arange(t, device=device)[:, None]
+    visible = torch.ones((t, s), dtype=torch.bool, device=device)
+    if lower is not None:
+        visible &= d >= lower
+    if upper is not None:
+        visible &= d <= upper
+    return visible
+
+
+def _empty_rows(t, s, lower, upper, device):
+    """(t, 1) bool of the rows that see no key of a band, or None when every row sees one. The
+    band i + lower <= j <= i + upper has upper >= lower and moves right with i, so row i misses
+    [0, s) exactly when i + upper < 0 or i + lower > s - 1: the empty rows are a prefix and a
+    suffix, and none is empty when the first and the last row see a key."""
+    def sees(i):
+        return (upper is None or i + upper >= 0) and (lower is None or i + lower <= s - 1)
+
+    if sees(0) and sees(t - 1):
+        return None
+    i = torch.arange(t, device=device)[:, None]
+    empty = torch.zeros((t, 1), dtype=torch.bool, device=device)
+    if upper is not None:
+        empty |= i + upper < 0
+    if lower is not None:
+        empty |= i + lower > s - 1
+    return empty
+
+
 # ------------------------------------------------------------------------------------ softmax
 def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_left", scale=None,
-                            enable_gqa=False, return_lse=False):
+                            enable_gqa=False, return_lse=False, window_size=None):
     r"""Softmax attention with the score matrix materialised; the signature of the Triton version.
 
     .. math::
@@ -69,26 +100,29 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
     is_causal : bool
         Causal mask: key j is visible to query i iff j <= i + shift.
     causal_alignment : {"top_left", "bottom_right"}, default "top_left"
-        Only read when ``is_causal`` is True (validated always). ``"top_left"``: shift 0, as
-        torch SDPA (``CausalVariant.UPPER_LEFT``); ``"bottom_right"``: shift S - T, as
-        FlashAttention's KV-cache decoding (``CausalVariant.LOWER_RIGHT``); with T > S the first
-        T - S rows see no key.
+        Only read when ``is_causal`` is True or a window is given (validated always).
+        ``"top_left"``: shift 0, as torch SDPA (``CausalVariant.UPPER_LEFT``);
+        ``"bottom_right"``: shift S - T, as FlashAttention's KV-cache decoding
+        (``CausalVariant.LOWER_RIGHT``); with T > S the first T - S rows see no key.
     scale : float, optional
         Multiplies the scores; default 1 / sqrt(D).
     enable_gqa : bool
         Allow H_kv dividing H: query head h reads key/value head h // (H / H_kv).
     return_lse : bool
         Also return the log-sum-exp of the scaled scores (natural log).
+    window_size : None or tuple (left, right) of int, default None
+        Sliding window, as :func:`kernelkit_gpu.softmax_attention`: key j visible to query i
+        iff i + shift - left <= j <= i + shift + right (-1: no bound on that side).
 
     Returns
     -------
     out : torch.Tensor, shape (B, H, T, Dv), the input dtype
     lse : torch.Tensor, shape (B, H, T), float32 (float64 for float64 input); only if return_lse.
-        Rows with no visible key (S == 0, or bottom-right with T > S) give out 0, lse -inf and
-        zero gradients.
+        Rows with no visible key (S == 0, bottom-right with T > S, a window that misses every
+        key) give out 0, lse -inf and zero gradients.
 
     Masked keys are absent, not weighted by 0 (:mod:`kernelkit_math.attention`): with
-    ``is_causal`` the products over keys run through :class:`VisibleScores` and
+    ``is_causal`` or a window the products over keys run through :class:`VisibleScores` and
     :class:`VisibleMatmul`, so a NaN or infinity in v_j, k_j or q_i reaches exactly the outputs
     and gradients of a row-by-row computation over the visible keys.
 
@@ -100,7 +134,7 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
     B, H, H_kv, T, S, D, Dv = checks.check_qkv(q, k, v, is_causal=is_causal, enable_gqa=enable_gqa,
                                           dtypes=checks.ATTN_DTYPES + (torch.float64,))
     checks.check_flag(return_lse, "return_lse")
-    shift = causal_shift(is_causal, causal_alignment, T, S)
+    lower, upper = mask_band(is_causal, causal_alignment, window_size, T, S)
     scale = checks.check_scale(scale, D)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if S == 0 or T == 0:
@@ -109,21 +143,21 @@ def softmax_attention_naive(q, k, v, *, is_causal=False, causal_alignment="top_l
         return (out, lse) if return_lse else out
     group = H // H_kv
     kk, vv = _expand_kv(k, group), _expand_kv(v, group)
-    if shift is None:
+    if lower is None and upper is None:
         scores = torch.matmul(q, kk.transpose(-1, -2)) * scale
         out = torch.matmul(torch.softmax(scores, dim=-1), vv)
         if return_lse:
             return out, torch.logsumexp(scores.to(lse_dtype), dim=-1)
         return out
-    # Causal: masked keys are absent (kernelkit_math.attention): the products that involve a
-    # key go through the visible pairs only, so a NaN / inf key or value reaches only the rows
-    # that see it, and rows that see no key are 0.
-    visible = _causal_mask(0, T, S, shift, q.device)
+    # Causal / window: masked keys are absent (kernelkit_math.attention): the products that
+    # involve a key go through the visible pairs only, so a NaN / inf key or value reaches only
+    # the rows that see it, and rows that see no key are 0.
+    visible = _band_mask(T, S, lower, upper, q.device)
     scores = VisibleScores.apply(q, kk, visible) * scale
     scores = scores.masked_fill(~visible, -math.inf)
-    empty = None  # rows with no visible key: finite scores here, zeroed after the softmax
-    if shift < 0:
-        empty = (torch.arange(T, device=q.device) + shift < 0)[:, None]
+    # rows with no visible key: finite scores here, zeroed after the softmax
+    empty = _empty_rows(T, S, lower, upper, q.device)
+    if empty is not None:
         scores = scores.masked_fill(empty, 0.0)
     p = torch.softmax(scores, dim=-1)
     if empty is not None:

@@ -55,11 +55,11 @@ def _attn_bwd_preprocess(o_ptr, do_ptr, dlse_ptr, delta_ptr, H, T, DV,
 
 @triton.jit
 def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, offs_n, offs_d,
-                        offs_dv, T, SHIFT, D, DV, qk_scale,
+                        offs_dv, T, S, SHIFT, LOWER, D, DV, qk_scale,
                         stride_qt, stride_qd, stride_gt, stride_gd,
                         BLOCK_M1: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                        EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
-                        UPCAST: tl.constexpr):
+                        WINDOW: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                        PREC: tl.constexpr, UPCAST: tl.constexpr):
     """dK, dV of the key block from one block of BLOCK_M1 queries (transposed formulation)."""
     offs_m = m0 + tl.arange(0, BLOCK_M1)
     qT = _load_cols(q_base, offs_d, offs_m, stride_qd, stride_qt, D, T, not EVEN_D, MASKED)
@@ -76,6 +76,9 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
         valid = offs_m[None, :] < T
         if CAUSAL:
             valid = valid & (offs_n[:, None] <= offs_m[None, :] + SHIFT)
+        if WINDOW:
+            # (and j < S: a row whose window holds only the padding keys past S has lse -inf)
+            valid = valid & (offs_n[:, None] >= offs_m[None, :] + LOWER) & (offs_n[:, None] < S)
         pT = tl.where(valid, pT, 0.0)  # also drops exp2(+inf) of rows without keys (lse -inf)
     dv = _mm(pT.to(do.dtype), do, dv, PREC, UPCAST)
     dpT = _mm(v, tl.trans(do), None, PREC, UPCAST)
@@ -85,12 +88,12 @@ def _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_ptr, delta_ptr, m0, o
 
 
 @triton.autotune(configs=_attn_configs.dkdv_configs(),
-                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC", "VARLEN"],
+                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "WINDOW", "PREC", "VARLEN"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dkdv})
-@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT", "NSEQ"])
+@triton.jit(do_not_specialize=["H", "H_KV", "GROUP", "T", "S", "SHIFT", "LOWER", "NSEQ"])
 def _attn_bwd_dkdv_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, tab_ptr,
-    H, H_KV, GROUP, T, S, SHIFT, NSEQ, D, DV, qk_scale, sm_scale,
+    H, H_KV, GROUP, T, S, SHIFT, LOWER, NSEQ, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -99,10 +102,11 @@ def _attn_bwd_dkdv_kernel(
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
     BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
+    WINDOW: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dK and dV of BLOCK_N1 keys of one key/value head, summed over the GROUP query heads. With
-    VARLEN the key block is row ``pid`` of the tile table, as in the forward kernel."""
+    """dK and dV of BLOCK_N1 keys of one key/value head, summed over the GROUP query heads. Masks
+    as the forward kernel's (CAUSAL: j <= i + SHIFT, WINDOW: j >= i + LOWER). With VARLEN the
+    key block is row ``pid`` of the tile table, as in the forward kernel."""
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1)
     b = bhk // H_KV
@@ -146,6 +150,17 @@ def _attn_bwd_dkdv_kernel(
         mid = 0
         diag_end = 0
     t_full = (TQ // BLOCK_M1) * BLOCK_M1
+    if WINDOW:
+        # The window's left edge j >= i + LOWER: rows after the block's last key's edge
+        # n0 + BLOCK_N1 - 1 - LOWER see none of its keys (the blocks from r_end on are never
+        # read), rows up to its first key's edge n0 - LOWER see all of them (full blocks below
+        # r_full; masked from there to r_end).
+        r_end = tl.minimum(TQ, tl.maximum(n0 + BLOCK_N1 - LOWER, 0))
+        r_full = tl.minimum(t_full, (tl.maximum(n0 - LOWER + 1, 0) // BLOCK_M1) * BLOCK_M1)
+        diag_end = tl.minimum(diag_end, tl.cdiv(r_end, BLOCK_M1) * BLOCK_M1)
+    else:
+        r_end = TQ
+        r_full = t_full
     for hh in range(0, GROUP):
         h = hk * GROUP + hh
         bh = b * H + h
@@ -160,19 +175,22 @@ def _attn_bwd_dkdv_kernel(
             delta_base += start
         for m0 in range(lo, diag_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-        for m0 in range(mid, t_full, BLOCK_M1):
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
+                                         qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
+                                         BLOCK_M1, True, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
+                                         UPCAST)
+        for m0 in range(mid, r_full, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-        for m0 in range(tl.maximum(mid, t_full), TQ, BLOCK_M1):
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
+                                         qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
+                                         BLOCK_M1, False, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
+                                         UPCAST)
+        for m0 in range(tl.maximum(mid, r_full), r_end, BLOCK_M1):
             dk, dv = _attn_bwd_dkdv_step(dk, dv, k, v, q_base, do_base, lse_base, delta_base, m0,
-                                         offs_n, offs_d, offs_dv, TQ, SHIFT, D, DV, qk_scale,
-                                         stride_qt, stride_qd, stride_gt, stride_gd,
-                                         BLOCK_M1, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
+                                         offs_n, offs_d, offs_dv, TQ, SK, SHIFT, LOWER, D, DV,
+                                         qk_scale, stride_qt, stride_qd, stride_gt, stride_gd,
+                                         BLOCK_M1, True, CAUSAL, WINDOW, EVEN_D, EVEN_DV, PREC,
+                                         UPCAST)
     dk = dk * sm_scale
     rows = offs_n.to(tl.int64)
     dk_ptrs = dk_base + rows[:, None] * stride_dkn + offs_d[None, :] * stride_dkd
@@ -183,10 +201,10 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit
 def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                      S, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
+                      S, SHIFT, LOWER, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
                       BLOCK_N2: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                      EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PREC: tl.constexpr,
-                      UPCAST: tl.constexpr):
+                      WINDOW: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                      PREC: tl.constexpr, UPCAST: tl.constexpr):
     """dQ of the query block from one block of BLOCK_N2 keys."""
     cols = n0 + tl.arange(0, BLOCK_N2)
     kT = _load_cols(k_base, offs_d, cols, stride_kd, stride_kn, D, S, not EVEN_D, MASKED)
@@ -197,6 +215,8 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
         valid = cols[None, :] < S
         if CAUSAL:
             valid = valid & (cols[None, :] <= offs_m[:, None] + SHIFT)
+        if WINDOW:
+            valid = valid & (cols[None, :] >= offs_m[:, None] + LOWER)
         p = tl.where(valid, p, 0.0)
     dp = _mm(do, vT, None, PREC, UPCAST)
     ds = p * (dp - di[:, None])
@@ -205,12 +225,12 @@ def _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, o
 
 
 @triton.autotune(configs=_attn_configs.dq_configs(),
-                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "PREC", "VARLEN"],
+                 key=["BLOCK_D", "BLOCK_DV", "CAUSAL", "WINDOW", "PREC", "VARLEN"],
                  prune_configs_by={"early_config_prune": _attn_configs.prune_dq})
-@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT", "NSEQ"])
+@triton.jit(do_not_specialize=["H", "GROUP", "T", "S", "SHIFT", "LOWER", "NSEQ"])
 def _attn_bwd_dq_kernel(
     q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, tab_ptr,
-    H, GROUP, T, S, SHIFT, NSEQ, D, DV, qk_scale, sm_scale,
+    H, GROUP, T, S, SHIFT, LOWER, NSEQ, D, DV, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qt, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -218,10 +238,11 @@ def _attn_bwd_dq_kernel(
     stride_dqb, stride_dqh, stride_dqt, stride_dqd,
     BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, CAUSAL: tl.constexpr,
-    PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
+    WINDOW: tl.constexpr, PREC: tl.constexpr, UPCAST: tl.constexpr, VARLEN: tl.constexpr,
 ):
-    """dQ of BLOCK_M2 queries of one head: sum over the visible key blocks. With VARLEN the query
-    block is row ``pid`` of the tile table, as in the forward kernel."""
+    """dQ of BLOCK_M2 queries of one head: sum over the visible key blocks (masks and tile
+    ranges as in the forward kernel). With VARLEN the query block is row ``pid`` of the tile
+    table, as in the forward kernel."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -264,25 +285,48 @@ def _attn_bwd_dq_kernel(
     else:
         hi = SK
         full_end = (SK // BLOCK_N2) * BLOCK_N2
-    for n0 in range(0, full_end, BLOCK_N2):
-        dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               SK, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                               BLOCK_N2, False, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
-    for n0 in range(full_end, hi, BLOCK_N2):
-        dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d, offs_dv,
-                               SK, SHIFT, D, DV, qk_scale, stride_kn, stride_kd, stride_vn, stride_vd,
-                               BLOCK_N2, True, CAUSAL, EVEN_D, EVEN_DV, PREC, UPCAST)
+    if WINDOW:  # the forward kernel's window tiles: masked, full, masked
+        lo = (tl.maximum(m0 + LOWER, 0) // BLOCK_N2) * BLOCK_N2
+        full_start = tl.cdiv(tl.maximum(m0 + BLOCK_M2 - 1 + LOWER, 0), BLOCK_N2) * BLOCK_N2
+        for n0 in range(lo, tl.minimum(full_start, hi), BLOCK_N2):
+            dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d,
+                                   offs_dv, SK, SHIFT, LOWER, D, DV, qk_scale, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, BLOCK_N2, True, CAUSAL, True,
+                                   EVEN_D, EVEN_DV, PREC, UPCAST)
+        for n0 in range(full_start, full_end, BLOCK_N2):
+            dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d,
+                                   offs_dv, SK, SHIFT, LOWER, D, DV, qk_scale, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, BLOCK_N2, False, CAUSAL, True,
+                                   EVEN_D, EVEN_DV, PREC, UPCAST)
+        for n0 in range(tl.maximum(full_start, full_end), hi, BLOCK_N2):
+            dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d,
+                                   offs_dv, SK, SHIFT, LOWER, D, DV, qk_scale, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, BLOCK_N2, True, CAUSAL, True,
+                                   EVEN_D, EVEN_DV, PREC, UPCAST)
+    else:
+        for n0 in range(0, full_end, BLOCK_N2):
+            dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d,
+                                   offs_dv, SK, SHIFT, LOWER, D, DV, qk_scale, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, BLOCK_N2, False, CAUSAL, False,
+                                   EVEN_D, EVEN_DV, PREC, UPCAST)
+        for n0 in range(full_end, hi, BLOCK_N2):
+            dq = _attn_bwd_dq_step(dq, q, do, lse2, di, k_base, v_base, n0, offs_m, offs_d,
+                                   offs_dv, SK, SHIFT, LOWER, D, DV, qk_scale, stride_kn,
+                                   stride_kd, stride_vn, stride_vd, BLOCK_N2, True, CAUSAL, False,
+                                   EVEN_D, EVEN_DV, PREC, UPCAST)
     dq = dq * sm_scale
     dq_ptrs = dq_base + offs_m.to(tl.int64)[:, None] * stride_dqt + offs_d[None, :] * stride_dqd
     tl.store(dq_ptrs, dq.to(dq_ptr.dtype.element_ty), mask=(offs_m[:, None] < TQ) & (offs_d[None, :] < D))
 
 
 # ----------------------------------------------------------------------------------- launcher
-def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None), varlen=None):
+def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None), varlen=None,
+             lower=None):
     """Gradients (dq, dk, dv) of the attention output (and of the natural lse, ``dlse``, or None).
 
-    ``shift``: None (no mask) or the causal diagonal j <= i + shift, and ``varlen`` (None or
-    ``(table, n_seqs)``), as in ``attn_fwd``. Each gradient has its operand's layout.
+    ``shift``: None (no mask) or the causal diagonal j <= i + shift, ``lower``: None or the
+    window's left edge j >= i + lower, and ``varlen`` (None or ``(table, n_seqs)``), as in
+    ``attn_fwd``. Each gradient has its operand's layout.
 
     ``configs``: (dK/dV config, dQ config) to bypass the autotuner (tests), or None each.
     """
@@ -296,9 +340,10 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)
     if has_dlse:
         dlse = dlse.to(torch.float32).contiguous()
     common = dict(_attn_configs.constexprs(D, DV, shift is not None, q.dtype),
-                  VARLEN=varlen is not None)
+                  WINDOW=lower is not None, VARLEN=varlen is not None)
     table, n_seqs = (delta, 0) if varlen is None else varlen
-    shift_arg = 0 if shift is None else shift
+    shift_arg = _attn_configs.diagonal_arg(shift, T, S)
+    lower_arg = _attn_configs.diagonal_arg(lower, T, S)
     pre_m = 64 if not _launch.INTERPRET else 32
     _attn_bwd_preprocess[(triton.cdiv(T, pre_m), B * H)](
         out, do, dlse if has_dlse else delta, delta, H, T, DV,
@@ -314,7 +359,7 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)
 
     _attn_configs.launch(_attn_bwd_dkdv_kernel, grid_kv, (
         q, k, v, do, lse2, delta, dk, dv, table,
-        H, H_kv, H // H_kv, T, S, shift_arg, n_seqs, D, DV, qk_scale, scale,
+        H, H_kv, H // H_kv, T, S, shift_arg, lower_arg, n_seqs, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(), *dv.stride(),
     ), common, configs[0])
 
@@ -325,7 +370,7 @@ def attn_bwd(do, q, k, v, out, lse2, dlse, *, shift, scale, configs=(None, None)
 
     _attn_configs.launch(_attn_bwd_dq_kernel, grid_q, (
         q, k, v, do, lse2, delta, dq, table,
-        H, H // H_kv, T, S, shift_arg, n_seqs, D, DV, qk_scale, scale,
+        H, H // H_kv, T, S, shift_arg, lower_arg, n_seqs, D, DV, qk_scale, scale,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dq.stride(),
     ), common, configs[1])
     return dq, dk, dv

@@ -17,6 +17,7 @@ import torch
 from kernelkit_gpu import checks
 from kernelkit_gpu.attention.naive import softmax_attention_naive
 from kernelkit_gpu.flags import PendingFlag
+from kernelkit_math.attention import check_window_size
 
 __all__ = ["softmax_attention_varlen_naive", "per_sequence", "check_packed", "check_cu_seqlens",
            "start_check", "raise_if_invalid", "to_batch", "to_packed"]
@@ -109,7 +110,8 @@ def per_sequence(fn, cu_seqlens, total, max_seqlen, *tensors):
 
 
 def softmax_attention_varlen_naive(q, k, v, cu_seqlens, *, max_seqlen=None, is_causal=False,
-                                   scale=None, enable_gqa=False, return_lse=False):
+                                   scale=None, enable_gqa=False, return_lse=False,
+                                   window_size=None):
     r"""Softmax attention over each sequence of a packed batch: a loop of
     :func:`kernelkit_gpu.softmax_attention_naive` (the twin of
     :func:`kernelkit_gpu.attention.varlen.softmax_attention_varlen`; any device, float64 too).
@@ -123,9 +125,9 @@ def softmax_attention_varlen_naive(q, k, v, cu_seqlens, *, max_seqlen=None, is_c
         Cumulative sequence lengths (module docstring).
     max_seqlen : int, optional
         Checked as an upper bound of the lengths when given; not needed.
-    is_causal, scale, enable_gqa, return_lse
-        As :func:`kernelkit_gpu.softmax_attention`; causal masks are per sequence (query i of a
-        sequence sees its keys j <= i).
+    is_causal, scale, enable_gqa, return_lse, window_size
+        As :func:`kernelkit_gpu.softmax_attention`; causal masks and windows are per sequence
+        (query i of a sequence sees its keys j <= i, and i - left <= j <= i + right).
 
     Returns
     -------
@@ -136,16 +138,19 @@ def softmax_attention_varlen_naive(q, k, v, cu_seqlens, *, max_seqlen=None, is_c
     total = check_packed(q, k, v)
     check_cu_seqlens(cu_seqlens, q.device, max_seqlen)
     checks.check_flag(return_lse, "return_lse")
+    check_window_size(window_size)
     if q.shape[1] == 0 or total == 0:  # no token: the dense checks and an empty result
         out, lse = softmax_attention_naive(to_batch(q), to_batch(k), to_batch(v),
                                            is_causal=is_causal, scale=scale,
-                                           enable_gqa=enable_gqa, return_lse=True)
+                                           enable_gqa=enable_gqa, return_lse=True,
+                                           window_size=window_size)
         _bounds(cu_seqlens, total, max_seqlen)
         return (to_packed(out), lse[0]) if return_lse else to_packed(out)
 
     def one(_, qb, kb, vb):
         return softmax_attention_naive(qb, kb, vb, is_causal=is_causal, scale=scale,
-                                       enable_gqa=enable_gqa, return_lse=True)
+                                       enable_gqa=enable_gqa, return_lse=True,
+                                       window_size=window_size)
 
     parts = per_sequence(one, cu_seqlens, total, max_seqlen, q, k, v)
     out = torch.cat([to_packed(o) for o, _ in parts], 0)
