@@ -54,7 +54,10 @@ degree : int, default=3
         max(10^7, 100 n). Where it runs out, a ConvergenceWarning and ``fit_status_ = 1``.
     device : {{"auto", "cpu", "cuda"}}, default="auto"
         Where the kernel rows and the solver run; "precomputed" runs on the CPU. Kernel values,
-        the gradient and every reduction are float64 on both devices."""
+        the gradient and every reduction are float64 on both devices. Under a
+        ``torch.distributed`` process group every rank calls ``fit`` with the same arguments and
+        gets the single process's fit; the solver's kernel points are sharded over the ranks
+        (:mod:`kernelkit.linalg.smo_sharded`, docs/distributed.md)."""
 
 
 def _check_real(value, name, low=None, *, closed=False, infinite=False):
@@ -159,12 +162,14 @@ class _BaseSVM(BaseEstimator):
             raise ValueError("Invalid input - all samples have zero or negative weights.")
         return weights, keep
 
-    def _checked(self, validate, **arguments):
-        """``validate(**arguments)``, the checks of ``fit``'s arguments; under a process group
-        run on every rank (an error on one is raised on every rank) and followed by the
+    def _checked(self, validate, X, **arguments):
+        """``validate(X=X, **arguments)``, the checks of ``fit``'s arguments; under a process
+        group run on every rank (an error on one is raised on every rank) and followed by the
         comparison of the arguments and parameters across ranks
-        (:func:`kernelkit.distributed.checked`)."""
-        return distributed.checked(f"{type(self).__name__}.fit", self, validate, **arguments)
+        (:func:`kernelkit.distributed.checked`). A sparse X is made dense first, as KernelRidge
+        does: the comparison reads its values."""
+        return distributed.checked(f"{type(self).__name__}.fit", self, validate,
+                                   X=_ridge_checks.dense(X), **arguments)
 
     def _solve(self, op, Xe, rows_of, p, y, C, alpha, index=None):
         """Run the SMO solver over the training points ``rows_of`` (their indices in ``Xe``);

@@ -67,7 +67,7 @@ _SVC_DOC = """C-support vector classification, on libsvm's dual solved by batche
         instead of libsvm's vote (whose ties go to the first class).
     random_state : int, RandomState instance or None, default=None
         Seeds the cross-validation folds of ``probability=True`` (one draw of it per fit, as
-        scikit-learn's); ignored otherwise.
+        scikit-learn's; under a process group rank 0's draw); ignored otherwise.
 
     Attributes
     ----------
