@@ -66,6 +66,13 @@ def _merge(table, width):
     return variables[np.lexsort((variables, keys))][:width].astype(np.int64)
 
 
+def _grouped(owners, size):
+    """The (lo, hi) of each rank's rows among rows grouped by their owner rank (``owners``), in
+    rank order: the bounds of an all-gather of every rank's own rows."""
+    ends = np.concatenate([[0], np.cumsum(np.bincount(owners, minlength=size))])
+    return list(zip(ends[:-1], ends[1:]))
+
+
 class _Shard:
     """This rank's part of the problem: its kernel points, its variables, their gradient and
     its row cache.
@@ -229,17 +236,13 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1, working_se
                                    _merge(table[:, 6 + 2 * width:], width), int(n_up),
                                    int(n_low), width)
             K_rows, mine = D.agree(shard.block, ws_host, G)
-            counts = np.bincount(shard.owner[ws_host], minlength=shard.size)
-            ends_at = np.concatenate([[0], np.cumsum(counts)])
-            gathered = D.all_gather_rows(mine, len(ws_host), list(zip(ends_at[:-1],
-                                                                      ends_at[1:])))
+            gathered = D.all_gather_rows(mine, len(ws_host),
+                                         _grouped(shard.owner[ws_host], shard.size))
             a_new, steps, G = D.agree(_step, shard, ws_host, gathered, alpha, y, C, G, active,
                                       K_rows, tol, min(10 * len(ws_host), max_iter - n_iter))
             alpha[_to_device(ws_host, device)] = a_new
             ran = True
-        counts = np.bincount(shard.owner, minlength=shard.size)
-        ends_at = np.concatenate([[0], np.cumsum(counts)])
-        whole = D.all_gather_rows(G[:, None], n_var, list(zip(ends_at[:-1], ends_at[1:])))
+        whole = D.all_gather_rows(G[:, None], n_var, _grouped(shard.owner, shard.size))
     G = torch.empty(n_var, dtype=torch.float64, device=device)
     G[_to_device(np.argsort(shard.owner, kind="stable"), device)] = whole[:, 0]
     return SMOResult(alpha, G, rho(alpha, G, y, C), gap, n_iter, gap <= tol)
