@@ -2,8 +2,9 @@
 
 Detection, not an argument: when a process group of more than one rank is initialised
 (``torchrun`` plus ``torch.distributed.init_process_group``, or :func:`init_from_env`),
-:func:`kernelkit.gram`, :func:`kernelkit_gpu.kernel_matvec`, :class:`kernelkit.KernelRidge` and
-:class:`kernelkit.GaussianProcessRegressor` run distributed. Every rank makes the same call
+:func:`kernelkit.gram`, :func:`kernelkit_gpu.kernel_matvec`, :class:`kernelkit.KernelRidge`,
+:class:`kernelkit.GaussianProcessRegressor` and the fits of :class:`kernelkit.SVC`,
+:class:`kernelkit.SVR` and :class:`kernelkit.OneClassSVM` run distributed. Every rank makes the same call
 with the same full arguments (the whole X and y: scikit-learn's ``fit(X, y)`` contract is
 unchanged) and gets the same full result; each rank computes its contiguous block of rows.
 ``with kernelkit_gpu.distributed.local():`` runs a call on this rank alone. See

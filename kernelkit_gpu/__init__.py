@@ -16,8 +16,10 @@ the epilogue table (``epilogues.py``: one row per registry kernel), operand prep
 (``prepare.py``), argument checks (``checks.py``), host-read flags (``flags.py``) and launch helpers (``_launch.py``).
 ``mixed_gemv.py``: a float32 matrix times float64 vectors with float64 sums (the solvers'
 Nyström iteration), beside its reference. ``smo_subproblem.py``: one SMO working set's pairwise
-steps in one program (the SVM solver's subproblem; reference ``kernelkit_math.smo``). No module
-shares its name with a function it exports.
+steps in one program (the SVM solver's subproblem; reference ``kernelkit_math.smo``);
+``smo_combine.py``: the solver's gradient product over kernel rows, each column summed in row
+order (the same bits for any block of columns). No module shares its name with a function it
+exports.
 
 Public functions
 ----------------

@@ -28,13 +28,17 @@ index (``numpy.argmax`` / ``argmin``).
 This is the specification of the Triton kernel :mod:`kernelkit_gpu.smo_subproblem` (the same
 float64 operations in the same order) and the CPU path of :func:`kernelkit.linalg.smo.solve`.
 Inputs are converted to float64 and never modified; they must be finite.
+
+:func:`combine_rows` is the solver's gradient product over kernel rows, sum_t c_t K[t, :], in
+the order that makes each column's sum independent of the other columns (the specification of
+:mod:`kernelkit_gpu.smo_combine`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["TAU", "pair_update", "subproblem"]
+__all__ = ["TAU", "combine_rows", "pair_update", "subproblem"]
 
 #: libsvm's stand-in for a curvature K_ii + K_jj - 2 K_ij that is not positive.
 TAU = 1e-12
@@ -172,3 +176,41 @@ def subproblem(alpha, G, y, C, K, tol, budget):
         G += y * (K[i] * (y[i] * (new_i - old_i)) + K[j] * (y[j] * (new_j - old_j)))
         steps += 1
     return alpha, G, steps
+
+
+def combine_rows(rows, coef):
+    """sum_t coef_t rows[t, :] for every column, summed in the order of t: the first product,
+    then each next product added (every product and sum rounded to float64, no fused
+    multiply-add).
+
+    Each column's value depends on that column and ``coef`` alone, not on the number of columns
+    (nor on threads or a BLAS): any block of columns gives the bits of the whole matrix's
+    product, so ranks that each own some columns compute what one process computes.
+
+    Parameters
+    ----------
+    rows : array_like of shape (q, n)
+        Kernel rows (read in float64).
+    coef : array_like of shape (q,)
+        Their coefficients.
+
+    Returns
+    -------
+    ndarray of shape (n,)
+        Float64; zeros for q = 0.
+
+    Examples
+    --------
+    >>> combine_rows([[1.0, 2.0], [3.0, 4.0]], [0.5, -1.0]).tolist()
+    [-2.5, -3.0]
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    coef = np.asarray(coef, dtype=np.float64)
+    if len(coef) == 0:
+        return np.zeros(rows.shape[1])
+    out = rows[0] * coef[0]
+    term = np.empty_like(out)
+    for t in range(1, len(coef)):
+        np.multiply(rows[t], coef[t], out=term)
+        out += term
+    return out

@@ -9,7 +9,8 @@ from :func:`inputs`, shared with the test. The checks of the Triton products (ke
 KernelRidge's Triton products, the GP's fused gradient pass) run on DEVICE: "cpu" (the Triton
 interpreter: the test sets TRITON_INTERPRET=1) or "cuda"; everything else on the CPU. With
 SCENARIO ``die`` the last rank ends its process (os._exit) while writing a Gram file, and the
-others record what they raised.
+others record what they raised. SCENARIO ``svm`` runs the checks of the support vector machines
+(:func:`svm_fits` and the errors; tests/test_distributed_svm.py), their kernel rows on DEVICE.
 """
 
 from __future__ import annotations
@@ -147,6 +148,117 @@ def gp_fits(data, fused_device=None):
                                                 cg_tol=1e-6), X, U[:, 0]), X[:3]),
         "gp_exact": lambda: gp_summary(fit(gp(exact_max_n=None, optimizer_max_iter=3), Xr,
                                            yr[:, 1]), Xr[:5]),
+    }
+
+
+def svm_inputs():
+    """The data of the SVM checks, the same in the test and on every rank."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(700, 3))  # more than a working set (512): candidates from every rank
+    y = (X[:, 0] * X[:, 1] + 0.3 * rng.normal(size=700) > 0).astype(int)
+    Xm = rng.normal(size=(90, 2))
+    ym = np.digitize(Xm[:, 0] + 0.3 * rng.normal(size=90), [-0.5, 0.5])  # three classes
+    wm = rng.uniform(0.2, 2.0, size=90)
+    wm[::9] = 0.0  # left out of the fit, as libsvm does
+    Xs = rng.uniform(-3.0, 3.0, size=(300, 2))  # SVR: 600 variables
+    ys = np.sin(Xs[:, 0]) + 0.1 * Xs[:, 1]
+    return dict(X=X, y=y, Xm=Xm, ym=ym, wm=wm, Xs=Xs, ys=ys)
+
+
+def svm_summary(model):
+    """The fitted attributes of an SVM as one flat float64 array (integers exactly): the number
+    of support vectors, ``support_``, ``n_support_``, ``dual_coef_``, ``intercept_``,
+    ``n_iter_``, ``fit_status_`` and, where fitted, ``probA_`` and ``probB_``."""
+    parts = [[len(model.support_)], model.support_, model.n_support_, model.dual_coef_,
+             model.intercept_, model.n_iter_, [model.fit_status_],
+             getattr(model, "probA_", []), getattr(model, "probB_", [])]
+    return np.concatenate([np.ravel(np.asarray(p, dtype=np.float64)) for p in parts])
+
+
+def svm_fits(data, device="cpu"):
+    """``{name: callable}`` of the SVM checks, shared by the worker and the test (one process):
+    each fits on ``device`` and returns :func:`svm_summary`. svc_tiny and one_class_tiny have 2
+    points, so on 3 ranks one rank owns none."""
+    from kernelkit import SVC, SVR, OneClassSVM
+    from kernelkit_math import get_kernel
+
+    X, y, Xm, ym, wm, Xs, ys = (data[k] for k in ("X", "y", "Xm", "ym", "wm", "Xs", "ys"))
+
+    def fit(model, *args, **kwargs):
+        return svm_summary(model.fit(*args, **kwargs))
+
+    K = get_kernel("rbf").value(Xm[:50], gamma=0.5)
+    return {
+        "svc": lambda: fit(SVC(C=10.0, device=device), X, y),
+        "svc_multiclass": lambda: fit(SVC(C=3.0, class_weight="balanced", device=device), Xm,
+                                      ym, sample_weight=wm),
+        "svc_precomputed": lambda: fit(SVC(kernel="precomputed"), K, ym[:50]),
+        "svc_probability": lambda: fit(SVC(probability=True, random_state=0, device=device),
+                                       X[:40], y[:40]),
+        "svr": lambda: fit(SVR(C=3.0, epsilon=0.05, device=device), Xs, ys),
+        "one_class": lambda: fit(OneClassSVM(nu=0.2, device=device), Xs[:200]),
+        "svc_tiny": lambda: fit(SVC(device=device), X[:2], [0, 1]),
+        "one_class_tiny": lambda: fit(OneClassSVM(nu=0.5, device=device), X[:2]),
+    }
+
+
+def _svm_columns(data, device):
+    """The widths (columns) of the kernel blocks an SVC fit computed on this rank: [fewest,
+    most, calls]."""
+    from kernelkit import SVC
+    from kernelkit.operators.kernel_operator import KernelOperator
+
+    widths, block = [], KernelOperator.block
+
+    def spy(self, A, B=None):
+        widths.append(len(A if B is None else B))
+        return block(self, A, B)
+
+    KernelOperator.block = spy
+    try:
+        SVC(C=10.0, device=device).fit(data["X"], data["y"])
+    finally:
+        KernelOperator.block = block
+    return np.array([min(widths), max(widths), len(widths)])
+
+
+def _svm_rows_fail(data, rank, size, device):
+    """The last rank runs out of memory in its kernel rows (the first, of the start's gradient):
+    every rank must raise."""
+    from kernelkit import OneClassSVM
+    from kernelkit.operators.kernel_operator import KernelOperator
+
+    block = KernelOperator.block
+
+    def fail(self, A, B=None):
+        raise MemoryError("injected: no memory for this rank's kernel rows")
+
+    if rank == size - 1:
+        KernelOperator.block = fail
+    try:
+        return svm_summary(OneClassSVM(device=device).fit(data["Xs"][:50]))
+    finally:
+        KernelOperator.block = block
+
+
+def _svm_checks(rank, size, device):
+    """``{name: callable returning an array}`` of the SVM scenario; each runs on every rank."""
+    from kernelkit import SVC, SVR
+
+    data = svm_inputs()
+    X, y, Xs, ys = data["X"][:60], data["y"][:60], data["Xs"][:30], data["ys"][:30]
+    X_nan = X.copy()
+    X_nan[5, 1] = np.nan if rank == size - 1 else X_nan[5, 1]  # in the last rank's copy only
+    return {
+        **svm_fits(data, device),
+        # random_state=None: rank 0's seed of the cross-validation folds on every rank
+        "svc_unseeded": lambda: svm_summary(SVC(probability=True, device=device).fit(X[:40],
+                                                                                     y[:40])),
+        "svm_columns": lambda: _svm_columns(data, device),
+        "error_svc_data": lambda: svm_summary(SVC(device=device).fit(X, np.roll(y, rank))),
+        "error_svr_params": lambda: svm_summary(SVR(C=1.0 + rank, device=device).fit(Xs, ys)),
+        "error_svc_nan": lambda: svm_summary(SVC(device=device).fit(X_nan, y)),
+        "error_svm_rows": lambda: _svm_rows_fail(data, rank, size, device),
     }
 
 
@@ -496,8 +608,12 @@ def main(outdir, scenario="checks", device="cpu"):
     _install_spies()
     results, errors = {}, {}
     data = inputs()
-    checks = (_checks(data, outdir, rank, size, device) if scenario == "checks" else
-              {"die": lambda: _die(data["X"], outdir, rank, size)})
+    if scenario == "checks":
+        checks = _checks(data, outdir, rank, size, device)
+    elif scenario == "svm":
+        checks = _svm_checks(rank, size, device)
+    else:
+        checks = {"die": lambda: _die(data["X"], outdir, rank, size)}
     for name, check in checks.items():
         start = time.perf_counter()
         WORK[:] = 0

@@ -1,6 +1,8 @@
 """The SMO subproblem: its float64 reference (kernelkit_math.smo) against independent checks, the
 Triton kernel (kernelkit_gpu.smo_subproblem) against the reference, and the solver
-(kernelkit.linalg.smo) with the kernel in place of the reference.
+(kernelkit.linalg.smo) with the kernel in place of the reference; the solver's row cache; the
+gradient's product over kernel rows (kernelkit_math.smo.combine_rows, the Triton
+kernelkit_gpu.smo_combine) against an independent column-by-column sum.
 
 The kernel tests run under the Triton interpreter on the CPU and, unchanged, with
 ``pytest --device cuda``.
@@ -352,3 +354,80 @@ def test_row_cache_grows_for_a_large_request_and_evicts_the_oldest(rng):
     assert cache.kept.tolist() == [7, 10, 11, 12, 13]
     assert torch.equal(cache(torch.tensor([2, 7, 13])), K[[2, 7, 13]])
     assert fetched[2:] == [[10, 11, 12, 13], [2]] and cache.computed == 5 + 1 + 4 + 1
+
+
+def test_row_cache_holds_no_more_slots_than_rows():
+    """200 MiB of slots for a 3 x 3 kernel matrix would be 8.7 million rows of bookkeeping;
+    a cache of a rank's columns (n_rows: the rows the indices range over) holds any row."""
+    K = torch.arange(9, dtype=torch.float64).reshape(3, 3)
+    cache = smo.RowCache(lambda i: K[i], max_bytes=200 * 2**20)
+    assert torch.equal(cache(torch.tensor([2, 0])), K[[2, 0]])
+    assert cache._block.shape == (3, 3) and len(cache._point_of) == 3
+    K = torch.arange(60, dtype=torch.float64).reshape(30, 2)  # columns 4:6 of 30 x 30 rows
+    cache = smo.RowCache(lambda i: K[i], max_bytes=200 * 2**20, n_rows=30)
+    assert torch.equal(cache(torch.tensor([29, 3])), K[[29, 3]])
+    assert cache._block.shape == (30, 2) and cache.kept.tolist() == [3, 29]
+
+
+# ------------------------------------------------------------ the gradient's product over rows
+def _column_sums(rows, coef):
+    """sum_t coef_t rows[t, j] for each column j by Python floats (IEEE double, no fused
+    multiply-add), t in order: the specification of combine_rows, computed independently."""
+    out = []
+    for column in rows.T.tolist():
+        total = column[0] * coef[0]
+        for value, c in zip(column[1:], coef[1:]):
+            total = total + value * c
+        out.append(total)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("q,n", [(1, 5), (7, 1), (300, 100), (512, 37)])
+def test_combine_rows_sums_each_column_alone(q, n, rng):
+    """Every column in the order of the rows, whatever block of columns is passed (a rank's
+    shard): the same bits as the whole. A BLAS matrix-vector product does not promise that (its
+    blocking and threads follow the matrix's shape), and the sharded SVM needs it."""
+    rows, coef = rng.normal(size=(q, n)), rng.normal(size=q)
+    whole = ref.combine_rows(rows, coef)
+    np.testing.assert_array_equal(whole, _column_sums(rows, coef.tolist()))
+    for lo, hi in [(0, n // 2), (n // 2, n), (n - 1, n), (0, 0)]:
+        np.testing.assert_array_equal(ref.combine_rows(rows[:, lo:hi], coef), whole[lo:hi])
+    # the solver's product on the CPU is the reference, on any block of columns
+    t = torch.from_numpy(rows)
+    for lo, hi in [(0, n), (n // 3, n)]:
+        np.testing.assert_array_equal(smo._combine(t[:, lo:hi], torch.from_numpy(coef)).numpy(),
+                                      whole[lo:hi])
+    assert ref.combine_rows(np.zeros((0, n)), np.zeros(0)).tolist() == [0.0] * n
+
+
+@kernel_test
+@pytest.mark.parametrize("q,n", [(1, 1), (3, 300), (64, 257), (512, 37)])
+def test_combine_kernel_matches_reference(q, n, device, rng):
+    """The Triton gradient product equals its reference bit for bit, on whole rows and on a
+    strided block of their columns (a view: as a rank's shard of a larger matrix)."""
+    from kernelkit_gpu.smo_combine import combine_rows
+
+    rows, coef = rng.normal(size=(q, n + 5)), rng.normal(size=q)
+    K, c = torch.tensor(rows, device=device), torch.tensor(coef, device=device)
+    block = K[:, 2:2 + n]
+    kept = block.clone()
+    got = combine_rows(block, c)
+    np.testing.assert_array_equal(got.cpu().numpy(), ref.combine_rows(rows[:, 2:2 + n], coef))
+    assert torch.equal(block, kept)
+    assert combine_rows(K[:0], c[:0]).tolist() == [0.0] * (n + 5)
+
+
+@kernel_test
+@pytest.mark.parametrize("change,error,match", [
+    (lambda K, c: (K.float(), c), TypeError, "rows must have dtype float64"),
+    (lambda K, c: (K[0], c), ValueError, r"rows must be 2-D \(q, n\)"),
+    (lambda K, c: (K, c[:-1]), ValueError, r"coef must have shape \(3,\)"),
+    (lambda K, c: (K, c.cpu().numpy()), TypeError, "coef must be a torch.Tensor"),
+])
+def test_combine_kernel_bad_input(change, error, match, device):
+    from kernelkit_gpu.smo_combine import combine_rows
+
+    K = torch.ones((3, 4), dtype=torch.float64, device=device)
+    c = torch.ones(3, dtype=torch.float64, device=device)
+    with pytest.raises(error, match=match):
+        combine_rows(*change(K, c))

@@ -27,7 +27,8 @@ variable; with :math:`u_t = -y_t G_t`,
 a is optimal when m(a) <= M(a), and the solver stops at :math:`m(a) - M(a) \le` ``tol``,
 libsvm's stopping rule and its meaning of ``tol``. Each outer step takes a working set of at
 most ``working_set`` variables, the half of it with the largest u in :math:`I_{up}` and the half
-with the smallest u in :math:`I_{low}` (so it always holds libsvm's maximal violating pair),
+with the smallest u in :math:`I_{low}`, ties to the lower index (so it always holds libsvm's
+maximal violating pair),
 solves the subproblem over them (the other variables fixed) by pairwise SMO on its q x q block
 of K with libsvm's second-order working-set selection (WSS3 of Fan, Chen and Lin, 2005:
 :math:`i = \arg\max_{t \in I_{up}} u_t`, then
@@ -65,7 +66,12 @@ count and the candidates of the next working set (shrinking and the candidates a
 before the host knows whether the solver goes on). Index arrays go to the device through pinned
 memory, without a wait. The kernel rows are cached in one block of device memory with the
 bookkeeping in NumPy on the host (:class:`RowCache`), and the gradient update is one product
-K_rows^T (y (a_W - a_W^old))_W over the rows of the working set.
+K_rows^T (y (a_W - a_W^old))_W over the rows of the working set, each column summed in the order
+of the rows (:func:`kernelkit_math.smo.combine_rows`: the same bits for any block of columns).
+
+Under a ``torch.distributed`` process group the estimators call
+:func:`kernelkit.linalg.smo_sharded.solve` instead: the same steps, the kernel points' columns
+sharded over the ranks.
 """
 
 from __future__ import annotations
@@ -124,7 +130,8 @@ def _to_device(values, device):
 class RowCache:
     """Kernel rows ``rows(indices) = K[indices, :]`` kept in one block of memory on their
     device, evicted least recently used first: rows of at most ``max_bytes`` in all, or of the
-    largest request where that is more (a request's rows are all held while in use).
+    largest request where that is more (a request's rows are all held while in use), and never
+    more slots than there are rows.
 
     The bookkeeping (which point's row is in which slot of the block, and when it was last
     used) is NumPy arrays on the host: a request costs a few array operations and one gather
@@ -134,9 +141,12 @@ class RowCache:
     ----------
     rows : callable
         ``rows(indices)`` for a 1-D int64 CPU tensor of kernel-row indices returns a float64
-        tensor of shape (len(indices), n_points).
+        tensor of shape (len(indices), n_columns).
     max_bytes : int
         Bytes of rows kept between calls.
+    n_rows : int, optional
+        Kernel rows the indices range over; default n_columns (a square kernel matrix; a rank
+        of :mod:`kernelkit.linalg.smo_sharded` caches its columns of every row).
 
     Attributes
     ----------
@@ -144,8 +154,9 @@ class RowCache:
         Rows computed so far (``rows`` called on them).
     """
 
-    def __init__(self, rows, max_bytes):
+    def __init__(self, rows, max_bytes, n_rows=None):
         self.rows = rows
+        self.n_rows = n_rows
         self.max_bytes = int(max_bytes)
         self.computed = 0
         self._block = None  # (slots, n_points): the rows held
@@ -182,9 +193,11 @@ class RowCache:
         rows where it is smaller)."""
         n_points = fresh.shape[1]
         if self._slot_of is None:
-            self._slot_of = np.full(n_points, -1, dtype=np.int64)
+            self._slot_of = np.full(n_points if self.n_rows is None else self.n_rows, -1,
+                                    dtype=np.int64)
         row_bytes = max(n_points * fresh.element_size(), 1)
-        capacity = max(self.max_bytes // row_bytes, n_wanted)
+        # never more slots than rows (a small problem, or a rank's narrow columns)
+        capacity = max(min(self.max_bytes // row_bytes, len(self._slot_of)), n_wanted)
         if self._block is None or len(self._block) < capacity:
             block = torch.empty((capacity, n_points), dtype=fresh.dtype, device=fresh.device)
             extra = capacity - len(self._point_of)
@@ -259,6 +272,23 @@ def _subproblem(alpha, G, y, C, K, tol, budget):
             torch.tensor([steps], device=K.device))
 
 
+def _combine(rows, coef):
+    """sum_t coef_t rows[t, :] (float64, one value per column): the gradient's product over
+    kernel rows. Each column is summed over t in order, the same bits whatever the number of
+    columns or threads (a BLAS matrix-vector product may round a column differently with the
+    matrix's shape or its threads), so a rank's columns under a process group
+    (:mod:`kernelkit.linalg.smo_sharded`) equal the single process's: the Triton kernel on a
+    CUDA device (:func:`kernelkit_gpu.smo_combine.combine_rows`), its NumPy reference elsewhere
+    (:func:`kernelkit_math.smo.combine_rows`)."""
+    if rows.is_cuda:
+        from kernelkit_gpu import HAS_TRITON, smo_combine
+
+        if HAS_TRITON:
+            return smo_combine.combine_rows(rows, coef)
+    return torch.from_numpy(_reference.combine_rows(rows.cpu().numpy(),
+                                                    coef.cpu().numpy())).to(rows.device)
+
+
 def _working_set(order_up, order_low, n_up, n_low, q):
     """Up to q indices, sorted and distinct: the q/2 largest u in I_up and the q/2 smallest in
     I_low (their union, filled from the longer list when one is short). ``order_up``: I_up by
@@ -288,7 +318,7 @@ def _reconstruct(cache, points, index, y, alpha, p, G, stale, chunk):
     w = None  # K[:, support] (y a)[support] over all kernel points
     for begin in range(0, len(support), chunk):
         rows = cache(torch.from_numpy(points[support[begin:begin + chunk]]))
-        part = rows.T @ coef[begin:begin + chunk]
+        part = _combine(rows, coef[begin:begin + chunk])
         w = part if w is None else w + part
     return torch.where(stale, p if w is None else p + y * w[index], G)
 
@@ -353,8 +383,8 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         # goes on, so that one read brings every number the host decides on
         kept = active & ~_shrunk(u, up, low, alpha, C, ends) if shrinking else active
         up_kept, low_kept = up & kept, low & kept
-        order_up = torch.argsort(torch.where(up_kept, -u, math.inf))[:working_set]
-        order_low = torch.argsort(torch.where(low_kept, u, math.inf))[:working_set]
+        order_up = torch.argsort(torch.where(up_kept, -u, math.inf), stable=True)[:working_set]
+        order_low = torch.argsort(torch.where(low_kept, u, math.inf), stable=True)[:working_set]
         numbers = torch.cat([
             ends, *(t.to(torch.float64).reshape(1) for t in (up_kept.sum(), low_kept.sum(),
                                                              active.all(), steps)),
@@ -386,7 +416,7 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         a_new, _, steps = _subproblem(a_ws, G_ws, y_ws, C_ws, K_ws, local_tol, budget)
         ran = True
         # G += Q[:, W] (a_W - a_W^old) on the active variables, one product over the rows
-        w = K_rows.T @ (y_ws * (a_new - a_ws))
+        w = _combine(K_rows, y_ws * (a_new - a_ws))
         alpha[ws] = a_new
         G = torch.where(active, G + y * w[index], G)
     return SMOResult(alpha, G, rho(alpha, G, y, C), gap, n_iter, gap <= tol)

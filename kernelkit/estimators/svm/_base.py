@@ -15,6 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.gaussian_process.kernels import Kernel
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted
 
+from kernelkit import distributed
 from kernelkit._util.device import check_device, resolve_device
 from kernelkit.estimators import _ridge_checks
 from kernelkit_math.registry import kernel_list_doc, kernel_names
@@ -53,7 +54,10 @@ degree : int, default=3
         max(10^7, 100 n). Where it runs out, a ConvergenceWarning and ``fit_status_ = 1``.
     device : {{"auto", "cpu", "cuda"}}, default="auto"
         Where the kernel rows and the solver run; "precomputed" runs on the CPU. Kernel values,
-        the gradient and every reduction are float64 on both devices."""
+        the gradient and every reduction are float64 on both devices. Under a
+        ``torch.distributed`` process group every rank calls ``fit`` with the same arguments and
+        gets the single process's fit; the solver's kernel points are sharded over the ranks
+        (:mod:`kernelkit.linalg.smo_sharded`, docs/distributed.md)."""
 
 
 def _check_real(value, name, low=None, *, closed=False, infinite=False):
@@ -158,25 +162,42 @@ class _BaseSVM(BaseEstimator):
             raise ValueError("Invalid input - all samples have zero or negative weights.")
         return weights, keep
 
+    def _checked(self, validate, X, **arguments):
+        """``validate(X=X, **arguments)``, the checks of ``fit``'s arguments; under a process
+        group run on every rank (an error on one is raised on every rank) and followed by the
+        comparison of the arguments and parameters across ranks
+        (:func:`kernelkit.distributed.checked`). A sparse X is made dense first, as KernelRidge
+        does: the comparison reads its values."""
+        return distributed.checked(f"{type(self).__name__}.fit", self, validate,
+                                   X=_ridge_checks.dense(X), **arguments)
+
     def _solve(self, op, Xe, rows_of, p, y, C, alpha, index=None):
         """Run the SMO solver over the training points ``rows_of`` (their indices in ``Xe``);
-        returns the result."""
+        returns the result. Under a process group the kernel points are sharded over the ranks
+        (:mod:`kernelkit.linalg.smo_sharded`)."""
         import torch
 
         from kernelkit.linalg import smo
 
         points = op.take(Xe, rows_of)
 
-        def rows(indices):
-            return op.block(op.take(points, indices.cpu().numpy()), points).to(torch.float64)
+        def rows(indices, lo=0, hi=None):
+            """K[indices, lo:hi] over the training points (every column by default)."""
+            return op.block(op.take(points, indices.cpu().numpy()), points[lo:hi]).to(
+                torch.float64)
 
         def as_tensor(values):
             return torch.as_tensor(np.asarray(values, dtype=np.float64), device=op.device)
 
+        solve = smo.solve
+        if distributed.active():  # a process group (kernelkit.distributed)
+            from kernelkit.linalg import smo_sharded
+
+            solve = smo_sharded.solve
         index = None if index is None else torch.as_tensor(index, device=op.device)
-        return smo.solve(rows, as_tensor(p), as_tensor(y), as_tensor(C), as_tensor(alpha),
-                         index=index, tol=float(self.tol), max_iter=int(self.max_iter),
-                         cache_bytes=int(self.cache_size * 2**20), shrinking=bool(self.shrinking))
+        return solve(rows, as_tensor(p), as_tensor(y), as_tensor(C), as_tensor(alpha),
+                     index=index, tol=float(self.tol), max_iter=int(self.max_iter),
+                     cache_bytes=int(self.cache_size * 2**20), shrinking=bool(self.shrinking))
 
     def _finish(self, X, support, results, fold_results=()):
         """Store what every SVM stores; warn where a solver (of ``results``, or of

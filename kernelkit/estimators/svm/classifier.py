@@ -13,6 +13,7 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import _ovr_decision_function, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from kernelkit import distributed
 from kernelkit.estimators import _platt
 from kernelkit.estimators.svm._base import _BaseSVM, _check_real, _fill
 
@@ -66,7 +67,7 @@ _SVC_DOC = """C-support vector classification, on libsvm's dual solved by batche
         instead of libsvm's vote (whose ties go to the first class).
     random_state : int, RandomState instance or None, default=None
         Seeds the cross-validation folds of ``probability=True`` (one draw of it per fit, as
-        scikit-learn's); ignored otherwise.
+        scikit-learn's; under a process group rank 0's draw); ignored otherwise.
 
     Attributes
     ----------
@@ -158,20 +159,10 @@ class SVC(ClassifierMixin, _BaseSVM):
         -------
         self : SVC
         """
-        self._check_params()
-        X, y = self._validate_X(X, y)
-        y = column_or_1d(y, warn=True)
-        check_classification_targets(y)
-        classes, y_index = np.unique(y, return_inverse=True)
-        if len(classes) < 2:
-            raise ValueError(f"The number of classes has to be greater than one; got "
-                             f"{len(classes)} class")
-        self.classes_ = classes
-        self.class_weight_ = compute_class_weight(self.class_weight, classes=classes, y=y)
-        weights, keep = self._weights(sample_weight, X)
-        if len(np.unique(y_index[keep])) < 2:
-            raise ValueError("Invalid input - all samples with positive weights belong to the "
-                             "same class.")
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        X, y, y_index, weights, keep = self._checked(self._fit_inputs, X=X, y=y,
+                                                     sample_weight=sample_weight)
+        classes = self.classes_
         self._gamma = self._gamma_value(X)
         op = self._operator(X)
         Xe = op.exact_data(X)
@@ -180,8 +171,9 @@ class SVC(ClassifierMixin, _BaseSVM):
         coef = np.zeros((len(classes), len(y)))  # coef[k, t]: t's coefficient against class k
         results, intercepts, fold_results, prob_a, prob_b = [], [], [], [], []
         if self.probability:  # scikit-learn's seed of libsvm's random numbers
-            random = _platt.LibsvmRandom(
-                check_random_state(self.random_state).randint(np.iinfo("i").max))
+            seed = check_random_state(self.random_state).randint(np.iinfo("i").max)
+            # under a process group rank 0's (random_state=None draws another on each rank)
+            random = _platt.LibsvmRandom(distributed.rank0_decision(int, seed))
         for i in range(len(classes)):
             for j in range(i + 1, len(classes)):
                 idx = np.concatenate([members[i], members[j]])
@@ -218,6 +210,26 @@ class SVC(ClassifierMixin, _BaseSVM):
             self.intercept_ = -self.intercept_
         self._finish(X, support, results, fold_results)
         return self
+
+    def _fit_inputs(self, X, y, sample_weight):
+        """The checked parameters and data of ``fit``: X, y, the class of each sample, the
+        sample weights and the mask of samples trained on; sets ``classes_`` and
+        ``class_weight_``."""
+        self._check_params()
+        X, y = self._validate_X(X, y)
+        y = column_or_1d(y, warn=True)
+        check_classification_targets(y)
+        classes, y_index = np.unique(y, return_inverse=True)
+        if len(classes) < 2:
+            raise ValueError(f"The number of classes has to be greater than one; got "
+                             f"{len(classes)} class")
+        self.classes_ = classes
+        self.class_weight_ = compute_class_weight(self.class_weight, classes=classes, y=y)
+        weights, keep = self._weights(sample_weight, X)
+        if len(np.unique(y_index[keep])) < 2:
+            raise ValueError("Invalid input - all samples with positive weights belong to the "
+                             "same class.")
+        return X, y, y_index, weights, keep
 
     def _held_out_decision(self, op, Xe, rows, sign, bound, fold_results, train, test):
         """Decision values (positive for sign +1) of the pair's samples ``rows[test]`` from its

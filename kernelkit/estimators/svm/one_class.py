@@ -97,12 +97,9 @@ class OneClassSVM(OutlierMixin, _BaseSVM):
         -------
         self : OneClassSVM
         """
-        nu = _check_real(self.nu, "nu", 0.0)
-        if nu > 1:
-            raise ValueError(f"nu must be in (0, 1]; got {self.nu!r}")
-        self._check_common()
-        X, _ = self._validate_X(X)
-        weights, keep = self._weights(sample_weight, X)
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        nu, X, weights, keep = self._checked(self._fit_inputs, X=X, y=y,
+                                             sample_weight=sample_weight)
         self._gamma = self._gamma_value(X)
         op = self._operator(X)
         idx = np.flatnonzero(keep)
@@ -120,6 +117,17 @@ class OneClassSVM(OutlierMixin, _BaseSVM):
         self.n_support_ = np.array([nonzero.sum()], dtype=np.int32)
         self._finish(X, idx[nonzero], [result])
         return self
+
+    def _fit_inputs(self, X, y, sample_weight):
+        """The checked parameters and data of ``fit`` (``y`` ignored): nu, X, the sample
+        weights and the mask of samples trained on."""
+        nu = _check_real(self.nu, "nu", 0.0)
+        if nu > 1:
+            raise ValueError(f"nu must be in (0, 1]; got {self.nu!r}")
+        self._check_common()
+        X, _ = self._validate_X(X)
+        weights, keep = self._weights(sample_weight, X)
+        return nu, X, weights, keep
 
     def decision_function(self, X):
         """Signed distance to the boundary: positive for inliers.

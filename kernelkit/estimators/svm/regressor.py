@@ -97,12 +97,9 @@ class SVR(RegressorMixin, _BaseSVM):
         -------
         self : SVR
         """
-        _check_real(self.C, "C", 0.0, infinite=True)
-        _check_real(self.epsilon, "epsilon", 0.0, closed=True)
-        self._check_common()
-        X, y = self._validate_X(X, y)
-        y = column_or_1d(y, warn=True).astype(np.float64)
-        weights, keep = self._weights(sample_weight, X)
+        # under a process group: checked on every rank, errors shared (kernelkit.distributed)
+        X, y, weights, keep = self._checked(self._fit_inputs, X=X, y=y,
+                                            sample_weight=sample_weight)
         self._gamma = self._gamma_value(X)
         op = self._operator(X)
         idx = np.flatnonzero(keep)
@@ -121,6 +118,17 @@ class SVR(RegressorMixin, _BaseSVM):
         self.n_support_ = np.array([nonzero.sum()], dtype=np.int32)
         self._finish(X, idx[nonzero], [result])
         return self
+
+    def _fit_inputs(self, X, y, sample_weight):
+        """The checked parameters and data of ``fit``: X, y (float64), the sample weights and
+        the mask of samples trained on."""
+        _check_real(self.C, "C", 0.0, infinite=True)
+        _check_real(self.epsilon, "epsilon", 0.0, closed=True)
+        self._check_common()
+        X, y = self._validate_X(X, y)
+        y = column_or_1d(y, warn=True).astype(np.float64)
+        weights, keep = self._weights(sample_weight, X)
+        return X, y, weights, keep
 
     def predict(self, X):
         """Predicted targets.
