@@ -5,7 +5,7 @@ Importing it loads torch and triton (nothing else heavy). On the CPU the Triton 
 the interpreter, which must be switched on (``TRITON_INTERPRET=1``) before this package is imported:
 Triton reads the variable when a kernel is defined. Where triton is not installed (it has wheels
 for Linux x86-64 only) the plain-PyTorch twins, ``gram_log_gradient``, ``apply_feature_map`` and
-``assume_finite`` still work, and the five Triton entry points raise ImportError when called.
+``assume_finite`` still work, and the six Triton entry points raise ImportError when called.
 
 Layout
 ------
@@ -25,6 +25,9 @@ Public functions
 ----------------
 gram(x, y=None, kernel="rbf", *, precision="accurate", out=None, **params)
     Fused Gram matrix K(X, Y) (:mod:`kernelkit_gpu.pairwise.gram_fused`).
+GramRows(x, kernel="rbf", *, precision="accurate", device=None, chunk_rows=None, **params)
+    Row blocks K(X[rows], X) of one X for many ``rows``, X checked and prepared once, kept on
+    the device or streamed to it in chunks (:mod:`kernelkit_gpu.pairwise.gram_rows`).
 kernel_matvec(x, y, v, kernel="rbf", *, transpose=False, precision="accurate", **params)
     Matrix-free K(X, Y) @ V (:mod:`kernelkit_gpu.pairwise.matvec_fused`).
 gram_log_gradient(x, kernel="rbf", **params)
@@ -67,17 +70,19 @@ if HAS_TRITON:
     from kernelkit_gpu.attention.smoother import kernel_attention
     from kernelkit_gpu.attention.softmax import softmax_attention
     from kernelkit_gpu.pairwise.gram_fused import gram
+    from kernelkit_gpu.pairwise.gram_rows import GramRows
     from kernelkit_gpu.pairwise.matvec_fused import kernel_matvec
 else:  # the plain-PyTorch twins above still run; these raise a clear ImportError when called
     linear_attention = needs_triton("linear_attention")
     kernel_attention = needs_triton("kernel_attention")
     softmax_attention = needs_triton("softmax_attention")
     gram = needs_triton("gram")
+    GramRows = needs_triton("GramRows")
     kernel_matvec = needs_triton("kernel_matvec")
 
 __all__ = [
-    "gram", "kernel_matvec", "gram_log_gradient", "softmax_attention", "kernel_attention",
-    "linear_attention", "gram_naive", "kernel_matvec_naive", "softmax_attention_naive",
-    "kernel_attention_naive", "linear_attention_naive", "apply_feature_map", "assume_finite",
-    "HAS_TRITON",
+    "gram", "GramRows", "kernel_matvec", "gram_log_gradient", "softmax_attention",
+    "kernel_attention", "linear_attention", "gram_naive", "kernel_matvec_naive",
+    "softmax_attention_naive", "kernel_attention_naive", "linear_attention_naive",
+    "apply_feature_map", "assume_finite", "HAS_TRITON",
 ]

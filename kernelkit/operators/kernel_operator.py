@@ -16,6 +16,9 @@ computation: on the CPU its float64 reference
 - :meth:`KernelOperator.row_blocks`: K(A[lo:hi], B) one row block at a time, never more than
   :attr:`KernelOperator.block_bytes` at once (:meth:`~.base.Operator.row_chunks`).
 - :meth:`KernelOperator.block`: one whole block K(A, B), and :meth:`KernelOperator.diag`.
+- :meth:`KernelOperator.rows_of`: K(P[indices], P) of one point set P for many ``indices`` (a
+  solver's kernel rows, the SVMs'), the points prepared once, kept on the device or streamed
+  to it where they do not fit (:data:`ROWS_MEMORY_SHARE`).
 
 Operands (:meth:`KernelOperator.data`) are float64 NumPy arrays on the CPU and float32 torch
 tensors on the GPU; vectors and results are float64 torch tensors on :attr:`KernelOperator.device`.
@@ -35,14 +38,26 @@ import math
 import numpy as np
 import torch
 
+from kernelkit._util import host_memory
 from kernelkit.operators import kernel_tree
 from kernelkit.operators.base import (TRITON_MATMUL_MAX_COLUMNS, WIDE_BLOCK_ELEMENTS, Operator,
                                       triton_block, triton_matmul)
 
-__all__ = ["KernelOperator", "PrecomputedOperator", "CPU_BLOCK_BYTES", "TRITON_ON_CPU"]
+__all__ = ["KernelOperator", "PrecomputedOperator", "CPU_BLOCK_BYTES", "TRITON_ON_CPU",
+           "ROWS_MEMORY_SHARE", "ROWS_CHUNK_BYTES"]
 
 #: Kernel-block memory on the CPU (float64 blocks and the registry's temporaries).
 CPU_BLOCK_BYTES = 256 * 2**20
+#: Share of the device's free memory that :meth:`KernelOperator.rows_of` may fill with its
+#: points (float64, and each registry leaf's prepared copy) together with the caller's
+#: ``reserve_bytes`` (a solver's row cache and working arrays, counted by the caller); where
+#: they need more, the points stay in host memory and stream to the device at every call. The
+#: rest covers what neither counts: the solver's vectors, temporaries, the allocator's slack.
+ROWS_MEMORY_SHARE = 0.8
+#: Device memory of one streamed chunk of points of :meth:`KernelOperator.rows_of` (float64
+#: and its prepared copy): 256 MiB, a few thousand points at D = 256 (about 16 chunks of a
+#: million points), each copy long enough to run the host-to-device link at its full rate.
+ROWS_CHUNK_BYTES = 256 * 2**20
 #: Run the Triton path on CPU tensors (needs ``TRITON_INTERPRET=1`` before Python starts; slow).
 #: Only the tests switch it on, to prove the GPU code path end to end on a machine without a GPU.
 TRITON_ON_CPU = False
@@ -154,6 +169,74 @@ class KernelOperator(Operator):
         for lo, hi in self.row_chunks(self.rows_per_block(B.shape[0]), (0, A.shape[0])):
             yield lo, hi, self.block(A[lo:hi], B)
 
+    def rows_of(self, X, points=None, *, reserve_bytes=0):
+        """Kernel rows of one point set, for a solver that asks for many: a callable
+        ``rows(indices)`` that returns K(P[indices], P) for the points P = X[points] (all of X
+        where ``points`` is None) as a float64 tensor of shape (len(indices), len(P)) on
+        :attr:`device`, ``indices`` being a 1-D integer NumPy array or CPU tensor.
+
+        Its values are those of ``block(take(Pe, indices), Pe)`` for the float64 operand
+        ``Pe = take(exact_data(X), points)``: that very computation on the CPU. With the Triton
+        kernels, one :class:`kernelkit_gpu.GramRows` per registry leaf computes them in float64
+        on the points checked and prepared once (centred on the column mean of P where
+        ``block`` centres on that of P[indices], so equal to float64 rounding), and a call
+        neither prepares P again nor waits for the device.
+
+        Where the points (about 8 (D + L (2 D' + 2)) bytes each: the float64 points and the
+        prepared copy of each of the L leaves, D' = D rounded up to 16) and ``reserve_bytes``
+        need more than :data:`ROWS_MEMORY_SHARE` of the device's free memory (host memory
+        for the interpreter), P stays in pinned host memory and each call streams it to the
+        device in chunks of about :data:`ROWS_CHUNK_BYTES`: the same values (bit for bit for
+        the distance kernels; :mod:`kernelkit_gpu.pairwise.gram_rows`) at the cost of a
+        transfer of P (8 N D bytes per leaf) per call.
+
+        Parameters
+        ----------
+        X : ndarray of shape (n_samples, n_features)
+            Validated (finite) data; for :class:`PrecomputedOperator` the kernel matrix.
+        points : 1-D integer array, optional
+            The rows of X that are the points.
+        reserve_bytes : int, default=0
+            Device memory the caller holds beside the points while it asks for rows.
+
+        Returns
+        -------
+        callable
+        """
+        if not self.triton:
+            Pe = self.exact_data(X)
+            Pe = Pe if points is None else self.take(Pe, points)
+            return lambda indices: self.block(self.take(Pe, np.asarray(indices)), Pe)
+        from kernelkit_gpu import GramRows, assume_finite
+
+        source = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float64))
+        index = None if points is None else torch.from_numpy(np.asarray(points, dtype=np.int64))
+        n, d = (source.shape[0] if index is None else len(index)), source.shape[1]
+        leaves = _leaves(self.structure.root)
+        point_bytes = 8 * (d + len(leaves) * (2 * _round16(d) + 2))
+        free = _free_bytes(self.device)
+        fits = free is None or n * point_bytes + reserve_bytes <= ROWS_MEMORY_SHARE * free
+        chunk = None if fits else max(1, ROWS_CHUNK_BYTES // point_bytes)
+        if chunk is not None and self.device.type == "cuda":  # one copy, into pinned memory
+            P = torch.empty((n, d), dtype=torch.float64, pin_memory=True)
+            if index is None:
+                P.copy_(source)
+            else:
+                torch.index_select(source, 0, index, out=P)
+        else:
+            P = source if index is None else source.index_select(0, index)
+        with assume_finite():  # validated by the caller
+            prepared = {leaf: GramRows(P, leaf.spec.name, device=self.device, chunk_rows=chunk,
+                                       **leaf.fixed_numbers(d)) for leaf in leaves}
+
+        def rows(indices):
+            indices = np.asarray(indices, dtype=np.int64)
+            return self.values((len(indices), n), torch.float64,
+                               lambda leaf: prepared[leaf](indices),
+                               lambda constant: constant.value)
+
+        return rows
+
     def matmul(self, A, B, V):
         """K(A, B) @ V for V of shape (len(B), k); float64 result of shape (len(A), k).
 
@@ -182,6 +265,27 @@ class KernelOperator(Operator):
 
         return self.chunked_matmul(rows, self.rows_per_block(B.shape[0]), V,
                                    lambda lo, hi: self.block(A[lo:hi], B), gemv_float64)
+
+
+def _round16(d):
+    return -(-d // 16) * 16
+
+
+def _leaves(node):
+    """The registry leaves of the kernel tree ``node`` (None: none), left to right."""
+    if isinstance(node, (kernel_tree.Sum, kernel_tree.Product)):
+        return _leaves(node.k1) + _leaves(node.k2)
+    if isinstance(node, kernel_tree.Power):
+        return _leaves(node.k)
+    return [node] if isinstance(node, kernel_tree.Leaf) else []
+
+
+def _free_bytes(device):
+    """Free memory of ``device`` in bytes: the GPU's, or the host's available memory
+    (:func:`kernelkit._util.host_memory.available_bytes`; None where it cannot be read)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return host_memory.available_bytes()
 
 
 class PrecomputedOperator(KernelOperator):

@@ -11,7 +11,9 @@ Layers (kernel, launcher, public function: the layout of every kernelkit_gpu op)
   :mod:`kernelkit_gpu.pairwise.gram_configs`;
 * here: the operands (``prepare_mma``, ``prepare_direct``: what :func:`kernelkit_gpu.prepare.recipe`
   decides, computed by the fused preparation kernel), the launchers and their dispatch
-  (``gram_fwd``), and ``gram`` (public: validation, preparation).
+  (``gram_fwd``, ``launch_prepared``), and ``gram`` (public: validation, preparation).
+  :mod:`kernelkit_gpu.pairwise.gram_rows` launches the same kernels on operands it prepares
+  once for many calls.
 
 The launchers reach the kernels through this module's namespace, so a spy set on
 ``kernelkit_gpu.gram``'s ``_gram_*_kernel`` attributes sees every launch (tests, benchmarks).
@@ -36,7 +38,7 @@ from kernelkit_gpu.pairwise.gram_tiles import (
     _gram_direct_kernel, _gram_fix_kernel, _gram_mma_kernel, _gram_prep_kernel,
 )
 
-__all__ = ["gram", "gram_fwd"]
+__all__ = ["gram", "gram_fwd", "launch_prepared"]
 
 #: Operand rows are padded with zeros to a multiple of this (>= every BLOCK_M / BLOCK_N), so the
 #: MMA kernel loads whole tiles without masks.
@@ -253,23 +255,27 @@ def gram_fwd(x, y, plan, out, precision, symmetric, config=None, check=None):
     preparation sets; its read starts before the Gram kernels are queued, so
     ``check.raise_if_not_finite()`` then waits for the preparation only.
     """
-    d = x.shape[1]
-    r = P.recipe(plan, x.dtype, d, precision)  # tensor cores or direct differences, and how
-    if r.mode == E.MODE_MMA.value:
-        ops = prepare_mma(x, y, plan, r, symmetric, check)
-        if check is not None:
-            check.start_read()
-        elem = ops.x.element_size()
-        if config is None:
-            config = (_autotuned_mma(ops, plan, out, symmetric) if _launch.autotuning()
-                      else mma_default_config(ops.kd, ops.split, elem, ops.sliced))
-        return _launch_mma(ops, plan, out, symmetric, config)
-    ops = prepare_direct(x, y, plan, r, symmetric, check)
+    r = P.recipe(plan, x.dtype, x.shape[1], precision)  # tensor cores or direct differences
+    prepare = prepare_mma if r.mode == E.MODE_MMA.value else prepare_direct
+    ops = prepare(x, y, plan, r, symmetric, check)
     if check is not None:
         check.start_read()
+    return launch_prepared(ops, plan, out, symmetric, config)
+
+
+def launch_prepared(ops, plan, out, symmetric=False, config=None):
+    """Launch the Gram kernels on prepared operands (:class:`MMAOperands` of
+    :func:`prepare_mma`, or :class:`DirectOperands` of :func:`prepare_direct`) into ``out``
+    (any strides), with ``config`` or the heuristic / autotuned one; returns ``out``."""
+    if isinstance(ops, MMAOperands):
+        if config is None:
+            config = (_autotuned_mma(ops, plan, out, symmetric) if _launch.autotuning()
+                      else mma_default_config(ops.kd, ops.split, ops.x.element_size(),
+                                              ops.sliced))
+        return _launch_mma(ops, plan, out, symmetric, config)
     if config is None:
         config = (_autotuned_direct(ops, plan, out, symmetric) if _launch.autotuning()
-                  else direct_default_config(d, plan.pairwise))
+                  else direct_default_config(ops.d, plan.pairwise))
     return _launch_direct(ops, plan, out, symmetric, config)
 
 
