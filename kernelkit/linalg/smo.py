@@ -68,6 +68,10 @@ memory, without a wait. The kernel rows are cached in one block of device memory
 bookkeeping in NumPy on the host (:class:`RowCache`), and the gradient update is one product
 K_rows^T (y (a_W - a_W^old))_W over the rows of the working set, each column summed in the order
 of the rows (:func:`kernelkit_math.smo.combine_rows`: the same bits for any block of columns).
+An outer step is some forty launches (the rows, the product and the subproblem aside): a, G, y
+and C are the rows of one state tensor (a working set's four vectors are one gather), the masks
+of I_up and I_low and the keys of the two orders are two-row tensors (one sort of both), and
+the working set's own gap comes from the keys of m(a) and M(a).
 
 Under a ``torch.distributed`` process group the estimators call
 :func:`kernelkit.linalg.smo_sharded.solve` instead: the same steps, the kernel points' columns
@@ -85,7 +89,8 @@ import torch
 from kernelkit_math import smo as _reference
 from kernelkit_math.smo import TAU
 
-__all__ = ["SMOResult", "RowCache", "solve", "objective", "WORKING_SET", "TAU"]
+__all__ = ["SMOResult", "RowCache", "solve", "held_bytes", "objective", "WORKING_SET",
+           "TAU"]
 
 #: Most variables of one outer step's working set (ThunderSVM's batch).
 WORKING_SET = 512
@@ -233,12 +238,6 @@ def _sets(alpha, y, C):
     return (positive & below) | (~positive & above), (positive & above) | (~positive & below)
 
 
-def _ends(u, up, low):
-    """The float64 tensor (m(a), M(a)): the largest u in I_up and the smallest in I_low (-inf
-    and inf where the set is empty, so that m - M is -inf then)."""
-    return torch.stack([torch.where(up, u, -math.inf).max(), torch.where(low, u, math.inf).min()])
-
-
 def rho(alpha, gradient, y, C):
     """libsvm's rho: the mean of y_t G_t over free variables, else the midpoint of the bounds
     the variables at a bound set on it."""
@@ -300,18 +299,21 @@ def _working_set(order_up, order_low, n_up, n_low, q):
     return np.unique(np.concatenate([order_up[:take_up], order_low[:take_low]]))
 
 
-def _shrunk(u, up, low, alpha, C, gap_ends):
-    """libsvm's ``be_shrunk``: the variables at a bound that cannot be in a violating pair given
-    ``gap_ends`` = (m(a), M(a)): in I_up only with u_t < M(a), or in I_low only with u_t > m(a)."""
-    m, M = gap_ends
-    bounded = (alpha <= 0) | (alpha >= C)
-    return bounded & ((up & ~low & (u < M)) | (low & ~up & (u > m)))
+def _shrunk(signed, sets, ends):
+    """libsvm's ``be_shrunk``: the variables that cannot be in a violating pair given
+    ``ends`` = (-m(a), M(a)): in I_up only with u_t < M(a), or in I_low only with u_t > m(a)
+    (``signed`` = (-u, u), ``sets`` = (I_up, I_low)). Such a variable is at a bound: a free one
+    is in both sets (C > 0)."""
+    up, low = sets
+    beyond = signed < ends[:, None]  # (u > m(a), u < M(a))
+    return torch.where(up, ~low & beyond[1], low & beyond[0])
 
 
 def _reconstruct(cache, points, index, y, alpha, p, G, stale, chunk):
     """libsvm's ``reconstruct_gradient``: G with G[stale] = p + Q[stale, :] a from scratch, by
     the float64 kernel rows of the variables with a > 0, ``chunk`` rows at a time (``points``:
-    ``index`` on the host)."""
+    the kernel point of each variable on the host; ``index``: the same on the device, None for
+    the identity)."""
     support = torch.nonzero(alpha).flatten()
     coef = y[support] * alpha[support]
     support = support.cpu().numpy()
@@ -320,17 +322,30 @@ def _reconstruct(cache, points, index, y, alpha, p, G, stale, chunk):
         rows = cache(torch.from_numpy(points[support[begin:begin + chunk]]))
         part = _combine(rows, coef[begin:begin + chunk])
         w = part if w is None else w + part
-    return torch.where(stale, p if w is None else p + y * w[index], G)
+    if w is not None and index is not None:
+        w = w[index]
+    return torch.where(stale, p if w is None else p + y * w, G)
 
 
-def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
-          working_set=WORKING_SET, cache_bytes=200 * 2**20, shrinking=True):
+def held_bytes(n_points, n_variables, cache_bytes, working_set=None):
+    """About the most device memory :func:`solve` holds, besides what ``rows`` keeps: the row
+    cache's block (``cache_bytes``, or one working set of rows where that is more), one
+    request's fresh rows and the working set's gathered rows (float64 rows of ``n_points``
+    values), and some 32 float64 vectors of ``n_variables`` values (the state, sort keys and
+    temporaries)."""
+    q = min(WORKING_SET if working_set is None else working_set, n_points)
+    row = 8 * n_points
+    return max(cache_bytes, q * row) + 2 * q * row + 32 * 8 * n_variables
+
+
+def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1, working_set=None,
+          cache_bytes=200 * 2**20, shrinking=True):
     r"""Solve libsvm's dual (module docstring) from a feasible start ``alpha``.
 
     Parameters
     ----------
     rows : callable
-        ``rows(indices) = K[indices, :]`` for a 1-D int64 tensor of kernel-point indices: a
+        ``rows(indices) = K[indices, :]`` for a 1-D int64 CPU tensor of kernel-point indices: a
         float64 tensor of shape (len(indices), n_points) on the solver's device.
     p : torch.Tensor of shape (n_variables,)
         The linear term, float64.
@@ -346,9 +361,9 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
         Stop at m(a) - M(a) <= tol.
     max_iter : int, default=-1
         Most pairwise steps in all; -1: libsvm's own limit, max(10^7, 100 n_variables).
-    working_set : int, default=:data:`WORKING_SET`
+    working_set : int, optional
         Variables per outer step (at least 2; on a GPU at most 1024, the block of the
-        subproblem's one program).
+        subproblem's one program); default :data:`WORKING_SET` (read at the call).
     cache_bytes : int, default=200 MiB
         Bound of the kernel-row cache.
     shrinking : bool, default=True
@@ -359,15 +374,21 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     -------
     SMOResult
     """
+    if working_set is None:
+        working_set = WORKING_SET
     n_var = y.shape[0]
     device = y.device
     points = (np.arange(n_var) if index is None
               else np.asarray(index.cpu(), dtype=np.int64))  # the kernel point of each variable
-    index = _to_device(points, device)
+    index = None if index is None else _to_device(points, device)
     cache = RowCache(rows, cache_bytes)
     active = torch.ones(n_var, dtype=torch.bool, device=device)
-    G = _reconstruct(cache, points, index, y, alpha, p, p, active, working_set)
-    alpha = alpha.clone()
+    # the state, one row each: a, G, y, C (a working set's four are one gather)
+    state = torch.stack([alpha, p, y, C])
+    state[1] = _reconstruct(cache, points, index, y, alpha, p, p, active, working_set)
+    # signs * G = (y G, -y G) = (-u, u); where I_up and I_low ask a < C (a > 0 elsewhere)
+    signs = torch.stack([y, -y])
+    room = torch.stack([y > 0, y < 0])
     if max_iter < 0:
         max_iter = max(10_000_000, 100 * n_var)
     unshrunk = False  # libsvm's one unshrinking when the gap first reaches 10 tol
@@ -375,48 +396,57 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1,
     ran = False  # a subproblem ran since the start or the last reconstruction
     steps = torch.zeros(1, device=device)  # its steps, read with the next outer step's numbers
     while True:
-        u = -y * G
-        up, low = _sets(alpha, y, C)
-        up, low = up & active, low & active
-        ends = _ends(u, up, low)
+        a, G = state[0], state[1]
+        signed = signs * G
+        sets = torch.where(room, a < state[3], a > 0) & active  # I_up, I_low
+        # (-m(a), M(a)): the least -u over I_up and the least u over I_low
+        ends_keys = torch.where(sets, signed, math.inf)
+        ends = ends_keys.amin(dim=1)
         # shrinking and the next working set, computed before the host knows whether the solver
         # goes on, so that one read brings every number the host decides on
-        kept = active & ~_shrunk(u, up, low, alpha, C, ends) if shrinking else active
-        up_kept, low_kept = up & kept, low & kept
-        order_up = torch.argsort(torch.where(up_kept, -u, math.inf), stable=True)[:working_set]
-        order_low = torch.argsort(torch.where(low_kept, u, math.inf), stable=True)[:working_set]
+        if shrinking:
+            kept = active & ~_shrunk(signed, sets, ends)
+            sets_kept = sets & kept
+        else:
+            kept, sets_kept = active, sets
+        # I_up by decreasing u, I_low by increasing u, ties to the lower index (at least their
+        # first working_set)
+        order = torch.argsort(torch.where(sets_kept, signed, math.inf), dim=1,
+                              stable=True)[:, :working_set]
         numbers = torch.cat([
-            ends, *(t.to(torch.float64).reshape(1) for t in (up_kept.sum(), low_kept.sum(),
-                                                             active.all(), steps)),
-            order_up.to(torch.float64), order_low.to(torch.float64)]).cpu().numpy()
-        m, M, n_up, n_low, every, last = numbers[:6].tolist()
+            ends, sets_kept.sum(dim=1, dtype=torch.float64),
+            active.sum(dtype=torch.float64).reshape(1), steps.to(torch.float64),
+            *order.to(torch.float64)]).cpu().numpy()
+        minus_m, M, n_up, n_low, n_active, last = numbers[:6].tolist()
         n_iter += int(last) if ran else 0
-        gap = m - M
+        gap = -minus_m - M
         stopping = gap <= tol or n_iter >= max_iter or (ran and last == 0)
         first_near = not unshrunk and gap <= 10 * tol
         unshrunk = unshrunk or first_near
-        if (stopping or first_near) and not every:
-            G = _reconstruct(cache, points, index, y, alpha, p, G, ~active, working_set)
+        if (stopping or first_near) and n_active < n_var:
+            state[1] = _reconstruct(cache, points, index, state[2], a, p, G, ~active,
+                                    working_set)
             active = torch.ones_like(active)
             ran = False
             continue  # the stopping rule again, on the whole problem
         if stopping:
             break
         active = kept
-        ranked = numbers[6:].astype(np.int64)
-        ws_host = _working_set(ranked[:len(order_up)], ranked[len(order_up):], int(n_up),
-                               int(n_low), working_set)
-        ws = _to_device(ws_host, device)
-        K_rows = cache(torch.from_numpy(points[ws_host]))  # (q, n_points)
-        K_ws = K_rows[:, index[ws]]
-        a_ws, y_ws, C_ws, G_ws = alpha[ws], y[ws], C[ws], G[ws]
-        local = _ends(-y_ws * G_ws, *_sets(a_ws, y_ws, C_ws))
-        local_tol = torch.clamp((local[0] - local[1]) / 10, min=tol).reshape(1)
+        ranked = numbers[6:].astype(np.int64).reshape(2, -1)
+        ws_host = _working_set(ranked[0], ranked[1], int(n_up), int(n_low), working_set)
+        kernel_points = points[ws_host]
+        ws, ws_points = _to_device(np.stack([ws_host, kernel_points]), device)
+        K_rows = cache(torch.from_numpy(kernel_points))  # (q, n_points)
+        K_ws = K_rows[:, ws_points]
+        a_ws, G_ws, y_ws, C_ws = state[:, ws]
+        # the working set's own (-m, M): its gap is m - M = -(-m + M)
+        local_tol = (ends_keys[:, ws].amin(dim=1).sum() / -10).clamp(min=tol).reshape(1)
         budget = min(10 * len(ws_host), max_iter - n_iter)
         a_new, _, steps = _subproblem(a_ws, G_ws, y_ws, C_ws, K_ws, local_tol, budget)
         ran = True
         # G += Q[:, W] (a_W - a_W^old) on the active variables, one product over the rows
         w = _combine(K_rows, y_ws * (a_new - a_ws))
-        alpha[ws] = a_new
-        G = torch.where(active, G + y * w[index], G)
+        a.index_copy_(0, ws, a_new)
+        torch.where(active, G + state[2] * (w if index is None else w[index]), G, out=G)
+    alpha, G = state[0].clone(), state[1].clone()
     return SMOResult(alpha, G, rho(alpha, G, y, C), gap, n_iter, gap <= tol)

@@ -171,33 +171,43 @@ class _BaseSVM(BaseEstimator):
         return distributed.checked(f"{type(self).__name__}.fit", self, validate,
                                    X=_ridge_checks.dense(X), **arguments)
 
-    def _solve(self, op, Xe, rows_of, p, y, C, alpha, index=None):
-        """Run the SMO solver over the training points ``rows_of`` (their indices in ``Xe``);
-        returns the result. Under a process group the kernel points are sharded over the ranks
-        (:mod:`kernelkit.linalg.smo_sharded`)."""
+    def _solve(self, op, X, points, p, y, C, alpha, index=None):
+        """Run the SMO solver over the training points X[points]; returns the result. Their
+        kernel rows come from
+        :meth:`~kernelkit.operators.kernel_operator.KernelOperator.rows_of` (the points prepared
+        once, kept on the device beside the solver's memory or streamed there). Under a process
+        group the kernel points are sharded over the ranks
+        (:mod:`kernelkit.linalg.smo_sharded`), each rank's columns of the rows computed by
+        ``op.block`` per request."""
         import torch
 
         from kernelkit.linalg import smo
 
-        points = op.take(Xe, rows_of)
-
-        def rows(indices, lo=0, hi=None):
-            """K[indices, lo:hi] over the training points (every column by default)."""
-            return op.block(op.take(points, indices.cpu().numpy()), points[lo:hi]).to(
-                torch.float64)
-
-        def as_tensor(values):
-            return torch.as_tensor(np.asarray(values, dtype=np.float64), device=op.device)
-
-        solve = smo.solve
+        working_set = smo.WORKING_SET
+        cache_bytes = int(self.cache_size * 2**20)
         if distributed.active():  # a process group (kernelkit.distributed)
             from kernelkit.linalg import smo_sharded
 
             solve = smo_sharded.solve
+            Pe = op.take(op.exact_data(X), points)
+
+            def rows(indices, lo=0, hi=None):
+                """K[indices, lo:hi] over the training points (every column by default)."""
+                return op.block(op.take(Pe, indices.cpu().numpy()), Pe[lo:hi]).to(
+                    torch.float64)
+        else:
+            solve = smo.solve
+            held = smo.held_bytes(len(points), len(p), cache_bytes, working_set)
+            rows = op.rows_of(X, points, reserve_bytes=held)
+
+        def as_tensor(values):
+            return torch.as_tensor(np.asarray(values, dtype=np.float64), device=op.device)
+
         index = None if index is None else torch.as_tensor(index, device=op.device)
         return solve(rows, as_tensor(p), as_tensor(y), as_tensor(C), as_tensor(alpha),
                      index=index, tol=float(self.tol), max_iter=int(self.max_iter),
-                     cache_bytes=int(self.cache_size * 2**20), shrinking=bool(self.shrinking))
+                     working_set=working_set, cache_bytes=cache_bytes,
+                     shrinking=bool(self.shrinking))
 
     def _finish(self, X, support, results, fold_results=()):
         """Store what every SVM stores; warn where a solver (of ``results``, or of

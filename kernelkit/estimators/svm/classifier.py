@@ -165,7 +165,7 @@ class SVC(ClassifierMixin, _BaseSVM):
         classes = self.classes_
         self._gamma = self._gamma_value(X)
         op = self._operator(X)
-        Xe = op.exact_data(X)
+        Xe = op.exact_data(X) if self.probability else None  # the held-out decision values
         bound = float(self.C) * weights * self.class_weight_[y_index]
         members = [np.flatnonzero(keep & (y_index == k)) for k in range(len(classes))]
         coef = np.zeros((len(classes), len(y)))  # coef[k, t]: t's coefficient against class k
@@ -179,12 +179,12 @@ class SVC(ClassifierMixin, _BaseSVM):
                 idx = np.concatenate([members[i], members[j]])
                 sign = np.where(y_index[idx] == i, 1.0, -1.0)
                 if self.probability:
-                    held_out = functools.partial(self._held_out_decision, op, Xe, idx, sign,
+                    held_out = functools.partial(self._held_out_decision, op, X, Xe, idx, sign,
                                                  bound[idx], fold_results)
                     A, B = _platt.cross_validated_sigmoid(sign > 0, held_out, random)
                     prob_a.append(A)
                     prob_b.append(B)
-                result = self._solve(op, Xe, idx, -np.ones(len(idx)), sign, bound[idx],
+                result = self._solve(op, X, idx, -np.ones(len(idx)), sign, bound[idx],
                                      np.zeros(len(idx)))
                 a = result.alpha.cpu().numpy()
                 coef[j, members[i]] = a[:len(members[i])]
@@ -231,11 +231,12 @@ class SVC(ClassifierMixin, _BaseSVM):
                              "same class.")
         return X, y, y_index, weights, keep
 
-    def _held_out_decision(self, op, Xe, rows, sign, bound, fold_results, train, test):
+    def _held_out_decision(self, op, X, Xe, rows, sign, bound, fold_results, train, test):
         """Decision values (positive for sign +1) of the pair's samples ``rows[test]`` from its
         machine fitted on ``rows[train]`` with the same bounds, libsvm's per-class C (its
-        solver result appended to ``fold_results``)."""
-        result = self._solve(op, Xe, rows[train], -np.ones(len(train)), sign[train],
+        solver result appended to ``fold_results``; ``Xe``: X as the operator's float64
+        operand)."""
+        result = self._solve(op, X, rows[train], -np.ones(len(train)), sign[train],
                              bound[train], np.zeros(len(train)))
         fold_results.append(result)
         coef = sign[train] * result.alpha.cpu().numpy()

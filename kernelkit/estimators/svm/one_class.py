@@ -107,7 +107,7 @@ class OneClassSVM(OutlierMixin, _BaseSVM):
         # libsvm's start: a_t = min(w_t, what is left of nu sum(w)), in order
         left = nu * bound.sum() - np.concatenate([[0.0], np.cumsum(bound)[:-1]])
         alpha = np.clip(np.minimum(bound, left), 0.0, None)
-        result = self._solve(op, op.exact_data(X), idx, np.zeros(len(idx)), np.ones(len(idx)),
+        result = self._solve(op, X, idx, np.zeros(len(idx)), np.ones(len(idx)),
                              bound, alpha)
         a = result.alpha.cpu().numpy()
         nonzero = a != 0

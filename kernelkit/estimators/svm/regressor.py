@@ -106,7 +106,7 @@ class SVR(RegressorMixin, _BaseSVM):
         n = len(idx)
         eps, target = float(self.epsilon), y[idx]
         bound = np.tile(float(self.C) * weights[idx], 2)
-        result = self._solve(op, op.exact_data(X), idx,
+        result = self._solve(op, X, idx,
                              np.concatenate([eps - target, eps + target]),
                              np.concatenate([np.ones(n), -np.ones(n)]), bound, np.zeros(2 * n),
                              index=np.tile(np.arange(n), 2))
