@@ -17,11 +17,22 @@ Parts (``--parts``, comma-separated):
   rows (``RowCache``), the gradient reconstructions, and the rest of the outer loop.
 - ``large``: kernelkit's SVC alone on HIGGS-shaped data at each ``--large-n``: time, time per
   point, test accuracy, n_iter and the KKT gap at exit, peak GPU memory.
+- ``large-d``: kernelkit's SVC alone at ``--large-d-n`` rows of ``--large-d-dim`` standard-normal
+  features (default 10^6 x 256: X is 2 GiB in float64), at most ``--large-d-max-iter`` pairwise
+  steps, once per ``--large-d-modes``: ``auto`` (the points on the GPU where they fit,
+  ``KernelOperator.rows_of``'s rule) and ``streamed`` (``ROWS_MEMORY_SHARE = 0``: X kept in
+  pinned host memory and streamed to the GPU at every kernel-row request). Time, outer steps
+  and time per step, kernel-row requests, peak GPU memory (the points' own bytes beside it),
+  whether the points streamed and in chunks of how many.
+
+``--working-set`` sets ``kernelkit.linalg.smo.WORKING_SET`` (variables per outer step, at most
+1024 on a GPU) for every fit of the run.
 
 scikit-learn runs with the same C, gamma, tol (and epsilon / nu) and ``cache_size=--sk-cache``
 MB. The JSON is rewritten after every measurement, so a run cut short keeps what finished::
 
-    python benchmarks/svm.py --parts binary,svr,oneclass,multiclass --device cuda
+    python benchmarks/svm.py --parts binary,svr,oneclass,multiclass
+    python benchmarks/svm.py --parts large-d,profile             # 10^6 x 256; one 2e4 fit's parts
     TRITON_INTERPRET=1 python benchmarks/svm.py --smoke     # tiny sizes on the CPU
 """
 
@@ -38,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (check_mode, default_out, device_facts, log, now, versions,  # noqa: E402
                      write_json_atomic)
 
-PARTS = ("binary", "svr", "oneclass", "multiclass", "large", "profile")
+PARTS = ("binary", "svr", "oneclass", "multiclass", "large", "large-d", "profile")
 
 
 def cps1988(n, seed=0):
@@ -220,6 +231,56 @@ def profile_fit(fit, device):
     return spent
 
 
+def normal_classes(n, d, seed=0):
+    """(X, y): n standard-normal rows of d features (float64) and labels +-1 from a smooth
+    non-linear function of three random directions plus noise."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    W = np.random.default_rng(12345).standard_normal((d, 3)) / np.sqrt(d)
+    P = X @ W
+    f = np.sin(2.0 * P[:, 0]) + 0.5 * P[:, 1] ** 2 - 0.5 + P[:, 2] * P[:, 0]
+    return X, np.where(f + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+
+
+def large_d_fit(fit, device, streamed):
+    """Time ``fit()`` (peak GPU memory included) with the points kept on the GPU where they fit
+    or, ``streamed``, always streamed from the host; count the outer steps (subproblems) and
+    the kernel-row requests, and record how the points were held. ``--smoke`` runs the same
+    Triton path on the CPU under the interpreter."""
+    from unittest import mock
+
+    import kernelkit_gpu
+    from kernelkit.linalg import smo
+    from kernelkit.operators import kernel_operator
+
+    held, counts = [], dict(outer_steps=0, rows_calls=0)
+    real_rows, real_subproblem = kernelkit_gpu.GramRows, smo._subproblem
+
+    def rows(*a, **k):
+        held.append(k.get("chunk_rows"))
+        block = real_rows(*a, **k)
+
+        def call(indices):
+            counts["rows_calls"] += 1
+            return block(indices)
+
+        return call
+
+    def subproblem(*a, **k):
+        counts["outer_steps"] += 1
+        return real_subproblem(*a, **k)
+
+    share = 0.0 if streamed else kernel_operator.ROWS_MEMORY_SHARE
+    with mock.patch.object(kernelkit_gpu, "GramRows", rows), \
+            mock.patch.object(smo, "_subproblem", subproblem), \
+            mock.patch.object(kernel_operator, "ROWS_MEMORY_SHARE", share), \
+            mock.patch.object(kernel_operator, "TRITON_ON_CPU", device == "cpu"):  # --smoke
+        seconds, peak = timed_fit(type("Fit", (), {"fit": staticmethod(lambda *a: fit())})(),
+                                  None, None, device)
+    return dict(seconds=seconds, peak=peak, streamed=held[0] is not None,
+                chunk_rows=held[0], **counts)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--parts", default="binary,svr,oneclass,multiclass")
@@ -229,6 +290,13 @@ def main(argv=None):
     p.add_argument("--large-n", default="100000,300000,1000000")
     p.add_argument("--large-time-limit", type=float, default=300.0,
                    help="skip the larger sizes of 'large' once one fit took longer than this")
+    p.add_argument("--large-d-n", type=int, default=1_000_000)
+    p.add_argument("--large-d-dim", type=int, default=256)
+    p.add_argument("--large-d-max-iter", type=int, default=100_000,
+                   help="most pairwise SMO steps of a 'large-d' fit (-1: libsvm's limit)")
+    p.add_argument("--large-d-modes", default="auto,streamed")
+    p.add_argument("--working-set", type=int,
+                   help="kernelkit.linalg.smo.WORKING_SET for every fit (default: the module's)")
     p.add_argument("--C", type=float, default=1.0)
     p.add_argument("--tol", type=float, default=1e-3)
     p.add_argument("--sk-cache", type=float, default=4000.0)
@@ -239,10 +307,21 @@ def main(argv=None):
     device = check_mode("svm.py", args.smoke)
     if args.smoke:
         args.n, args.n_multi, args.n_multi_large, args.large_n = 300, 300, 500, "400"
+        args.large_d_n, args.large_d_dim, args.large_d_max_iter = 300, 20, 2000
     parts = args.parts.split(",")
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise SystemExit(f"--parts: unknown {sorted(unknown)}; choose from {PARTS}")
+    modes = args.large_d_modes.split(",")
+    if set(modes) - {"auto", "streamed"}:
+        raise SystemExit(f"--large-d-modes: choose from auto, streamed; got {modes}")
+    from kernelkit.linalg import smo
+
+    if args.working_set is not None:
+        if not 2 <= args.working_set <= 1024:
+            raise SystemExit(f"--working-set must be in [2, 1024]; got {args.working_set}")
+        smo.WORKING_SET = args.working_set
+    args.working_set = smo.WORKING_SET
 
     from sklearn.datasets import make_classification
     from sklearn.svm import SVC as SkSVC, SVR as SkSVR, OneClassSVM as SkOneClass
@@ -319,6 +398,30 @@ def main(argv=None):
                          n_support=int(len(model.support_))))
             if seconds > args.large_time_limit:
                 break
+    if "large-d" in parts:
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        n, d = args.large_d_n, args.large_d_dim
+        log(f"large-d SVC, {n} x {d} standard-normal rows")
+        X, y = normal_classes(n + 2000, d)  # 2000 test rows: K(test, SV) stays small
+        X, Xt, y, yt = X[:n], X[n:], y[:n], y[n:]
+        for mode in modes:
+            model = SVC(C=args.C, gamma=1.0 / d, max_iter=args.large_d_max_iter, device=device,
+                        **common)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)  # max_iter: fit_status
+                spent = large_d_fit(lambda: model.fit(X, y), device, mode == "streamed")
+            rec.add(dict(part="large-d", dataset=f"normal_classes_d{d}", n=n, d=d, mode=mode,
+                         working_set=smo.WORKING_SET, kernelkit_s=spent["seconds"],
+                         kernelkit_peak_mib=spent["peak"], points_mib=8 * n * d / 2**20,
+                         streamed=spent["streamed"], chunk_rows=spent["chunk_rows"],
+                         outer_steps=spent["outer_steps"], rows_calls=spent["rows_calls"],
+                         s_per_outer_step=spent["seconds"] / max(spent["outer_steps"], 1),
+                         n_iter=int(model.n_iter_[0]), fit_status=int(model.fit_status_),
+                         n_support=int(len(model.support_)),
+                         accuracy=float(model.score(Xt, yt))))
     if "profile" in parts:
         log("profile of one SVC fit")
         X, y, _, _ = higgs(args.n, 10)
