@@ -86,7 +86,7 @@ def test_outer_step_launches_few_operations(rng, monkeypatch):
     """An outer step of the solver (the rows cached, the subproblem aside) runs at most 45
     torch operations, and one sort: the masks of I_up and I_low and the two orders of the
     working set come as two-row tensors, the working set's four vectors as one gather (before:
-    92 operations and two sorts a step on this problem; each is a launch on a GPU)."""
+    90 operations and two sorts a step on this problem; each is a launch on a GPU)."""
     n = 300
     X = rng.normal(size=(n, 4))
     K = torch.exp(-0.5 * torch.cdist(torch.tensor(X), torch.tensor(X)) ** 2)
