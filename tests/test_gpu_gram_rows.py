@@ -61,10 +61,11 @@ def test_rows_match_the_reference_resident_and_streamed(case, dtype_name, d, dev
 
 def test_rows_from_host_points_streamed_to_the_device(device, rng):
     """Points in host memory, blocks computed on ``device``: on a GPU the points are pinned and
-    streamed; the blocks are those of the points kept on the device."""
+    streamed; the blocks are those of the points copied to the device (both centred on the mean
+    computed on the host)."""
     x = randn(rng, (300, 20), torch.float64, "cpu")
     streamed = kernelkit_gpu.GramRows(x, "rbf", device=device, chunk_rows=128, gamma=0.1)
-    resident = kernelkit_gpu.GramRows(x.to(device), "rbf", gamma=0.1)
+    resident = kernelkit_gpu.GramRows(x, "rbf", device=device, gamma=0.1)
     assert torch.equal(streamed(ROWS), resident(ROWS))
     assert streamed(ROWS).device.type == torch.device(device).type
 

@@ -99,7 +99,8 @@ class GramRows:
         stay on ``device``. An int: x stays where it is (copied once to pinned memory if it is
         a CPU tensor in pageable memory and ``device`` is a GPU) and every call streams it to
         ``device`` in chunks of ``chunk_rows`` points (rounded up to a multiple of 128): for
-        point sets larger than device memory.
+        point sets larger than device memory. The column mean is taken where x is given, so an
+        x given on the host gives the same operands in both modes.
     **params
         Kernel parameters, as :func:`kernelkit_gpu.gram`.
 
@@ -144,13 +145,14 @@ class GramRows:
         P.check_params_range(plan, x.dtype)
         self.n, self._d = x.shape
         r = self._recipe = P.recipe(plan, x.dtype, self._d, precision)
+        # the mean where x lies: x given on the host gives the same operands in both modes
+        self._mean = P.column_mean(x).to(self.device) if r.centre and self.n else None
         if chunk_rows is None:
             x = x.to(self.device)
         elif self.device.type == "cuda" and x.device.type == "cpu" and not x.is_pinned():
             x = x.pin_memory()
         self._x = x
         self.chunk_rows = None if chunk_rows is None else _round_up(int(chunk_rows), G.PAD_ROWS)
-        self._mean = P.column_mean(x).to(self.device) if r.centre and self.n else None
         self._scale = P.feature_scales(plan, self.device) if r.scale else None
         self._kd = _round_up(self._d, G.PAD_K)
         self._prm = P._params_tensor(plan.prm, r.acc, self.device)
