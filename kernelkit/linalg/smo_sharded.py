@@ -139,10 +139,8 @@ class _Shard:
         I_low (after shrinking) and of the active set, ``steps``, then the ``width`` best of
         I_up by -u and of I_low by u: keys, then variables (padded with inf, -1)."""
         kept = active
-        if shrinking:  # libsvm's be_shrunk: at a bound, in one set only, beyond the other's end
-            bounded = (alpha[self.own] <= 0) | (alpha[self.own] >= self.C)
-            beyond = (up & ~low & (u < ends[1])) | (low & ~up & (u > -ends[0]))
-            kept = active & ~(bounded & beyond)
+        if shrinking:  # libsvm's be_shrunk, as one process runs it
+            kept = active & ~smo._shrunk(torch.stack([-u, u]), torch.stack([up, low]), ends)
         up, low = up & kept, low & kept
         sizes = torch.stack([up.sum(), low.sum(), active.sum()]).to(torch.float64)
         parts = [ends, sizes, steps.to(torch.float64).reshape(1)]
