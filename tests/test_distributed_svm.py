@@ -11,6 +11,13 @@ the rows, and the same subproblem on every rank. So support_, dual_coef_, interc
 kernel value computed on its own) and a precomputed matrix. The fits cover a working set smaller
 than the problem (700 points, 600 SVR variables: candidates from every rank), several classes
 with class and zero sample weights, and 2 points (on 3 ranks one rank owns none).
+
+The ranks run on the CPU under every ``--device``: on a GPU the Triton kernel values of a pair
+depend on the operands' centring and on the rest of its tile (a tile with a near pair is
+recomputed by direct differences), which differ between one process and a rank's shard, so the
+fits agree only to the solver's tolerance there (on an H200, 7% of an SVC's dual coefficients
+differed from the third digit on), and bit-for-bit equality is a claim about the CPU's kernel
+values.
 """
 
 from __future__ import annotations
@@ -25,13 +32,13 @@ from tests.test_distributed import _errors, _result, _shares, spawn
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
-def svm_ranks(request, tmp_path_factory, device):
+def svm_ranks(request, tmp_path_factory):
     """``(world, [(results, errors) per rank], outdir)`` of one spawn of the SVM checks."""
     import json
 
     world = request.param
     outdir = tmp_path_factory.mktemp(f"svm{world}")
-    codes, outputs = spawn(world, outdir, scenario="svm", device=device)
+    codes, outputs = spawn(world, outdir, scenario="svm", device="cpu")  # module docstring
     assert codes == [0] * world, "\n".join(outputs)
     found = []
     for r in range(world):
@@ -50,10 +57,10 @@ def _single(name, device):
 @pytest.mark.subprocess
 @pytest.mark.parametrize("name", ["svc", "svc_multiclass", "svc_precomputed", "svc_probability",
                                   "svr", "one_class", "svc_tiny", "one_class_tiny"])
-def test_svm_equals_one_process(svm_ranks, name, device):
+def test_svm_equals_one_process(svm_ranks, name):
     """The same fitted attributes on every rank as one process, bit for bit (module
     docstring)."""
-    np.testing.assert_array_equal(_result(svm_ranks, name), _single(name, device))
+    np.testing.assert_array_equal(_result(svm_ranks, name), _single(name, "cpu"))
 
 
 @pytest.mark.subprocess

@@ -204,6 +204,41 @@ def test_eigsh_finds_an_invariant_subspace():
     np.testing.assert_allclose((V.T @ V).numpy(), np.eye(5), atol=1e-12)
 
 
+def test_eigsh_start_block_spans_the_given_directions():
+    """``start``: the first product is on a block that spans the given directions (KernelPCA
+    reads K's row means from it); the eigenpairs are still those of the operator, and a start
+    wider than the block is refused."""
+    rng = np.random.default_rng(5)
+    B = rng.normal(size=(200, 200))
+    A = torch.from_numpy(B @ B.T)
+    ones = torch.ones((200, 1), dtype=torch.float64)
+    blocks = []
+
+    def product(V):
+        blocks.append(V)
+        return A @ V
+
+    result = block_krylov_eigsh(product, 200, 3, tol=1e-10, max_iter=100,
+                                rng=np.random.RandomState(0), start=ones)
+    first = blocks[0]
+    np.testing.assert_allclose((first @ (first.T @ ones)).numpy(), ones.numpy(), atol=1e-12)
+    exact = np.linalg.eigvalsh(A.numpy())[::-1][:3]
+    np.testing.assert_allclose(result.eigenvalues.numpy(), exact, rtol=1e-9)
+    with pytest.raises(ValueError, match="start must have at most 13 columns"):
+        block_krylov_eigsh(product, 200, 3, tol=1e-10, max_iter=100,
+                           rng=np.random.RandomState(0), start=torch.ones((200, 14)))
+
+
+def test_krylov_row_means_are_those_of_k(rng):
+    """The row means KernelPCA keeps for ``transform`` (read from the first product) are K's."""
+    X, _ = _data(rng, n=300)
+    kpca = KernelPCA(4, kernel="rbf", gamma=0.2, eigen_solver="krylov", device="cpu",
+                     random_state=0).fit(X)
+    K = rbf_kernel(X, gamma=0.2)
+    np.testing.assert_allclose(kpca._row_means, K.mean(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(kpca._all_mean, K.mean(), rtol=1e-12)
+
+
 def test_auto_rule(rng):
     X, _ = _data(rng, n=250)
     assert KernelPCA(3, device="cpu").fit(X).eigen_solver_ == "arpack"

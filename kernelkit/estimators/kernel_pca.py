@@ -73,7 +73,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
         (\mathbf{1}^T V), \qquad r = K \mathbf{1} / n, \quad \bar r = \mathbf{1}^T r / n,
 
     K V matrix-free by the kernel operator (:mod:`kernelkit.operators.kernel_operator`), r
-    computed once; memory grows like n (times the basis width), not n^2. Where scikit-learn's
+    read from the first product (its start block spans the ones vector); memory grows like n
+    (times the basis width: 2 x 7 blocks of float64 columns), not n^2. Where scikit-learn's
     differs: a callable ``kernel`` is refused (the products run on the registry's formulas),
     so are kernels that are not positive semi-definite; sparse X is made dense; arpack with
     ``n_components >= n_samples`` is an error (scikit-learn's SciPy call fails); X may be a
@@ -140,7 +141,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     device : {"auto", "cpu", "cuda"}, default="auto"
         "auto" is the GPU when one is present. On the GPU the "krylov" products and those of
         ``transform`` are float32 (:func:`kernelkit_gpu.kernel_matvec` through the operator),
-        the other solvers' K̃ and the centring means float64; on the CPU everything is float64.
+        with "krylov"'s final Rayleigh quotients and residuals from float64 kernel values; the
+        other solvers' K̃ and centring means are float64. On the CPU everything is float64.
 
     Attributes
     ----------
@@ -149,7 +151,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
     eigenvectors_ : ndarray of shape (n_samples, n_components_)
         The unit eigenvectors, signs as scikit-learn's (largest entry positive).
     residual_bounds_ : ndarray of shape (n_components_,)
-        ``||K̃ v_i - lambda_i v_i||`` of each returned pair (float64 kernel values), plus
+        ``||K̃ v_i - lambda_i v_i||`` of each returned pair (float64 kernel values; with
+        "krylov" on the GPU centred by the float32 products' row means), plus
         |lambda_i - theta_i| where the PSD clean-up set a tiny eigenvalue theta_i to 0: a
         bound on the residual of the reported pair, for every solver.
     eigen_solver_ : str
@@ -408,26 +411,32 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
                                  f"matrix; max |K - K^T| is {asym:.3g}; use eigen_solver="
                                  "'dense'")
         Xo, Xe = op.data(X), op.exact_data(X)
-        r = op.matmul(Xe, Xe, op.vectors(np.ones((n, 1))))[:, 0] / n  # float64 row means
-        r_bar = r.mean()
-        self._row_means, self._all_mean = r.cpu().numpy(), float(r_bar)
+        means = {}  # K's row means r and their mean, from the first product
 
         def centred(Xa):
             def product(V):
+                KV = op.matmul(Xa, Xa, V)
                 s = V.sum(dim=0, keepdim=True)
-                return op.matmul(Xa, Xa, V) - (r @ V)[None, :] - r[:, None] * s + r_bar * s
+                if not means:  # V is the start block, which spans the ones vector 1, so
+                    r = KV @ s[0] / n  # K 1 = K V V^T 1: no product of its own (12 s at 10^6)
+                    means.update(r=r, r_bar=r.mean())
+                r, r_bar = means["r"], means["r_bar"]
+                return KV - (r @ V)[None, :] - r[:, None] * s + r_bar * s
             return product
 
         tol = self.tol if self.tol > 0 else default_tol(op.eps)
         max_iter = KRYLOV_MAX_ITER if self.max_iter is None else self.max_iter
         result = block_krylov_eigsh(centred(Xo), n, k, tol=tol, max_iter=max_iter,
                                     rng=check_random_state(self.random_state), device=op.device,
-                                    multiple=_product_columns(op))
+                                    multiple=_product_columns(op),
+                                    start=op.vectors(np.ones((n, 1))))
+        self._row_means, self._all_mean = means["r"].cpu().numpy(), float(means["r_bar"])
         theta, V = result.eigenvalues, result.eigenvectors
         residuals = result.residuals
         if op.eps > np.finfo(np.float64).eps:  # float32 products: one float64 product gives
             W = centred(Xe)(V)  # the Rayleigh quotients (what the r^2 / gap bound needs) and
-            theta = (V * W).sum(dim=0)  # the true residuals
+            # the true residuals
+            theta = (V * W).sum(dim=0)
             residuals = torch.linalg.vector_norm(W - V * theta, dim=0)
         if not result.converged:
             warnings.warn(
@@ -527,7 +536,8 @@ class KernelPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator
 def _product_columns(op):
     """Columns that one product of ``op`` computes at the cost of one: the Triton K @ V's chunk
     of V (each chunk evaluates the kernel once; a block of k = 64 components and 96 columns cost
-    two chunks, as 128 columns do, which took 9 products where 96 took 13), 1 elsewhere."""
+    two chunks, as 128 columns do, which took 9 products where 96 took 13, before the
+    eigensolver checked convergence after every product), 1 elsewhere."""
     if not op.triton:
         return 1
     from kernelkit_gpu.pairwise.matvec_fused import MAX_BLOCK_R

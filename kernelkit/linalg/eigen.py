@@ -3,17 +3,18 @@ r"""Largest eigenpairs of a symmetric operator given only as a product ``matmul(
 :func:`block_krylov_eigsh` is a randomized block Krylov method with thick restarts (block
 Lanczos with full reorthogonalisation; Musco and Musco 2015 for the randomized block Krylov
 subspace, Stathopoulos, Saad and Wu 1998 for the thick restart): a random start block Q_0 of b
-columns is extended by the products A Q_j, each new block orthonormalised against the basis,
-until the basis holds ``DEPTH + 1`` blocks; the Rayleigh-Ritz step then takes the eigenpairs
-(theta_i, W_i) of T = Q^T A Q and the Ritz pairs (theta_i, v_i = Q W_i) with
+columns is extended by the products A Q_j, each new block orthonormalised against the basis.
+After every product the Rayleigh-Ritz step takes the eigenpairs (theta_i, W_i) of
+T = Q^T A Q and the Ritz pairs (theta_i, v_i = Q W_i) with
 
 .. math::
 
     r_i = \|A v_i - \theta_i v_i\| = \|(A Q) W_i - \theta_i Q W_i\|,
 
-known without another product. The run stops when the k wanted Ritz pairs all have
-r_i <= tol |theta|_max (or the basis spans the whole space: Rayleigh-Ritz is then exact), else
-restarts from the b leading Ritz vectors, whose products (A Q) W are already known.
+known without another product. The run stops as soon as the k wanted Ritz pairs all have
+r_i <= tol |theta|_max (or the basis spans the whole space: Rayleigh-Ritz is then exact). A
+basis of ``depth + 1`` blocks that has not converged restarts from its b leading Ritz vectors,
+whose products (A Q) W are already known.
 
 For a symmetric A the residual bounds the error of each pair (Kahan, Parlett): some eigenvalue
 lambda of A lies within r_i of theta_i (within r_i^2 / gap_i, gap_i the distance from theta_i to
@@ -33,8 +34,10 @@ import torch
 
 __all__ = ["EigenResult", "block_krylov_eigsh", "block_size", "default_tol", "DEPTH"]
 
-#: Blocks added to the basis per restart cycle (the basis holds up to DEPTH + 1 blocks).
-DEPTH = 4
+#: Blocks added to the basis per restart cycle (the basis holds up to DEPTH + 1 blocks). A
+#: restart discards most of the basis: on RBF spectra (HIGGS-shaped data, 64 components, blocks of
+#: 128) a depth of 6 converged in 7 products, a depth of 4 needed 9 (docs/decisions.md).
+DEPTH = 6
 
 
 class EigenResult(NamedTuple):
@@ -97,7 +100,8 @@ def _orthonormal_block(Q, R, draws):
     return keep
 
 
-def block_krylov_eigsh(matmul, n, k, *, tol, max_iter, rng, device="cpu", multiple=1):
+def block_krylov_eigsh(matmul, n, k, *, tol, max_iter, rng, device="cpu", multiple=1,
+                       depth=DEPTH, start=None):
     """The k algebraically largest eigenpairs of a symmetric n x n operator.
 
     Parameters
@@ -120,6 +124,12 @@ def block_krylov_eigsh(matmul, n, k, *, tol, max_iter, rng, device="cpu", multip
         Where the vectors live.
     multiple : int, default=1
         Round the block's columns up to a multiple of this (:func:`block_size`).
+    depth : int, default=DEPTH
+        Blocks added per restart cycle, >= 1: the basis and its products take
+        2 n (depth + 1) b float64 numbers.
+    start : torch.Tensor of shape (n, j), optional
+        Directions the start block spans (j <= b; its other columns are random). The first call
+        of ``matmul`` is on the start block.
 
     Returns
     -------
@@ -127,36 +137,46 @@ def block_krylov_eigsh(matmul, n, k, *, tol, max_iter, rng, device="cpu", multip
     """
     if not 1 <= k <= n:
         raise ValueError(f"k must be in [1, n={n}]; got {k}")
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1; got {depth}")
     b = block_size(n, k, multiple)
-    width = min(n, (DEPTH + 1) * b)
+    width = min(n, (depth + 1) * b)
     # random numbers drawn where the vectors live (a host draw of 10^6 x 128 took seconds)
     draws = torch.Generator(device=device).manual_seed(int(rng.randint(2**31 - 1)))
-    start = torch.randn((n, b), generator=draws, dtype=torch.float64, device=device)
-    Q = _orthonormal_block(start.new_zeros((n, 0)), start, draws)
-    P = matmul(Q)
-    products = 1
+    Q = torch.empty((n, width), dtype=torch.float64, device=device)  # the basis
+    P = torch.empty_like(Q)  # its products A Q
+    given = 0 if start is None else start.shape[1]
+    if given > b:
+        raise ValueError(f"start must have at most {b} columns; got {given}")
+    block = torch.randn((n, b - given), generator=draws, dtype=torch.float64, device=device)
+    if given:
+        block = torch.cat([start.to(device=device, dtype=torch.float64), block], dim=1)
+    block = _orthonormal_block(Q[:, :0], block, draws)
+    columns, products = 0, 0
     while True:
-        blocks, images = [Q], [P]
-        columns = Q.shape[1]
-        while columns < width and products < max_iter:
-            Qj = _orthonormal_block(torch.cat(blocks, dim=1), images[-1], draws)
-            Qj = Qj[:, :width - columns]
-            blocks.append(Qj)
-            images.append(matmul(Qj))
-            products += 1
-            columns += Qj.shape[1]
-        Q, P = torch.cat(blocks, dim=1), torch.cat(images, dim=1)
-        T = Q.T @ P
+        last = block.shape[1]
+        Q[:, columns:columns + last] = block
+        P[:, columns:columns + last] = matmul(block)
+        columns += last
+        products += 1
+        T = Q[:, :columns].T @ P[:, :columns]
         theta, W = torch.linalg.eigh((T + T.T) / 2)
         order = torch.argsort(theta, descending=True)[:b]
         theta, W = theta[order], W[:, order]
-        Q, P = Q @ W, P @ W  # the b leading Ritz vectors and their products
-        residuals = torch.linalg.vector_norm(P - Q * theta, dim=0)
-        scale = float(theta.abs().max())
+        wanted = Q[:, :columns] @ W[:, :k]
+        residuals = torch.linalg.vector_norm(P[:, :columns] @ W[:, :k] - wanted * theta[:k],
+                                             dim=0)
         full = columns >= n  # the basis spans the space: Rayleigh-Ritz is exact
-        converged = full or bool((residuals[:k] <= tol * scale).all())
+        converged = full or bool((residuals <= tol * float(theta.abs().max())).all())
         if converged or products >= max_iter:
-            return EigenResult(theta[:k], Q[:, :k], residuals[:k], products, converged)
+            return EigenResult(theta[:k], wanted, residuals, products, converged)
+        if columns >= width:  # restart from the b leading Ritz vectors and their products
+            last = W.shape[1]
+            Q[:, :last], P[:, :last] = Q[:, :columns] @ W, P[:, :columns] @ W
+            columns = last
+        # the next block: the product of the last one, orthonormalised against the basis
+        block = _orthonormal_block(Q[:, :columns], P[:, columns - last:columns], draws)
+        block = block[:, :width - columns]
 
 
 def default_tol(eps):
