@@ -12,12 +12,14 @@ kernel value computed on its own) and a precomputed matrix. The fits cover a wor
 than the problem (700 points, 600 SVR variables: candidates from every rank), several classes
 with class and zero sample weights, and 2 points (on 3 ranks one rank owns none).
 
-The ranks run on the CPU under every ``--device``: on a GPU the Triton kernel values of a pair
-depend on the operands' centring and on the rest of its tile (a tile with a near pair is
-recomputed by direct differences), which differ between one process and a rank's shard, so the
-fits agree only to the solver's tolerance there (on an H200, 7% of an SVC's dual coefficients
-differed from the third digit on), and bit-for-bit equality is a claim about the CPU's kernel
-values.
+The ranks of those checks run on the CPU under every ``--device``: on a GPU the Triton kernel
+values of a pair depend on the operands' centring and on the rest of its tile (a tile with a near
+pair is recomputed by direct differences), which differ between one process and a rank's shard,
+so the fits agree only to the solver's tolerance there (on an H200, 7% of an SVC's dual
+coefficients differed from the third digit on), and bit-for-bit equality is a claim about the
+CPU's kernel values. What holds on every device is checked on the device's own sharded fit:
+the SVC's dual meets libsvm's stopping rule on the float64 kernel matrix, with what one process
+gets on the same device.
 """
 
 from __future__ import annotations
@@ -31,14 +33,16 @@ from tests.distributed_worker import svm_fits, svm_inputs
 from tests.test_distributed import _errors, _result, _shares, spawn
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
-def svm_ranks(request, tmp_path_factory):
-    """``(world, [(results, errors) per rank], outdir)`` of one spawn of the SVM checks."""
+@functools.lru_cache(maxsize=None)
+def _spawned(world, device, root):
+    """``(world, [(results, errors) per rank], outdir)`` of one spawn of the SVM checks on
+    ``device`` under the directory ``root`` (each world size and device spawned once)."""
     import json
+    import pathlib
 
-    world = request.param
-    outdir = tmp_path_factory.mktemp(f"svm{world}")
-    codes, outputs = spawn(world, outdir, scenario="svm", device="cpu")  # module docstring
+    outdir = pathlib.Path(root) / f"svm{world}{device}"
+    outdir.mkdir()
+    codes, outputs = spawn(world, outdir, scenario="svm", device=device)
     assert codes == [0] * world, "\n".join(outputs)
     found = []
     for r in range(world):
@@ -46,6 +50,76 @@ def svm_ranks(request, tmp_path_factory):
             results = {k: f[k] for k in f.files}
         found.append((results, json.loads((outdir / f"rank{r}.json").read_text())))
     return world, found, outdir
+
+
+@pytest.fixture(scope="module")
+def spawn_root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("svm"))
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
+def svm_ranks(request, spawn_root):
+    """The SVM checks with the ranks on the CPU (module docstring)."""
+    return _spawned(request.param, "cpu", spawn_root)
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
+def svm_ranks_on_device(request, spawn_root, device):
+    """The SVM checks with the ranks' kernel rows on ``device`` (the CPU's spawn on the CPU)."""
+    return _spawned(request.param, device, spawn_root)
+
+
+def svc_violation(summary, X, y, C, tol):
+    """libsvm's stopping quantity m(a) - M(a) (Fan, Chen and Lin 2005) of a binary SVC's dual,
+    given as :func:`tests.distributed_worker.svm_summary`, on the float64 RBF kernel matrix
+    (gamma="scale"), and a bound on its rounding error there."""
+    from kernelkit_math import get_kernel
+
+    n_sv = int(summary[0])
+    support = summary[1:1 + n_sv].astype(int)
+    coef = summary[3 + n_sv:3 + 2 * n_sv]  # after n_support_'s two entries: y_i alpha_i
+    positive = y[support][coef > 0][0]  # the label libsvm's +1 stands for
+    sign = np.where(y == positive, 1.0, -1.0)
+    assert np.array_equal(np.sign(coef), sign[support]), "dual signs are not the labels'"
+    alpha = np.zeros(len(y))
+    alpha[support] = np.abs(coef)
+    assert np.all(alpha <= C * (1 + 1e-12)) and abs(coef.sum()) <= 1e-9 * C * len(y)
+    K = get_kernel("rbf").value(X, X[support], gamma=1.0 / (X.shape[1] * X.var()))
+    f = K @ coef  # sum_j y_j alpha_j K_ij; the gradient G_i = y_i f_i - 1, so -y_i G_i is:
+    score = sign - f
+    below, above = alpha < C * (1 - 1e-12), alpha > 0
+    up = ((sign > 0) & below) | ((sign < 0) & above)
+    low = ((sign > 0) & above) | ((sign < 0) & below)
+    # |f_i| <= sum |coef| <= n C: float64 sums of n terms err by at most n eps of that
+    rounding = 2 * len(y) * np.finfo(np.float64).eps * np.abs(coef).sum()
+    return score[up].max() - score[low].min(), rounding
+
+
+@pytest.mark.subprocess
+def test_sharded_svc_meets_the_stopping_rule_on_the_device(svm_ranks_on_device, device):
+    """The sharded SVC (700 points, C = 10, tol = 1e-3) on the device of the run: its dual meets
+    the stopping rule m(a) - M(a) <= tol on the exact float64 kernel matrix, as the one-process
+    fit on that device does (rounding of the kernel values and of the check allowed)."""
+    data = svm_inputs()
+    X, y = data["X"], data["y"]
+    for fit in (_result(svm_ranks_on_device, "svc"), _single("svc", device)):
+        gap, rounding = svc_violation(fit, X, y, C=10.0, tol=1e-3)
+        assert gap <= 1e-3 + rounding + 1e-9, gap  # 1e-9: float64 kernel values' rounding
+
+
+def test_stopping_rule_check_catches_a_perturbed_dual():
+    """A planted fault: the one-process SVC's dual with 0.1 moved between two free support
+    vectors of one class (still feasible) breaks the stopping rule the check above tests."""
+    data = svm_inputs()
+    fit = _single("svc", "cpu").copy()
+    n_sv = int(fit[0])
+    coef = fit[3 + n_sv:3 + 2 * n_sv]  # a view: edits change fit
+    free = np.flatnonzero((coef > 0.2) & (coef < 9.8))
+    assert len(free) >= 2
+    coef[free[0]] += 0.1
+    coef[free[1]] -= 0.1
+    gap, rounding = svc_violation(fit, data["X"], data["y"], C=10.0, tol=1e-3)
+    assert gap > 1e-3 + rounding + 1e-9
 
 
 @functools.lru_cache(maxsize=None)
