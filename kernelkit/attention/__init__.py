@@ -11,6 +11,9 @@ r"""Attention as a kernel smoother: softmax, linear (feature-map) and exact kern
 - :func:`kernel_attention`: the exact smoother for any registry kernel, by name or as a kernelkit
   kernel object (RBF, polynomial...), so "a different kernel" can be told apart from "an
   approximated kernel".
+- :func:`gated_linear_attention`: causal linear attention whose state forgets (RetNet's decay,
+  Mamba2's and GLA's data-dependent gates); with a decay alone, the dot-product kernel times an
+  exponential kernel in position. Plain-PyTorch path for now (no Triton kernel yet).
 
 Shapes follow one legend: q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv), the layout of
 ``torch.nn.functional.scaled_dot_product_attention``. Everything is differentiable with torch
@@ -58,9 +61,10 @@ from kernelkit.attention._dispatch import (
     linear_attention,
     softmax_attention,
 )
+from kernelkit.attention.gated import gated_linear_attention
 
-__all__ = ["softmax_attention", "linear_attention", "kernel_attention", "FUSED_FEATURE_MAPS",
-           "BACKENDS", "compare", "sweep"]
+__all__ = ["softmax_attention", "linear_attention", "kernel_attention", "gated_linear_attention",
+           "FUSED_FEATURE_MAPS", "BACKENDS", "compare", "sweep"]
 
 
 def compare(*args, **kwargs):
