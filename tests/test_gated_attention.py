@@ -1,12 +1,17 @@
-"""Gated and decayed linear attention: the float64 reference and the chunked PyTorch path.
+"""Gated and decayed linear attention: the float64 reference, the chunked PyTorch path and the
+Triton forward (one gate per head and step).
 
 The reference (:mod:`kernelkit_math.gated_attention`) is checked against definitions written
 out here: its recurrence against the unrolled sum with explicit weights, a decay alone against
 the dot-product kernel times gamma^(t - j), no gate against linear attention with the identity
-map, and state passing against the whole sequence. The public function (the chunked PyTorch
-path, on the run's device) is checked against the reference with an error bound derived from
-float32 rounding along the computation, and its gradients against finite differences in
-float64.
+map, and state passing against the whole sequence. The public function, on the PyTorch path
+and on the Triton forward (the run's device; every launcher buffer poisoned with NaN), is
+checked against the reference with an error bound derived from float32 rounding along the
+computation, and the PyTorch path's gradients against finite differences in float64 (the
+Triton path's backward recomputes that path).
+
+The Triton module is imported inside the tests: this module is collected where triton is
+missing too (.ci/run's step without it runs the tests that are not marked ``interpreter``).
 """
 
 import numpy as np
@@ -115,39 +120,71 @@ def test_reference_zero_gate_empties_the_state():
 
 
 # ------------------------------------------------------------------------- the PyTorch path
-def _bound(q, k, v, g, decay, scale, dtype, chunk=64):
+def _bound(q, k, v, g, decay, scale, dtype, chunk=64, extra=0.0):
     """Elementwise bound on the chunked path's error against the float64 reference on the
     same (rounded) inputs: each product of the sums carries at most (D + C + T / C + 10) float32
     roundings (the dot product over D, the sums within a chunk and across chunks, exp and its
     argument, which rounds with |G| <= C max |g|), times the magnitude of the sums, plus the
-    rounding of the output to ``dtype``."""
+    rounding of the output to ``dtype``. ``extra``: more magnitude per element (the initial
+    state's term)."""
     T, D = q.shape[-2], q.shape[-1]
     G = 0.0 if g is None else float(np.max(-np.where(np.isinf(g), 0.0, g))) * chunk
     if decay is not None:
         G += chunk * float(-np.log(np.maximum(np.min(decay), 1e-300)))
     steps = D + chunk + T / chunk + G + 10
-    mag = _magnitude(q, k, v, g, decay, scale)
+    mag = _magnitude(q, k, v, g, decay, scale) + extra
     out_u = {"float32": U32, "float16": 2.0**-11, "bfloat16": 2.0**-8}[dtype]
-    return steps * U32 * mag + out_u * mag + 1e-30
+    # 16-bit inputs: the Triton forward multiplies its float32 operands (state, decayed scores)
+    # in TF32 on the GPU, rounding both factors of a product to 2^-11
+    tf32 = 0.0 if dtype == "float32" else 2 * 2.0**-11
+    return (steps * U32 + tf32 + out_u) * mag + 1e-30
+
+
+def _check_against_reference(device, dtype, kind, T, backend, D=8, Dv=5, zero_gate=False):
+    rng = np.random.default_rng(6)
+    q, k, v = _qkv(rng, T=T, D=D, Dv=Dv)
+    g = _gates(rng, kind, q.shape)
+    if zero_gate:
+        g[..., T // 2] = -np.inf
+    decay = [0.9, 0.99, 1.0]
+    S0 = rng.normal(size=(2, 3, D, Dv))
+    tq, tk, tv = (torch.tensor(x, dtype=getattr(torch, dtype), device=device) for x in (q, k, v))
+    tg = None if g is None else torch.tensor(g, dtype=torch.float32, device=device)
+    out, S = gated_linear_attention(tq, tk, tv, tg, decay=decay, scale=0.5, backend=backend,
+                                    initial_state=torch.tensor(S0, device=device),
+                                    return_state=True)
+    assert out.dtype == tq.dtype and out.device == tq.device and S.dtype == torch.float32
+    q, k, v = (x.double().cpu().numpy() for x in (tq, tk, tv))  # the rounded inputs
+    g = None if tg is None else tg.double().cpu().numpy()
+    want, want_S = ref.gated_linear_attention(q, k, v, g, decay=decay, scale=0.5,
+                                              initial_state=S0, return_state=True)
+    # the initial state adds |s q_t| exp(G_t) |S0| to each sum's magnitude (at most |q| |S0|)
+    bound = _bound(q, k, v, g, decay, 0.5, dtype, extra=0.5 * np.abs(q) @ np.abs(S0))
+    np.testing.assert_array_less(np.abs(out.double().cpu().numpy() - want), bound)
+    # the state: sums over T steps of k_j v_j^T times weights <= 1, the same roundings as an
+    # output element but without the dot product over D
+    state_mag = np.abs(S0) + np.einsum("bhtd,bhte->bhde", np.abs(k), np.abs(v))
+    G = 0.0 if g is None else float(np.max(-np.where(np.isinf(g), 0.0, g))) * 64
+    G += 64 * float(-np.log(min(decay)))
+    tf32 = 0.0 if dtype == "float32" else 2 * 2.0**-11
+    np.testing.assert_array_less(np.abs(S.double().cpu().numpy() - want_S),
+                                 ((64 + T / 64 + G + 10) * U32 + tf32) * state_mag + 1e-30)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("kind", ["none", "scalar", "channel"])
 @pytest.mark.parametrize("T", [1, 63, 130])
 def test_torch_path_matches_the_reference(device, dtype, kind, T):
-    rng = np.random.default_rng(6)
-    q, k, v = _qkv(rng, T=T)
-    g = _gates(rng, kind, q.shape)
-    decay = [0.9, 0.99, 1.0]
-    tq, tk, tv = (torch.tensor(x, dtype=getattr(torch, dtype), device=device) for x in (q, k, v))
-    tg = None if g is None else torch.tensor(g, dtype=torch.float32, device=device)
-    out = gated_linear_attention(tq, tk, tv, tg, decay=decay, scale=0.5)
-    assert out.dtype == tq.dtype and out.device == tq.device
-    q, k, v = (x.double().cpu().numpy() for x in (tq, tk, tv))  # the rounded inputs
-    g = None if tg is None else tg.double().cpu().numpy()
-    want = ref.gated_linear_attention(q, k, v, g, decay=decay, scale=0.5)
-    err = np.abs(out.double().cpu().numpy() - want)
-    np.testing.assert_array_less(err, _bound(q, k, v, g, decay, 0.5, dtype))
+    _check_against_reference(device, dtype, kind, T, "torch")
+
+
+@pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("kind, T, D, Dv, zero_gate", [
+    ("none", 1, 8, 5, False), ("scalar", 63, 8, 5, True), ("scalar", 130, 32, 70, False),
+    ("scalar", 40, 128, 128, True)])
+def test_triton_forward_matches_the_reference(device, dtype, kind, T, D, Dv, zero_gate):
+    _check_against_reference(device, dtype, kind, T, "triton", D=D, Dv=Dv, zero_gate=zero_gate)
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64, 200])
@@ -197,6 +234,57 @@ def test_gradients_against_finite_differences(kind):
         return out, S
 
     torch.autograd.gradcheck(f, (q, k, v, g, S0))
+
+
+@pytest.mark.usefixtures("triton_can_run")
+def test_triton_forward_gradients_are_the_torch_paths(device):
+    """The Triton forward's backward recomputes the PyTorch path: the same gradients for the
+    same incoming ones (a loss linear in the outputs)."""
+    grads = []
+    for backend in ("triton", "torch"):
+        rng = np.random.default_rng(14)
+        q, k, v = (torch.tensor(x, dtype=torch.float32, device=device, requires_grad=True)
+                   for x in _qkv(rng, T=45))
+        g = torch.tensor(_gates(rng, "scalar", q.shape), device=device, dtype=torch.float32,
+                         requires_grad=True)
+        S0 = torch.zeros(2, 3, 8, 5, device=device, requires_grad=True)
+        out, S = gated_linear_attention(q, k, v, g, decay=0.9, initial_state=S0,
+                                        return_state=True, backend=backend)
+        w_out = torch.tensor(rng.normal(size=out.shape), dtype=torch.float32, device=device)
+        w_S = torch.tensor(rng.normal(size=S.shape), dtype=torch.float32, device=device)
+        ((out * w_out).sum() + (S * w_S).sum()).backward()
+        grads.append([t.grad for t in (q, k, v, g, S0)])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.usefixtures("triton_can_run")
+def test_triton_forward_non_finite_values_reach_only_the_rows_that_read_them(device):
+    """A NaN key is read by the Triton kernel (rows before it stay finite); an infinite value
+    sends the call to the PyTorch twin (0 * inf inside a chunk would reach earlier rows)."""
+    rng = np.random.default_rng(16)
+    q, k, v = (torch.tensor(x, dtype=torch.float32, device=device) for x in _qkv(rng, T=80))
+    g = torch.tensor(_gates(rng, "scalar", q.shape), dtype=torch.float32, device=device)
+    for name, t in (("k", k), ("v", v)):
+        bad = t.clone()
+        bad[0, 1, 30, 2] = torch.inf if name == "v" else torch.nan
+        args = dict(q=q, k=k, v=v)
+        args[name] = bad
+        out = gated_linear_attention(**args, log_gate=g, backend="triton")
+        assert torch.isfinite(out[:, :, :30]).all() and torch.isfinite(out[1]).all(), name
+        assert torch.isfinite(out[0, [0, 2]]).all(), name
+        hit = out[0, 1, 30:, 2] if name == "v" else out[0, 1, 30:]  # v's column / every one
+        assert not torch.isfinite(hit).any(), name
+
+
+@pytest.mark.usefixtures("triton_can_run")
+def test_triton_refuses_what_its_kernel_lacks_by_name(device):
+    q = k = v = torch.zeros(1, 2, 5, 4, device=device)
+    with pytest.raises(ValueError, match="one gate per head and step"):
+        gated_linear_attention(q, k, v, torch.zeros(1, 2, 5, 4, device=device), backend="triton")
+    wide = torch.zeros(1, 2, 5, 129, device=device)
+    with pytest.raises(ValueError, match="head dims up to 128"):
+        gated_linear_attention(wide, wide, v, backend="triton")
 
 
 def test_zero_gate_gives_finite_gradients():
@@ -265,7 +353,7 @@ def test_inputs_are_not_modified():
     (dict(decay=[0.5, 0.5, 0.5]), ValueError, "one per head"),
     (dict(decay="0.5"), TypeError, "decay must be a number"),
     (dict(scale=-1.0), ValueError, "scale must be a finite number > 0"),
-    (dict(backend="triton"), ValueError, "no Triton kernel yet"),
+    (dict(backend="gpu"), ValueError, "backend must be one of"),
     (dict(layout="thd"), ValueError, "layout"),
     (dict(initial_state=torch.zeros(1, 2, 3, 4)), ValueError, "initial_state must be"),
     (dict(max_seqlen=4), ValueError, "max_seqlen is only read with cu_seqlens"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numbers
 
-from kernelkit.attention._dispatch import _check_backend, _check_layout, _check_q_scale
+from kernelkit.attention._dispatch import (_check_backend, _check_layout, _check_q_scale,
+                                           runs_triton)
 
 __all__ = ["gated_linear_attention"]
 
@@ -57,9 +58,14 @@ def gated_linear_attention(q, k, v, log_gate=None, *, decay=None, scale=None,
     max_seqlen : int, optional
         Only with ``cu_seqlens``: checked as an upper bound of the lengths.
     backend : {"auto", "torch", "triton"}, default "auto"
-        There is no Triton kernel for the gated forms yet: "auto" and "torch" run the chunked
-        PyTorch path (:func:`kernelkit_gpu.attention.gated_naive.gated_linear_attention_naive`,
-        differentiable, any device), "triton" raises a ValueError.
+        "auto" and "torch" run the chunked PyTorch path
+        (:func:`kernelkit_gpu.attention.gated_naive.gated_linear_attention_naive`,
+        differentiable, any device, float64 too). "triton" runs the Triton forward
+        (:mod:`kernelkit_gpu.attention.gated`; CUDA, or the CPU under ``TRITON_INTERPRET=1``)
+        for one gate per head and step (or none), D and Dv <= 128, float16, bfloat16 or
+        float32, its backward recomputing the PyTorch path; else a ValueError that says why
+        not. The Triton forward has run under the interpreter only so far; "auto" will take
+        it once it has been measured on a GPU.
 
     Returns
     -------
@@ -91,13 +97,10 @@ def gated_linear_attention(q, k, v, log_gate=None, *, decay=None, scale=None,
 
     _check_layout(layout)
     _check_backend(backend)
-    if backend == "triton":
-        raise ValueError("gated_linear_attention has no Triton kernel yet; backend='auto' or "
-                         "'torch' runs the chunked PyTorch path")
     scale = _check_q_scale(scale)
     if cu_seqlens is not None:
         return _packed(q, k, v, log_gate, decay, scale, initial_state, return_state, cu_seqlens,
-                       max_seqlen)
+                       max_seqlen, backend)
     if max_seqlen is not None:
         raise ValueError("max_seqlen is only read with cu_seqlens")
     _check_tensors(q, k, v, 4, "(B, H, T, D)")
@@ -105,7 +108,7 @@ def gated_linear_attention(q, k, v, log_gate=None, *, decay=None, scale=None,
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         if isinstance(log_gate, torch.Tensor) and log_gate.ndim in (3, 4):
             log_gate = log_gate.transpose(1, 2)
-    out = _dense(q, k, v, log_gate, decay, scale, initial_state, return_state)
+    out = _dense(q, k, v, log_gate, decay, scale, initial_state, return_state, backend)
     if layout == "bthd":
         out = (out[0].transpose(1, 2), out[1]) if return_state else out.transpose(1, 2)
     return out
@@ -187,7 +190,19 @@ def _check_decay(decay, H):
     return [float(x) for x in values]
 
 
-def _dense(q, k, v, log_gate, decay, scale, initial_state, return_state):
+def _why_not_triton(q, v, la):
+    """Why the Triton kernel cannot run this call whatever the device, or None."""
+    from kernelkit_gpu.attention.gated_naive import TRITON_MAX_HEAD_DIM as MAX_HEAD_DIM
+
+    if la.shape[-1] != 1:
+        return "its kernel takes one gate per head and step, and log_gate has one per channel"
+    if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:
+        return (f"its kernel takes head dims up to {MAX_HEAD_DIM}; got D = {q.shape[-1]}, "
+                f"Dv = {v.shape[-1]}")
+    return None
+
+
+def _dense(q, k, v, log_gate, decay, scale, initial_state, return_state, backend):
     import torch
 
     from kernelkit_gpu.attention.gated_naive import gated_linear_attention_naive
@@ -201,12 +216,20 @@ def _dense(q, k, v, log_gate, decay, scale, initial_state, return_state):
         if initial_state.device != q.device:
             raise ValueError(f"initial_state must be on q's device {q.device}; got "
                              f"{initial_state.device}")
+    # "auto" keeps the PyTorch path until the Triton forward has run on a GPU (it has run
+    # under the interpreter only; docs/decisions.md): backend="triton" opts in
+    if backend == "triton" and runs_triton(backend, q, _why_not_triton(q, v, la)):
+        from kernelkit_gpu.attention.gated import GatedLinearAttentionFunction
+
+        out, state = GatedLinearAttentionFunction.apply(
+            q, k, v, la[..., 0].to(torch.float32), scale, initial_state)
+        return (out, state) if return_state else out
     return gated_linear_attention_naive(q, k, v, la, scale=scale, initial_state=initial_state,
                                         return_state=return_state)
 
 
 def _packed(q, k, v, log_gate, decay, scale, initial_state, return_state, cu_seqlens,
-            max_seqlen):
+            max_seqlen, backend):
     """One dense call per sequence of a packed batch."""
     import torch
 
@@ -233,7 +256,7 @@ def _packed(q, k, v, log_gate, decay, scale, initial_state, return_state, cu_seq
     def one(i, qb, kb, vb, gb=None):
         state = None if initial_state is None else initial_state[i:i + 1]
         g = None if gb is None else (gb[..., 0] if log_gate.ndim == 2 else gb)
-        return _dense(qb, kb, vb, g, decay, scale, state, True)
+        return _dense(qb, kb, vb, g, decay, scale, state, True, backend)
 
     parts = VN.per_sequence(one, cu_seqlens, total, max_seqlen, *tensors)
     out = torch.cat([VN.to_packed(o) for o, _ in parts], 0)

@@ -18,10 +18,14 @@ import torch
 
 from kernelkit_gpu.attention._visible import VisibleMatmul, VisibleScores
 
-__all__ = ["gated_linear_attention_naive", "CHUNK"]
+__all__ = ["gated_linear_attention_naive", "CHUNK", "TRITON_MAX_HEAD_DIM"]
 
 #: Steps per chunk: per-channel gates hold a (C, C, D) weight tensor per head.
 CHUNK = 64
+#: Largest head dim D of q and k (the state's rows) and Dv of v that the Triton forward
+#: (:mod:`kernelkit_gpu.attention.gated`, which holds a D x 64 state in registers) takes; here
+#: so that callers can tell without importing triton.
+TRITON_MAX_HEAD_DIM = 128
 
 
 def _segments(log_alpha):
