@@ -152,7 +152,8 @@ def main(argv=None):
     result["timings"] = timings(fla, dev, args.smoke)
     out = args.out or default_out("attention-gated", facts["name"])
     write_json_atomic(out, result)
-    log(f"\nwrote {out}\n{'shape':<24} {'mode':<10} {'method':<22} {'fwd ms':>9} {'fwd+bwd ms':>11}")
+    log(f"\nwrote {out}")
+    log(f"{'shape':<24} {'mode':<10} {'method':<22} {'fwd ms':>9} {'fwd+bwd ms':>11}")
     for r in result["timings"]:
         s = r["shape"]
         tag = f"B{s['B']} H{s['H']} T{s['T']} D{s['D']}"
