@@ -1,5 +1,5 @@
 """Gated and decayed linear attention: the float64 reference, the chunked PyTorch path and the
-Triton forward (one gate per head and step).
+Triton kernels (one gate per head and step).
 
 The reference (:mod:`kernelkit_math.gated_attention`) is checked against definitions written
 out here: its recurrence against the unrolled sum with explicit weights, a decay alone against
@@ -7,8 +7,8 @@ the dot-product kernel times gamma^(t - j), no gate against linear attention wit
 map, and state passing against the whole sequence. The public function, on the PyTorch path
 and on the Triton forward (the run's device; every launcher buffer poisoned with NaN), is
 checked against the reference with an error bound derived from float32 rounding along the
-computation, and the PyTorch path's gradients against finite differences in float64 (the
-Triton path's backward recomputes that path).
+computation; the PyTorch path's gradients against finite differences in float64, and the
+Triton backward's against those with a bound derived the same way.
 
 The Triton module is imported inside the tests: this module is collected where triton is
 missing too (.ci/run's step without it runs the tests that are not marked ``interpreter``).
@@ -236,26 +236,64 @@ def test_gradients_against_finite_differences(kind):
     torch.autograd.gradcheck(f, (q, k, v, g, S0))
 
 
-@pytest.mark.usefixtures("triton_can_run")
-def test_triton_forward_gradients_are_the_torch_paths(device):
-    """The Triton forward's backward recomputes the PyTorch path: the same gradients for the
-    same incoming ones (a loss linear in the outputs)."""
-    grads = []
-    for backend in ("triton", "torch"):
-        rng = np.random.default_rng(14)
-        q, k, v = (torch.tensor(x, dtype=torch.float32, device=device, requires_grad=True)
-                   for x in _qkv(rng, T=45))
-        g = torch.tensor(_gates(rng, "scalar", q.shape), device=device, dtype=torch.float32,
-                         requires_grad=True)
-        S0 = torch.zeros(2, 3, 8, 5, device=device, requires_grad=True)
-        out, S = gated_linear_attention(q, k, v, g, decay=0.9, initial_state=S0,
-                                        return_state=True, backend=backend)
-        w_out = torch.tensor(rng.normal(size=out.shape), dtype=torch.float32, device=device)
-        w_S = torch.tensor(rng.normal(size=S.shape), dtype=torch.float32, device=device)
-        ((out * w_out).sum() + (S * w_S).sum()).backward()
-        grads.append([t.grad for t in (q, k, v, g, S0)])
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)
+def _grads(q, k, v, g, S0, w_out, w_S, backend, dtype, device, decay):
+    """Gradients of <w_out, out> + <w_S, S_T> for q, k, v, log_gate, S0 (float64 numpy)."""
+    ts = [torch.tensor(x, dtype=dtype, device=device, requires_grad=True) for x in (q, k, v)]
+    tg = torch.tensor(g, dtype=torch.float32 if dtype != torch.float64 else dtype,
+                      device=device, requires_grad=True)
+    tS0 = torch.tensor(S0, dtype=torch.float32 if dtype != torch.float64 else dtype,
+                       device=device, requires_grad=True)
+    out, S = gated_linear_attention(*ts, tg, decay=decay, scale=0.5, initial_state=tS0,
+                                    return_state=True, backend=backend)
+    loss = (out.to(torch.float64) * torch.tensor(w_out, device=device)).sum() + (
+        S.to(torch.float64) * torch.tensor(w_S, device=device)).sum()
+    loss.backward()
+    return [t.grad.double().cpu().numpy() for t in (*ts, tg, tS0)]
+
+
+@pytest.mark.usefixtures("triton_can_run", "poisoned_outputs")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("T, D, Dv, zero_gate", [(1, 8, 5, False), (63, 8, 5, True),
+                                                 (130, 32, 70, False)])
+def test_triton_gradients_match_float64(device, dtype, T, D, Dv, zero_gate):
+    """The Triton backward against the float64 PyTorch path (checked by finite differences
+    above) on the same rounded inputs. Bound per element: the roundings along the computation
+    (as for the output, plus T for the reverse sum of the gate's gradient) times the same
+    gradient computed on absolute values (every term of a gradient is a product of inputs,
+    incoming gradients and weights in [0, 1], so that sum bounds the terms' magnitudes)."""
+    rng = np.random.default_rng(17)
+    q, k, v = _qkv(rng, T=T, D=D, Dv=Dv)
+    g = _gates(rng, "scalar", q.shape)
+    if zero_gate:
+        g[..., T // 2] = -np.inf
+    S0 = rng.normal(size=(2, 3, D, Dv))
+    w_out, w_S = rng.normal(size=(2, 3, T, Dv)), rng.normal(size=(2, 3, D, Dv))
+    decay = [0.9, 0.99, 1.0]
+    tdtype = getattr(torch, dtype)
+    q, k, v = (torch.tensor(x, dtype=tdtype).double().numpy() for x in (q, k, v))  # rounded
+    g = torch.tensor(g, dtype=torch.float32).double().numpy()
+    S0 = torch.tensor(S0, dtype=torch.float32).double().numpy()
+    got = _grads(q, k, v, g, S0, w_out, w_S, "triton", tdtype, device, decay)
+    want = _grads(q, k, v, g, S0, w_out, w_S, "torch", torch.float64, "cpu", decay)
+    mag = _grads(*(np.abs(x) for x in (q, k, v)), g, np.abs(S0), np.abs(w_out), np.abs(w_S),
+                 "torch", torch.float64, "cpu", decay)
+    # d log-gate: q . dq - k . dk summed from the end, plus <dS_T, S_T> at the last step: the
+    # magnitudes of those terms
+    gate_mag = np.abs(q * mag[0]).sum(-1) + np.abs(k * mag[1]).sum(-1)
+    gate_mag[..., -1] += (np.abs(w_S) * (np.abs(S0) + np.einsum("bhtd,bhte->bhde", np.abs(k),
+                                                                  np.abs(v)))).sum((-1, -2))
+    gate_mag = np.flip(np.cumsum(np.flip(gate_mag, -1), -1), -1)
+    G = float(np.max(-np.where(np.isinf(g), 0.0, g))) * 64 + 64 * float(-np.log(min(decay)))
+    steps = (D + Dv + 64 + 2 * T / 64 + G + 10) * U32 + T * U32  # + T: the reverse sum
+    sixteen = dtype != "float32"
+    # 16-bit: the incoming gradient of the output is rounded to it (2^-8 for bfloat16), the
+    # float32 products run in TF32 on the GPU (both factors, 2^-11 each), and dq, dk, dv are
+    # returned in it
+    incoming = (2.0**-8 + 2 * 2.0**-11) if sixteen else 0.0
+    for i, (a, b, m) in enumerate(zip(got, want, mag[:3] + [gate_mag, mag[4]])):
+        result = 2.0**-8 if sixteen and i < 3 else 0.0
+        np.testing.assert_array_less(np.abs(a - b), (steps + incoming + result) * m + 1e-30,
+                                     err_msg=f"gradient {i}")
 
 
 @pytest.mark.usefixtures("triton_can_run")

@@ -13,7 +13,7 @@ r"""Attention as a kernel smoother: softmax, linear (feature-map) and exact kern
   approximated kernel".
 - :func:`gated_linear_attention`: causal linear attention whose state forgets (RetNet's decay,
   Mamba2's and GLA's data-dependent gates); with a decay alone, the dot-product kernel times an
-  exponential kernel in position (a Triton forward with backend="triton").
+  exponential kernel in position (Triton kernels with backend="triton").
 
 Shapes follow one legend: q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv), the layout of
 ``torch.nn.functional.scaled_dot_product_attention``. Everything is differentiable with torch

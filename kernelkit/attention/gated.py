@@ -60,12 +60,12 @@ def gated_linear_attention(q, k, v, log_gate=None, *, decay=None, scale=None,
     backend : {"auto", "torch", "triton"}, default "auto"
         "auto" and "torch" run the chunked PyTorch path
         (:func:`kernelkit_gpu.attention.gated_naive.gated_linear_attention_naive`,
-        differentiable, any device, float64 too). "triton" runs the Triton forward
-        (:mod:`kernelkit_gpu.attention.gated`; CUDA, or the CPU under ``TRITON_INTERPRET=1``)
-        for one gate per head and step (or none), D and Dv <= 128, float16, bfloat16 or
-        float32, its backward recomputing the PyTorch path; else a ValueError that says why
-        not. The Triton forward has run under the interpreter only so far; "auto" will take
-        it once it has been measured on a GPU.
+        differentiable, any device, float64 too). "triton" runs the Triton kernels, forward
+        and backward (:mod:`kernelkit_gpu.attention.gated`; CUDA, or the CPU under
+        ``TRITON_INTERPRET=1``) for one gate per head and step (or none), D and Dv <= 128,
+        float16, bfloat16 or float32; else a ValueError that says why not. The Triton kernels
+        have run under the interpreter only so far; "auto" will take them once they have been
+        measured on a GPU.
 
     Returns
     -------
@@ -216,7 +216,7 @@ def _dense(q, k, v, log_gate, decay, scale, initial_state, return_state, backend
         if initial_state.device != q.device:
             raise ValueError(f"initial_state must be on q's device {q.device}; got "
                              f"{initial_state.device}")
-    # "auto" keeps the PyTorch path until the Triton forward has run on a GPU (it has run
+    # "auto" keeps the PyTorch path until the Triton kernels have run on a GPU (they have run
     # under the interpreter only; docs/decisions.md): backend="triton" opts in
     if backend == "triton" and runs_triton(backend, q, _why_not_triton(q, v, la)):
         from kernelkit_gpu.attention.gated import GatedLinearAttentionFunction
