@@ -41,6 +41,39 @@ __all__ = ["gated_fwd", "gated_bwd", "GatedLinearAttentionFunction"]
 
 
 @triton.jit
+def _program(H, D, DV, BLOCK_D: tl.constexpr, BLOCK_V: tl.constexpr):
+    """This program's (batch-head, column block), its batch and head (int64), and the offsets
+    and mask of its BLOCK_D x BLOCK_V slice of a contiguous (B, H, D, Dv) state."""
+    pid_bh = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    state = (pid_bh.to(tl.int64) * D + offs_d[:, None]) * DV + offs_v[None, :]
+    state_mask = (offs_d[:, None] < D) & (offs_v[None, :] < DV)
+    return pid_bh, pid_v, (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64), state, state_mask
+
+
+@triton.jit
+def _initial_state(s0_ptr, state, state_mask, HAS_INIT: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_V: tl.constexpr):
+    """This program's slice of S_0 in float32 (zeros without one)."""
+    if HAS_INIT:
+        S = tl.load(s0_ptr + state, mask=state_mask, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros((BLOCK_D, BLOCK_V), tl.float32)
+    return S
+
+
+@triton.jit
+def _rows(ptr, b, h, sb, sh, t, st, sc, T, C, col0, BLOCK: tl.constexpr):
+    """Rows t of the (b, h) slice of a (B, H, T, C) tensor, columns col0 .. col0 + BLOCK
+    (masked against T and C), as float32."""
+    base = ptr + b * sb + h * sh + col0 * sc
+    return _load_rows(base, t, tl.arange(0, BLOCK), st, sc, T, C - col0, True, True).to(
+        tl.float32)
+
+
+@triton.jit
 def _gated_fwd_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, s0_ptr, o_ptr, sT_ptr,
     H, T, D, DV, scale,
@@ -50,54 +83,35 @@ def _gated_fwd_kernel(
     HAS_INIT: tl.constexpr, RETURN_STATE: tl.constexpr, PREC: tl.constexpr,
     UPCAST: tl.constexpr, F32_PREC: tl.constexpr,
 ):
-    pid_bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    pid_bh, pid_v, b, h, state, state_mask = _program(H, D, DV, BLOCK_D, BLOCK_V)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    q_base = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    k_base = k_ptr + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-    v_base = v_ptr + b.to(tl.int64) * svb + h.to(tl.int64) * svh + pid_v * BLOCK_V * svd
-    g_base = g_ptr + b.to(tl.int64) * sgb + h.to(tl.int64) * sgh
-    o_base = o_ptr + b.to(tl.int64) * sob + h.to(tl.int64) * soh + pid_v * BLOCK_V * sod
-    state = (pid_bh.to(tl.int64) * D + offs_d[:, None]) * DV + offs_v[None, :]
-    state_mask = (offs_d[:, None] < D) & (offs_v[None, :] < DV)
-    if HAS_INIT:
-        S = tl.load(s0_ptr + state, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros((BLOCK_D, BLOCK_V), tl.float32)
+    q_base = q_ptr + b * sqb + h * sqh
+    k_base = k_ptr + b * skb + h * skh
+    g_base = g_ptr + b * sgb + h * sgh
+    o_base = o_ptr + b * sob + h * soh + pid_v * BLOCK_V * sod
+    S = _initial_state(s0_ptr, state, state_mask, HAS_INIT, BLOCK_D, BLOCK_V)
     rows = offs_c[:, None]
     cols = offs_c[None, :]
-    last = offs_c == BLOCK_C - 1
     for c0 in range(0, T, BLOCK_C):
         t = c0 + offs_c
         q = _load_rows(q_base, t, offs_d, sqt, sqd, T, D, True, True)
         k = _load_rows(k_base, t, offs_d, skt, skd, T, D, True, True)
-        v = _load_rows(v_base, t, tl.arange(0, BLOCK_V), svt, svd, T, DV - pid_v * BLOCK_V,
-                       True, True)
-        g = tl.load(g_base + t.to(tl.int64) * sgt, mask=t < T, other=0.0).to(tl.float32)
-        zero = g == float("-inf")
-        G = tl.cumsum(tl.where(zero, 0.0, g), 0)  # the finite log-gates summed from the start
-        R = tl.cumsum(zero.to(tl.int32), 0)  # zero gates so far
-        start = tl.where(R == 0, tl.exp(G), 0.0)  # weight of the chunk's incoming state
+        v = _rows(v_ptr, b, h, svb, svh, t, svt, svd, T, DV, pid_v * BLOCK_V, BLOCK_V)
+        G, R, start, to_end, carry = _chunk_gates(g_base, t, sgt, T, BLOCK_C)
         # float32 operands (the state, the decayed scores) multiply with F32_PREC
         out = tl.dot(q.to(tl.float32) * (scale * start[:, None]), S, input_precision=F32_PREC)
         scores = _mm(q, tl.trans(k), None, PREC, UPCAST) * scale
         keep = (cols <= rows) & (R[:, None] == R[None, :])
         decay = tl.exp(tl.where(keep, G[:, None] - G[None, :], 0.0))
         scores = tl.where(keep, scores * decay, 0.0)
-        out = tl.dot(scores, v.to(tl.float32), out, input_precision=F32_PREC)
+        out = tl.dot(scores, v, out, input_precision=F32_PREC)
         o_ptrs = o_base + t.to(tl.int64)[:, None] * sot + tl.arange(0, BLOCK_V)[None, :] * sod
         tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty),
                  mask=(t[:, None] < T) & (offs_v[None, :] < DV))
-        G_end = tl.sum(tl.where(last, G, 0.0), 0)
-        R_end = tl.sum(tl.where(last, R, 0), 0)
-        to_end = tl.where(R == R_end, tl.exp(G_end - G), 0.0)
         kw = k.to(tl.float32) * to_end[:, None]
-        carry = tl.where(R_end == 0, tl.exp(G_end), 0.0)
-        S = S * carry + tl.dot(tl.trans(kw), v.to(tl.float32), input_precision=F32_PREC)
+        S = S * carry + tl.dot(tl.trans(kw), v, input_precision=F32_PREC)
     if RETURN_STATE:
         tl.store(sT_ptr + state, S, mask=state_mask)
 
@@ -130,33 +144,19 @@ def _gated_bwd_dq_kernel(
 ):
     """dq over this program's BLOCK_V columns of v (a partial sum: the caller adds the column
     blocks): s (exp(G) dO S_prev^T + ((dO v^T) o W) k), the state rebuilt as in the forward."""
-    pid_bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    pid_bh, pid_v, b, h, state, state_mask = _program(H, D, DV, BLOCK_D, BLOCK_V)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    k_base = k_ptr + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-    v_base = v_ptr + b.to(tl.int64) * svb + h.to(tl.int64) * svh + pid_v * BLOCK_V * svd
-    do_base = do_ptr + b.to(tl.int64) * sdb + h.to(tl.int64) * sdh + pid_v * BLOCK_V * sdd
-    g_base = g_ptr + b.to(tl.int64) * sgb + h.to(tl.int64) * sgh
+    g_base = g_ptr + b * sgb + h * sgh
     dq_base = dq_ptr + (pid_v * tl.num_programs(0) + pid_bh).to(tl.int64) * T * D
-    state = (pid_bh.to(tl.int64) * D + offs_d[:, None]) * DV + offs_v[None, :]
-    state_mask = (offs_d[:, None] < D) & (offs_v[None, :] < DV)
-    if HAS_INIT:
-        S = tl.load(s0_ptr + state, mask=state_mask, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros((BLOCK_D, BLOCK_V), tl.float32)
+    S = _initial_state(s0_ptr, state, state_mask, HAS_INIT, BLOCK_D, BLOCK_V)
     rows = offs_c[:, None]
     cols = offs_c[None, :]
     for c0 in range(0, T, BLOCK_C):
         t = c0 + offs_c
-        k = _load_rows(k_base, t, offs_d, skt, skd, T, D, True, True).to(tl.float32)
-        v = _load_rows(v_base, t, tl.arange(0, BLOCK_V), svt, svd, T, DV - pid_v * BLOCK_V,
-                       True, True).to(tl.float32)
-        do = _load_rows(do_base, t, tl.arange(0, BLOCK_V), sdt, sdd, T, DV - pid_v * BLOCK_V,
-                        True, True).to(tl.float32)
+        k = _rows(k_ptr, b, h, skb, skh, t, skt, skd, T, D, 0, BLOCK_D)
+        v = _rows(v_ptr, b, h, svb, svh, t, svt, svd, T, DV, pid_v * BLOCK_V, BLOCK_V)
+        do = _rows(do_ptr, b, h, sdb, sdh, t, sdt, sdd, T, DV, pid_v * BLOCK_V, BLOCK_V)
         G, R, start, to_end, carry = _chunk_gates(g_base, t, sgt, T, BLOCK_C)
         keep = (cols <= rows) & (R[:, None] == R[None, :])
         w = tl.where(keep, tl.exp(tl.where(keep, G[:, None] - G[None, :], 0.0)), 0.0)
@@ -180,22 +180,13 @@ def _gated_bwd_dkdv_kernel(
     """dv (this program's columns) and dk (a partial sum over the column blocks), the chunks in
     reverse with dS, the gradient of the state at the current chunk's end (from the final
     state's gradient dS_T); dS at the start is the initial state's gradient."""
-    pid_bh = tl.program_id(0)
-    pid_v = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    pid_bh, pid_v, b, h, state, state_mask = _program(H, D, DV, BLOCK_D, BLOCK_V)
     offs_c = tl.arange(0, BLOCK_C)
     offs_d = tl.arange(0, BLOCK_D)
     offs_v = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    q_base = q_ptr + b.to(tl.int64) * sqb + h.to(tl.int64) * sqh
-    k_base = k_ptr + b.to(tl.int64) * skb + h.to(tl.int64) * skh
-    v_base = v_ptr + b.to(tl.int64) * svb + h.to(tl.int64) * svh + pid_v * BLOCK_V * svd
-    do_base = do_ptr + b.to(tl.int64) * sdb + h.to(tl.int64) * sdh + pid_v * BLOCK_V * sdd
-    g_base = g_ptr + b.to(tl.int64) * sgb + h.to(tl.int64) * sgh
+    g_base = g_ptr + b * sgb + h * sgh
     dk_base = dk_ptr + (pid_v * tl.num_programs(0) + pid_bh).to(tl.int64) * T * D
     dv_base = dv_ptr + pid_bh.to(tl.int64) * T * DV
-    state = (pid_bh.to(tl.int64) * D + offs_d[:, None]) * DV + offs_v[None, :]
-    state_mask = (offs_d[:, None] < D) & (offs_v[None, :] < DV)
     dS = tl.load(dsT_ptr + state, mask=state_mask, other=0.0)
     rows = offs_c[:, None]
     cols = offs_c[None, :]
@@ -203,12 +194,10 @@ def _gated_bwd_dkdv_kernel(
     for i in range(0, n_chunks):
         c0 = (n_chunks - 1 - i) * BLOCK_C
         t = c0 + offs_c
-        q = _load_rows(q_base, t, offs_d, sqt, sqd, T, D, True, True).to(tl.float32)
-        k = _load_rows(k_base, t, offs_d, skt, skd, T, D, True, True).to(tl.float32)
-        v = _load_rows(v_base, t, tl.arange(0, BLOCK_V), svt, svd, T, DV - pid_v * BLOCK_V,
-                       True, True).to(tl.float32)
-        do = _load_rows(do_base, t, tl.arange(0, BLOCK_V), sdt, sdd, T, DV - pid_v * BLOCK_V,
-                        True, True).to(tl.float32)
+        q = _rows(q_ptr, b, h, sqb, sqh, t, sqt, sqd, T, D, 0, BLOCK_D)
+        k = _rows(k_ptr, b, h, skb, skh, t, skt, skd, T, D, 0, BLOCK_D)
+        v = _rows(v_ptr, b, h, svb, svh, t, svt, svd, T, DV, pid_v * BLOCK_V, BLOCK_V)
+        do = _rows(do_ptr, b, h, sdb, sdh, t, sdt, sdd, T, DV, pid_v * BLOCK_V, BLOCK_V)
         G, R, start, to_end, carry = _chunk_gates(g_base, t, sgt, T, BLOCK_C)
         keep = (cols <= rows) & (R[:, None] == R[None, :])  # [i (query), j (key)]
         w = tl.where(keep, tl.exp(tl.where(keep, G[:, None] - G[None, :], 0.0)), 0.0) * scale
