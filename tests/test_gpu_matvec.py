@@ -288,9 +288,9 @@ def test_default_config_by_operands(monkeypatch):
     """Without the autotuner: several columns of V with direct-difference operands (D <= 16)
     take the 256 x 32 tiles measured fastest there (1.35-1.48x at 17 columns, H100; 4 warps
     for chunks of at most 16 columns), float64 ones 128 x 32 with 4 warps; tensor-core
-    operands take 256 x 64 tiles (13% faster than 128 x 64 at D = 28, H200), float64 ones
-    128 x 64; single vectors keep the first config of their list (the GPU configs, whatever
-    the device running this test)."""
+    operands take 256 x 64 tiles for chunks of 64 columns (13% faster than 128 x 64 at D = 28,
+    H200), 128 x 64 for narrower chunks and float64; single vectors keep the first config of
+    their list (the GPU configs, whatever the device running this test)."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(_launch, "INTERPRET", False)
@@ -308,8 +308,9 @@ def test_default_config_by_operands(monkeypatch):
     picked = matvec_module._default_config(mma, False).all_kwargs()
     assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (256, 64, 8)
     mma64 = SimpleNamespace(mode=epilogues.MODE_MMA.value, acc=torch.float64)
-    picked = matvec_module._default_config(mma64, False).all_kwargs()
-    assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (128, 64, 8)
+    for ops, block_r in ((mma64, 64), (mma, 32)):  # float64, or a chunk under 64 columns
+        picked = matvec_module._default_config(ops, False, block_r).all_kwargs()
+        assert (picked["BLOCK_M"], picked["BLOCK_N"], picked["num_warps"]) == (128, 64, 8)
     for ops in (direct, mma):
         assert (matvec_module._default_config(ops, True).all_kwargs()
                 == matvec_module._vec_configs()[0].all_kwargs())

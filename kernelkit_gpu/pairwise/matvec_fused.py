@@ -65,9 +65,10 @@ def _block_configs():
 
 def _default_config(ops, vec, block_r=MAX_BLOCK_R):
     """The config launched without the autotuner. Tensor-core pairwise tiles (D > 16) take
-    256 x 64 tiles (13% faster than 128 x 64 at D = 28 and 7% at D = 64 on the GPU, the same
-    errors; 128 x 128 was as fast with 1.5x the error: its float32 group sums are twice as
-    long), float64 ones 128 x 64. Several columns of V with direct-difference operands
+    256 x 64 tiles for chunks of 64 columns of V (13% faster than 128 x 64 at D = 28 and 7% at
+    D = 64 on the GPU, the same errors; 128 x 128 was as fast with 1.5x the error: its float32
+    group sums are twice as long), 128 x 64 for narrower chunks (not measured with 256 x 64)
+    and for float64 operands. Several columns of V with direct-difference operands
     (D <= 16) take 256 x 32 tiles (the tf32x3 product with V dominates there), with 4 warps
     where a program's chunk of V has at most 16 columns; float64 ones 128 x 32 tiles with 4
     warps. The sweeps behind these choices are in docs/benchmarks.md (figures behind choices
@@ -77,8 +78,8 @@ def _default_config(ops, vec, block_r=MAX_BLOCK_R):
     configs = _block_configs()
     if len(configs) == 1:
         return configs[0]
-    if ops.mode != E.MODE_DIRECT.value:
-        return configs[1] if ops.acc == torch.float64 else configs[0]
+    if ops.mode != E.MODE_DIRECT.value:  # 256 x 64 measured for chunks of 64 columns only
+        return configs[0] if ops.acc != torch.float64 and block_r >= 64 else configs[1]
     if ops.acc == torch.float64:
         return configs[2]
     return configs[-1] if block_r <= 16 else configs[-2]
