@@ -69,12 +69,10 @@ def spawn(world, outdir, scenario="checks", device="cpu"):
     return [p.returncode for p in procs], outputs
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
-def ranks(request, tmp_path_factory, device):
-    """``(world, [(results, errors) per rank], outdir)`` of one spawn of every check."""
-    world = request.param
-    outdir = tmp_path_factory.mktemp(f"dist{world}")
-    codes, outputs = spawn(world, outdir, device=device)
+def spawn_and_read(world, outdir, scenario="checks", device="cpu"):
+    """``(world, [(results, errors) per rank], outdir)``: :func:`spawn`, every rank exiting 0,
+    then each rank's saved results and recorded errors."""
+    codes, outputs = spawn(world, outdir, scenario=scenario, device=device)
     assert codes == [0] * world, "\n".join(outputs)
     found = []
     for r in range(world):
@@ -82,6 +80,13 @@ def ranks(request, tmp_path_factory, device):
             results = {k: f[k] for k in f.files}
         found.append((results, json.loads((outdir / f"rank{r}.json").read_text())))
     return world, found, outdir
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-ranks", "3-ranks"])
+def ranks(request, tmp_path_factory, device):
+    """``(world, [(results, errors) per rank], outdir)`` of one spawn of every check."""
+    world = request.param
+    return spawn_and_read(world, tmp_path_factory.mktemp(f"dist{world}"), device=device)
 
 
 def _result(ranks, name):

@@ -30,26 +30,18 @@ import numpy as np
 import pytest
 
 from tests.distributed_worker import svm_fits, svm_inputs
-from tests.test_distributed import _errors, _result, _shares, spawn
+from tests.test_distributed import _errors, _result, _shares, spawn_and_read
 
 
 @functools.lru_cache(maxsize=None)
 def _spawned(world, device, root):
     """``(world, [(results, errors) per rank], outdir)`` of one spawn of the SVM checks on
     ``device`` under the directory ``root`` (each world size and device spawned once)."""
-    import json
     import pathlib
 
     outdir = pathlib.Path(root) / f"svm{world}{device}"
     outdir.mkdir()
-    codes, outputs = spawn(world, outdir, scenario="svm", device=device)
-    assert codes == [0] * world, "\n".join(outputs)
-    found = []
-    for r in range(world):
-        with np.load(outdir / f"rank{r}.npz") as f:
-            results = {k: f[k] for k in f.files}
-        found.append((results, json.loads((outdir / f"rank{r}.json").read_text())))
-    return world, found, outdir
+    return spawn_and_read(world, outdir, scenario="svm", device=device)
 
 
 @pytest.fixture(scope="module")
