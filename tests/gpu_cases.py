@@ -260,3 +260,19 @@ def check_rule(ours, naive, ref, dtype_name, what, floor_ulps=FLOOR_OUT, term_sc
         f"{what} ({dtype_name}): error {e_ours:.3g} > 2 x eager-torch error {e_naive:.3g} "
         f"+ floor = {bound:.3g}"
     )
+
+
+def spy_gram_rows(monkeypatch):
+    """The ``chunk_rows`` of every ``kernelkit_gpu.GramRows`` built from now on (None: the points
+    kept on the device), in order."""
+    import kernelkit_gpu
+
+    chunks = []
+    real = kernelkit_gpu.GramRows
+
+    def spy(*args, **kwargs):
+        chunks.append(kwargs.get("chunk_rows"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernelkit_gpu, "GramRows", spy)
+    return chunks

@@ -26,7 +26,7 @@ from kernelkit_gpu.pairwise import gram_fused as gram_module
 from kernelkit_math.registry import get_kernel
 from tests.conftest import TOL
 from tests.gpu_cases import (CASE_IDS, DTYPES, GPU_CASES, check_values, randn, reference,
-                             spy_kernels, to_numpy64)
+                             spy_gram_rows, spy_kernels, to_numpy64)
 
 pytestmark = pytest.mark.usefixtures("triton_can_run")
 
@@ -235,26 +235,13 @@ def test_operator_rows_equal_its_blocks(case, device, rng, monkeypatch):
         np.testing.assert_array_less(np.abs(to_numpy64(got) - want), bound / 2)
 
 
-def _spy_gram_rows(monkeypatch):
-    """Record the ``chunk_rows`` of every GramRows that KernelOperator.rows_of builds."""
-    chunks = []
-    real = kernelkit_gpu.GramRows
-
-    def spy(*args, **kwargs):
-        chunks.append(kwargs.get("chunk_rows"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(kernelkit_gpu, "GramRows", spy)
-    return chunks
-
-
 def test_operator_streams_the_points_where_they_and_the_reserve_do_not_fit(device, rng,
                                                                             monkeypatch):
     """The rule: the points take 8 (D + L (2 D' + 2)) bytes each (200 points, D = 20, one
     leaf: 200 * 688 bytes); with the caller's reserve they must fit in ROWS_MEMORY_SHARE of the
     free memory, else they stream in chunks of ROWS_CHUNK_BYTES (rounded up to 128 points).
     Streamed rows are the resident rows."""
-    chunks = _spy_gram_rows(monkeypatch)
+    chunks = spy_gram_rows(monkeypatch)
     op = _operator(kernel_tree.registry_kernel("rbf", {"gamma": 0.05}), device, monkeypatch,
                    True)
     X = rng.normal(size=(230, 20))

@@ -17,23 +17,10 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import kernelkit_gpu
 from kernelkit import SVC, SVR, OneClassSVM
 from kernelkit.linalg import smo
 from kernelkit.operators import kernel_operator
-
-
-def _spy_chunks(monkeypatch):
-    """The ``chunk_rows`` of every GramRows built (None: the points kept on the device)."""
-    chunks = []
-    real = kernelkit_gpu.GramRows
-
-    def spy(*args, **kwargs):
-        chunks.append(kwargs.get("chunk_rows"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(kernelkit_gpu, "GramRows", spy)
-    return chunks
+from tests.gpu_cases import spy_gram_rows
 
 
 def _fit(Model, X, y, device, **params):
@@ -53,7 +40,7 @@ def test_streamed_fit_equals_the_resident_fit(rng, device, monkeypatch, Model):
         monkeypatch.setattr(kernel_operator, "TRITON_ON_CPU", True)
     monkeypatch.setattr(kernel_operator, "_free_bytes", lambda where: 4 * 2**20)
     monkeypatch.setattr(kernel_operator, "ROWS_CHUNK_BYTES", 100 * 8 * 86)
-    chunks = _spy_chunks(monkeypatch)
+    chunks = spy_gram_rows(monkeypatch)
     X = rng.normal(size=(200, 20))
     y = np.where(X[:, 0] + X[:, 1] * X[:, 2] + 0.3 * rng.normal(size=200) > 0, 1, -1)
     if Model is SVR:

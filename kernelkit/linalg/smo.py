@@ -299,6 +299,16 @@ def _working_set(order_up, order_low, n_up, n_low, q):
     return np.unique(np.concatenate([order_up[:take_up], order_low[:take_low]]))
 
 
+def _stop_or_unshrink(gap, tol, n_iter, max_iter, ran, last, unshrunk, n_active, n_var):
+    """``(stopping, unshrink, unshrunk)`` of one outer step: libsvm's stopping rule (gap <= tol,
+    the step limit, or a subproblem that made no step), and whether the shrunk variables come
+    back (their gradient rebuilt, the rule then asked again on the whole problem): at a stop
+    while some are shrunk, and once when the gap first falls under 10 tol."""
+    stopping = gap <= tol or n_iter >= max_iter or (ran and last == 0)
+    first_near = not unshrunk and gap <= 10 * tol
+    return stopping, (stopping or first_near) and n_active < n_var, unshrunk or first_near
+
+
 def _shrunk(signed, sets, ends):
     """libsvm's ``be_shrunk``: the variables that cannot be in a violating pair given
     ``ends`` = (-m(a), M(a)): in I_up only with u_t < M(a), or in I_low only with u_t > m(a)
@@ -420,10 +430,9 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1, working_se
         minus_m, M, n_up, n_low, n_active, last = numbers[:6].tolist()
         n_iter += int(last) if ran else 0
         gap = -minus_m - M
-        stopping = gap <= tol or n_iter >= max_iter or (ran and last == 0)
-        first_near = not unshrunk and gap <= 10 * tol
-        unshrunk = unshrunk or first_near
-        if (stopping or first_near) and n_active < n_var:
+        stopping, unshrink, unshrunk = _stop_or_unshrink(gap, tol, n_iter, max_iter, ran, last,
+                                                         unshrunk, n_active, n_var)
+        if unshrink:
             state[1] = _reconstruct(cache, points, index, state[2], a, p, G, ~active,
                                     working_set)
             active = torch.ones_like(active)

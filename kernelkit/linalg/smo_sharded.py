@@ -219,10 +219,9 @@ def solve(rows, p, y, C, alpha, *, index=None, tol=1e-3, max_iter=-1, working_se
             last = table[0, 5]
             n_iter += int(last) if ran else 0
             gap = m - M
-            stopping = gap <= tol or n_iter >= max_iter or (ran and last == 0)
-            first_near = not unshrunk and gap <= 10 * tol
-            unshrunk = unshrunk or first_near
-            if (stopping or first_near) and n_active < n_var:
+            stopping, unshrink, unshrunk = smo._stop_or_unshrink(
+                gap, tol, n_iter, max_iter, ran, last, unshrunk, n_active, n_var)
+            if unshrink:
                 G = D.agree(shard.reconstruct, alpha, y, G, ~active, width)
                 active = torch.ones_like(active)
                 ran = False
